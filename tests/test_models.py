@@ -1,0 +1,173 @@
+"""What timm's own model tests check, for every registered vit_minimal architecture, plus the
+paper's parameter counts and the geometry of each pretrained tag."""
+import pytest
+import timm
+import torch
+
+import timm_minimal
+from timm_minimal import ARCHITECTURES, DATASETS
+
+torch.set_num_threads(1)
+
+BATCH = 2
+CFG_KEYS = ('url', 'num_classes', 'input_size', 'pool_size', 'crop_pct', 'interpolation', 'mean', 'std',
+            'first_conv', 'classifier', 'fixed_input_size', 'license', 'paper_ids')
+
+
+def _input(model, batch=BATCH):
+    return torch.randn(batch, *model.pretrained_cfg['input_size'])
+
+
+def test_registry_lists_every_architecture():
+    listed = timm.list_models('vit_minimal*')
+    assert sorted(listed) == sorted(ARCHITECTURES)
+    assert len(listed) == 28
+    for name in ('vit_minimal_sym_6x4', 'vit_minimal_std_mlp_6x1', 'vit_minimal_qkonly_6x1', 'vit_minimal_chol_6x1'):
+        assert name in listed
+    assert set(timm.list_models('vit_minimal*', pretrained=False)) == set(listed)
+
+
+def test_unknown_model_name_fails_with_timm_error():
+    with pytest.raises(RuntimeError, match='Unknown model'):
+        timm.create_model('vit_minimal_foo_6x1')
+
+
+def test_unknown_tag_fails():
+    with pytest.raises(RuntimeError, match='tag'):
+        timm.create_model('vit_minimal_sym_6x4.svhn')
+
+
+@pytest.mark.parametrize('name', ARCHITECTURES)
+def test_forward_backward_cfg(name):
+    """Forward, backward with num_classes=42 (every parameter gets a gradient), default cfg keys."""
+    model = timm.create_model(name, num_classes=42)
+    cfg = model.pretrained_cfg
+    for key in CFG_KEYS:
+        assert key in cfg, f'{name}: pretrained cfg lacks {key}'
+    assert cfg['architecture'] == name and cfg['tag'] == 'mnist'
+    sd = model.state_dict()
+    assert cfg['first_conv'] + '.weight' in sd
+    assert cfg['classifier'] + '.weight' in sd
+
+    x = _input(model)
+    out = model(x)
+    assert out.shape == (BATCH, 42)
+    assert torch.isfinite(out).all()
+    out.mean().backward()
+    for n, p in model.named_parameters():
+        assert p.grad is not None, f'{name}: no gradient for {n}'
+        assert torch.isfinite(p.grad).all(), n
+
+    # the timm API around the head
+    feats = model.forward_features(x)
+    grid = model.patch_embed.grid_size
+    assert feats.shape == (BATCH, grid[0] * grid[1], model.num_features)
+    assert model.forward_head(feats, pre_logits=True).shape == (BATCH, model.num_features)
+    assert model.get_classifier() is model.head
+    model.reset_classifier(0)
+    assert model(x).shape == (BATCH, model.num_features)
+    model.reset_classifier(5, global_pool='')
+    assert model(x).shape == (BATCH, grid[0] * grid[1], 5)
+    assert model.no_weight_decay() == {'pos_embed', 'cls_token'}
+    groups = model.group_matcher()
+    assert set(groups) == {'stem', 'blocks'}
+
+
+@pytest.mark.parametrize('name', ARCHITECTURES)
+def test_num_classes_zero(name):
+    model = timm.create_model(name, num_classes=0)
+    assert model(_input(model)).shape == (BATCH, model.num_features)
+    assert model.num_features == 60
+
+
+@pytest.mark.parametrize('name', ARCHITECTURES)
+def test_torchscript(name):
+    model = timm.create_model(name).eval()
+    scripted = torch.jit.script(model)
+    x = _input(model)
+    with torch.no_grad():
+        torch.testing.assert_close(scripted(x), model(x))
+
+
+@pytest.mark.parametrize('name', ARCHITECTURES)
+def test_features_and_intermediates(name):
+    torch.manual_seed(0)
+    model = timm.create_model(name).eval()
+    x = _input(model)
+    depth = len(model.blocks)
+    with torch.no_grad():
+        final, intermediates = model.forward_intermediates(x)
+        torch.testing.assert_close(final, model.forward_features(x))
+        assert len(intermediates) == depth
+        assert intermediates[-1].shape == (BATCH, 60, 4, 4)
+        torch.testing.assert_close(intermediates[-1].flatten(2).transpose(1, 2), final)
+        nlc = model.forward_intermediates(x, indices=[0, 2], output_fmt='NLC', intermediates_only=True)
+        assert [t.shape for t in nlc] == [(BATCH, 16, 60)] * 2
+
+    torch.manual_seed(0)  # the same initial weights as `model`
+    features = timm.create_model(name, features_only=True, out_indices=(1, depth - 1)).eval()
+    assert features.feature_info.channels() == [60, 60]
+    assert features.feature_info.reduction() == [7, 7]
+    with torch.no_grad():
+        outs = features(x)
+    assert [o.shape for o in outs] == [(BATCH, 60, 4, 4)] * 2
+    torch.testing.assert_close(outs[-1], intermediates[-1])
+
+    pruned = timm.create_model(name).eval()
+    kept = pruned.prune_intermediate_layers(indices=[1])
+    assert kept == [1] and len(pruned.blocks) == 2
+
+
+@pytest.mark.parametrize('name', ARCHITECTURES)
+def test_grad_checkpointing_equal(name):
+    torch.manual_seed(0)
+    model = timm.create_model(name)
+    x = _input(model)
+    ref = model(x)
+    model.set_grad_checkpointing(True)
+    out = model(x)
+    torch.testing.assert_close(out, ref)
+    out.sum().backward()
+    assert all(p.grad is not None for p in model.parameters())
+    _, inter = model.forward_intermediates(x)
+    torch.testing.assert_close(inter[-1].flatten(2).transpose(1, 2), model.forward_features(x))
+
+
+@pytest.mark.parametrize('dataset', list(DATASETS))
+def test_pretrained_tags_build_their_geometry(dataset):
+    geometry = DATASETS[dataset]
+    model = timm.create_model(f'vit_minimal_sym_6x4.{dataset}')
+    assert model.pretrained_cfg['tag'] == dataset
+    assert model.pretrained_cfg['input_size'] == geometry['input_size']
+    assert model.patch_embed.patch_size == (geometry['patch_size'],) * 2
+    assert model.in_chans == geometry['input_size'][0]
+    assert model.num_classes == geometry['num_classes']
+    tokens = (geometry['input_size'][1] // geometry['patch_size']) ** 2
+    assert model.patch_embed.num_patches == tokens
+    x = torch.randn(1, *geometry['input_size'])
+    assert model(x).shape == (1, geometry['num_classes'])
+    cfg = timm.data.resolve_data_config({}, model=model)
+    assert cfg['mean'] == geometry['mean'] and cfg['input_size'] == geometry['input_size']
+
+
+def test_default_tag_is_mnist():
+    model = timm.create_model('vit_minimal_sym_6x4')
+    assert model.pretrained_cfg['tag'] == 'mnist'
+    assert model.pretrained_cfg['input_size'] == (1, 28, 28)
+
+
+def test_pretrained_without_weights_fails_clearly():
+    with pytest.raises(RuntimeError, match='No pretrained weights exist'):
+        timm.create_model('vit_minimal_chol_12x1.in1k', pretrained=True)
+
+
+def test_torch_compile_matches_eager():
+    model = timm.create_model('vit_minimal_sym_6x4').eval()
+    x = _input(model)
+    compiled = torch.compile(model)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-5)
+
+
+def test_timm_minimal_exports():
+    assert set(timm_minimal.ATTENTION_LAYERS) == {'std', 'qk', 'qkonly', 'sym', 'chol'}

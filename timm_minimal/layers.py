@@ -1,0 +1,293 @@
+"""Building blocks of the minimal vision transformers.
+
+Each modification of the paper ("Reducing the Transformer Architecture to a Minimum",
+Bermeitinger et al., KDIR 2024) is one small attention class below, chosen by name through
+``ATTENTION_LAYERS`` (the model's ``attn_type`` keyword):
+
+=========  ===========================================================  ==================
+name       what the layer computes (width N, per-head width d = N/H)    parameters
+=========  ===========================================================  ==================
+``std``    the paper's "unchanged": separate W_Q, W_K, W_V, W_O         4N^2 + 4N
+``qk``     one N x N matrix W_QK = W_Q W_K^T, keys are the raw inputs   3N^2 + 2N
+``qkonly`` W_QK only: no W_V, no W_O, the output of the layer is a      N^2
+           convex combination of its inputs
+``sym``    symmetric attention: W_K := W_Q (any head count)              3N^2 + 3N
+``chol``   W_QK = T T^T with T lower triangular (symmetric, positive    N(N+1)/2 + 2N^2 + 2N
+           semi-definite)
+=========  ===========================================================  ==================
+
+The block (``Block``) is attention + MLP, or attention alone ("no MLP", ``use_mlp=False``).
+All variants run on ``F.scaled_dot_product_attention``: ``sym`` and ``chol`` pass q as k,
+``qk`` and ``qkonly`` pass the raw inputs as k, ``qkonly`` also as v.
+"""
+from typing import Dict, Optional, Tuple, Type
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.jit import Final
+
+from timm.layers import DropPath, Mlp, trunc_normal_, use_fused_attn
+
+__all__ = [
+    'MinimalAttention', 'StdAttention', 'QKAttention', 'QKOnlyAttention', 'SymAttention', 'CholAttention',
+    'ATTENTION_LAYERS', 'get_attn_layer', 'Block', 'sincos_2d_pos_embed',
+]
+
+
+def sincos_2d_pos_embed(grid_h: int, grid_w: int, dim: int, temperature: float = 10000.,
+                        device: Optional[torch.device] = None) -> torch.Tensor:
+    """Fixed 2-D sin-cos position embedding (1, grid_h * grid_w, dim), no parameters.
+
+    The same values as ``timm.layers.build_sincos2d_pos_embed`` (sin of rows, sin of columns,
+    cos of rows, cos of columns), written so that TorchScript can rebuild it for a new grid.
+    """
+    pos_dim = dim // 4
+    bands = 1. / (temperature ** (torch.arange(pos_dim, device=device, dtype=torch.float32) / pos_dim))
+    rows, cols = torch.meshgrid(
+        torch.arange(grid_h, device=device, dtype=torch.float32),
+        torch.arange(grid_w, device=device, dtype=torch.float32),
+        indexing='ij',
+    )
+    grid = torch.stack([rows.flatten(), cols.flatten()], dim=1)  # (T, 2)
+    angles = grid.unsqueeze(-1) * bands  # (T, 2, dim / 4)
+    return torch.stack([angles.sin(), angles.cos()], dim=1).flatten(1).unsqueeze(0)
+
+
+class MinimalAttention(nn.Module):
+    """Multi-head scaled dot-product attention, shared by every variant.
+
+    A subclass says how queries, keys and values come from the input (``compute_qkv``) and how
+    the heads are mixed back (``project_out``); the softmax attention itself lives here only.
+    Scores are scaled by ``head_dim ** -0.5`` in every variant, so a collapsed W_QK behaves like
+    the W_Q W_K^T it replaces.
+    """
+    fused_attn: Final[bool]
+    single_head_only: bool = False
+
+    def __init__(self, dim: int, num_heads: int = 1, attn_drop: float = 0., proj_drop: float = 0.) -> None:
+        super().__init__()
+        if num_heads < 1 or dim % num_heads != 0:
+            raise ValueError(f'{type(self).__name__}: dim ({dim}) must be divisible by num_heads ({num_heads}).')
+        if self.single_head_only and num_heads != 1:
+            raise ValueError(
+                f'{type(self).__name__} collapses the key and query maps into one {dim} x {dim} matrix, '
+                f'which is defined for num_heads=1 only (got num_heads={num_heads}); '
+                f"use attn_type='sym' or 'std' for multi-head attention."
+            )
+        self.dim = dim
+        self.num_heads = num_heads
+        self.head_dim = dim // num_heads
+        self.scale = self.head_dim ** -0.5
+        self.fused_attn = use_fused_attn()
+        self.attn_drop = nn.Dropout(attn_drop)
+        self.proj_drop = nn.Dropout(proj_drop)
+
+    def _heads(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, T, C) -> (B, H, T, C / H)."""
+        B, T, C = x.shape
+        return x.reshape(B, T, self.num_heads, C // self.num_heads).transpose(1, 2)
+
+    def compute_qkv(self, x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Queries, keys and values, each (B, H, T, head_dim)."""
+        raise NotImplementedError
+
+    def project_out(self, x: torch.Tensor) -> torch.Tensor:
+        """Mix the concatenated heads (B, T, C) back into the residual stream."""
+        raise NotImplementedError
+
+    def attention_weights(self, x: torch.Tensor) -> torch.Tensor:
+        """The softmax attention matrix (B, H, T, T) for input ``x``, rows sum to one."""
+        q, k, _ = self.compute_qkv(x)
+        return ((q * self.scale) @ k.transpose(-2, -1)).softmax(dim=-1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, C = x.shape
+        q, k, v = self.compute_qkv(x)
+        if self.fused_attn:
+            x = F.scaled_dot_product_attention(
+                q, k, v, dropout_p=self.attn_drop.p if self.training else 0., scale=self.scale)
+        else:
+            attn = ((q * self.scale) @ k.transpose(-2, -1)).softmax(dim=-1)
+            x = self.attn_drop(attn) @ v
+        x = x.transpose(1, 2).reshape(B, T, C)
+        return self.project_out(x)
+
+
+class StdAttention(MinimalAttention):
+    """The paper's "unchanged" attention: W_Q, W_K, W_V (one fused ``qkv``) and W_O (``proj``).
+
+    Parameter names match timm's ``VisionTransformer`` attention.
+    """
+
+    def __init__(self, dim: int, num_heads: int = 1, qkv_bias: bool = True,
+                 attn_drop: float = 0., proj_drop: float = 0.) -> None:
+        super().__init__(dim, num_heads, attn_drop, proj_drop)
+        self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias)
+        self.proj = nn.Linear(dim, dim)
+
+    def compute_qkv(self, x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        return self._heads(q), self._heads(k), self._heads(v)
+
+    def project_out(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj_drop(self.proj(x))
+
+
+class QKAttention(MinimalAttention):
+    """Collapsed attention: one bias-free N x N matrix ``w_qk`` stands for W_Q W_K^T.
+
+    Scores are x_i W_QK x_j^T: queries are x W_QK, keys are the raw inputs (W_K = identity).
+    Values and output keep their own maps. Single head only.
+    """
+    single_head_only = True
+
+    def __init__(self, dim: int, num_heads: int = 1, qkv_bias: bool = True,
+                 attn_drop: float = 0., proj_drop: float = 0.) -> None:
+        super().__init__(dim, num_heads, attn_drop, proj_drop)
+        self.w_qk = nn.Linear(dim, dim, bias=False)
+        self.v = nn.Linear(dim, dim, bias=qkv_bias)
+        self.proj = nn.Linear(dim, dim)
+
+    def compute_qkv(self, x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return self._heads(self.w_qk(x)), self._heads(x), self._heads(self.v(x))
+
+    def project_out(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj_drop(self.proj(x))
+
+
+class QKOnlyAttention(MinimalAttention):
+    """W_QK only, W_V = W_O = identity: every output is a convex combination of the layer's inputs.
+
+    N^2 parameters per layer. Single head only.
+    """
+    single_head_only = True
+
+    def __init__(self, dim: int, num_heads: int = 1, qkv_bias: bool = True,
+                 attn_drop: float = 0., proj_drop: float = 0.) -> None:
+        super().__init__(dim, num_heads, attn_drop, proj_drop)
+        self.w_qk = nn.Linear(dim, dim, bias=False)
+
+    def compute_qkv(self, x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        x_heads = self._heads(x)
+        return self._heads(self.w_qk(x)), x_heads, x_heads
+
+    def project_out(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj_drop(x)
+
+
+class SymAttention(MinimalAttention):
+    """Symmetric attention: the key map is the query map (W_K := W_Q), for any number of heads.
+
+    Scores (x_i W + b)(x_j W + b)^T are symmetric in i and j. ``qv`` holds W_Q and W_V.
+    """
+
+    def __init__(self, dim: int, num_heads: int = 1, qkv_bias: bool = True,
+                 attn_drop: float = 0., proj_drop: float = 0.) -> None:
+        super().__init__(dim, num_heads, attn_drop, proj_drop)
+        self.qv = nn.Linear(dim, dim * 2, bias=qkv_bias)
+        self.proj = nn.Linear(dim, dim)
+
+    def compute_qkv(self, x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        q, v = self.qv(x).chunk(2, dim=-1)
+        q = self._heads(q)
+        return q, q, self._heads(v)
+
+    def project_out(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj_drop(self.proj(x))
+
+
+class CholAttention(MinimalAttention):
+    """Cholesky-parameterised attention: W_QK = T T^T with T lower triangular.
+
+    Only the N(N+1)/2 entries on and below the diagonal of T are parameters (``tril``), so W_QK
+    is symmetric positive semi-definite by construction. Queries and keys are both x T.
+    Values and output keep their own maps. Single head only.
+    """
+    single_head_only = True
+
+    def __init__(self, dim: int, num_heads: int = 1, qkv_bias: bool = True,
+                 attn_drop: float = 0., proj_drop: float = 0.) -> None:
+        super().__init__(dim, num_heads, attn_drop, proj_drop)
+        self.register_buffer('tril_indices', torch.tril_indices(dim, dim), persistent=False)
+        self.tril = nn.Parameter(torch.zeros(dim * (dim + 1) // 2))
+        self.v = nn.Linear(dim, dim, bias=qkv_bias)
+        self.proj = nn.Linear(dim, dim)
+
+    def init_weights(self) -> None:
+        trunc_normal_(self.tril, std=.02)
+
+    def factor(self) -> torch.Tensor:
+        """The lower-triangular N x N factor T."""
+        t = self.tril.new_zeros(self.dim, self.dim)
+        return t.index_put((self.tril_indices[0], self.tril_indices[1]), self.tril)
+
+    def w_qk(self) -> torch.Tensor:
+        """The implied N x N matrix W_QK = T T^T."""
+        t = self.factor()
+        return t @ t.t()
+
+    def compute_qkv(self, x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        q = self._heads(x @ self.factor())
+        return q, q, self._heads(self.v(x))
+
+    def project_out(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj_drop(self.proj(x))
+
+
+ATTENTION_LAYERS: Dict[str, Type[MinimalAttention]] = {
+    'std': StdAttention,
+    'qk': QKAttention,
+    'qkonly': QKOnlyAttention,
+    'sym': SymAttention,
+    'chol': CholAttention,
+}
+
+
+def get_attn_layer(attn_type: str) -> Type[MinimalAttention]:
+    """The attention class for a variant name, with an error listing the names allowed."""
+    if attn_type not in ATTENTION_LAYERS:
+        raise ValueError(f"Unknown attn_type '{attn_type}'; choose one of {', '.join(ATTENTION_LAYERS)}.")
+    return ATTENTION_LAYERS[attn_type]
+
+
+class Block(nn.Module):
+    """A pre-norm transformer encoder layer, with or without its MLP.
+
+    With the MLP: ``x = x + attn(norm1(x)); x = x + mlp(norm2(x))``.
+    Without it (the paper's "no MLP"): ``x = norm2(x + attn(norm1(x)))``: the second LayerNorm
+    the paper keeps (its parameter counts include two per layer) normalises the block output.
+    """
+    use_mlp: Final[bool]
+
+    def __init__(
+            self,
+            dim: int,
+            num_heads: int,
+            attn_layer: Type[MinimalAttention] = StdAttention,
+            use_mlp: bool = True,
+            mlp_hidden_dim: int = 256,
+            qkv_bias: bool = True,
+            proj_drop: float = 0.,
+            attn_drop: float = 0.,
+            drop_path: float = 0.,
+            act_layer: Type[nn.Module] = nn.GELU,
+            norm_layer: Type[nn.Module] = nn.LayerNorm,
+    ) -> None:
+        super().__init__()
+        self.use_mlp = use_mlp
+        self.norm1 = norm_layer(dim)
+        self.attn = attn_layer(dim, num_heads=num_heads, qkv_bias=qkv_bias, attn_drop=attn_drop, proj_drop=proj_drop)
+        self.drop_path1 = DropPath(drop_path) if drop_path > 0. else nn.Identity()
+        self.norm2 = norm_layer(dim)
+        if use_mlp:
+            self.mlp = Mlp(in_features=dim, hidden_features=mlp_hidden_dim, act_layer=act_layer, drop=proj_drop)
+        else:
+            self.mlp = nn.Identity()
+        self.drop_path2 = DropPath(drop_path) if drop_path > 0. and use_mlp else nn.Identity()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.drop_path1(self.attn(self.norm1(x)))
+        if self.use_mlp:
+            return x + self.drop_path2(self.mlp(self.norm2(x)))
+        return self.norm2(x)

@@ -1,0 +1,682 @@
+"""Minimal vision transformers as timm architectures.
+
+The model of "Reducing the Transformer Architecture to a Minimum" (Bermeitinger et al., KDIR 2024,
+arXiv:2410.13732): a ViT whose attention can be collapsed (``qk``, ``qkonly``), made symmetric
+(``sym``, ``chol``) or left unchanged (``std``), with or without the MLP. The attention variants
+live in ``timm_minimal.layers``; this module holds the model, its pretrained configs and the
+registered architectures ``vit_minimal_<attention>[_mlp]_<depth>x<heads>``.
+
+Geometry follows the pretrained tag: ``.mnist`` (1x28x28, 7x7 patches, 16 tokens), ``.cifar10``
+(3x32x32, 4x4 patches, 64 tokens), ``.in1k`` (3x224x224, 16x16 patches, 196 tokens). The
+paper's width N = 60 and MLP width 256 are the defaults.
+"""
+import logging
+from typing import Any, Dict, List, Literal, Optional, Set, Tuple, Type, Union
+
+import torch
+import torch.nn as nn
+from torch.jit import Final
+
+from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
+from timm.layers import PatchEmbed, resample_abs_pos_embed, resample_patch_embed, to_2tuple, trunc_normal_
+from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
+from timm.models._features import feature_take_indices
+from timm.models._manipulate import adapt_input_conv, checkpoint, checkpoint_seq, named_apply
+from timm.models._pretrained import PretrainedCfg
+from timm.models._registry import get_pretrained_cfg
+from timm.models.vision_transformer import global_pool_nlc, init_weights_vit_timm
+
+from .layers import ATTENTION_LAYERS, Block, get_attn_layer, sincos_2d_pos_embed
+
+__all__ = ['VisionTransformerMinimal', 'checkpoint_filter_fn', 'DATASETS', 'ARCHITECTURES']
+
+_logger = logging.getLogger(__name__)
+
+PAPER_NAME = 'Reducing the Transformer Architecture to a Minimum'
+PAPER_ID = 'arXiv:2410.13732'
+
+PosEmbedType = Literal['sincos', 'learn', 'none']
+GlobalPoolType = Literal['', 'avg', 'max', 'token']
+
+
+class VisionTransformerMinimal(nn.Module):
+    """A vision transformer reduced to the parts the paper keeps.
+
+    Patch embedding (Linear over p x p x C patches, written as a strided conv), a fixed 2-D sin-cos
+    position embedding (or a learned one, or none), ``depth`` blocks of the chosen attention with
+    or without MLP, average pooling over the tokens and a linear classifier. No class token and no
+    final norm by default, as the paper's parameter counts imply.
+    """
+    dynamic_img_size: Final[bool]
+    in_chans: Final[int]
+    num_prefix_tokens: Final[int]
+    pos_embed_type: Final[str]
+
+    def __init__(
+            self,
+            img_size: Union[int, Tuple[int, int]] = 28,
+            patch_size: Union[int, Tuple[int, int]] = 7,
+            in_chans: int = 1,
+            num_classes: int = 10,
+            global_pool: GlobalPoolType = 'avg',
+            embed_dim: int = 60,
+            depth: int = 6,
+            num_heads: int = 1,
+            attn_type: str = 'std',
+            use_mlp: bool = False,
+            mlp_hidden_dim: int = 256,
+            qkv_bias: bool = True,
+            class_token: bool = False,
+            pos_embed: PosEmbedType = 'sincos',
+            final_norm: bool = False,
+            dynamic_img_size: bool = False,
+            drop_rate: float = 0.,
+            pos_drop_rate: float = 0.,
+            proj_drop_rate: float = 0.,
+            attn_drop_rate: float = 0.,
+            drop_path_rate: float = 0.,
+            weight_init: Literal['', 'skip'] = '',
+            norm_layer: Type[nn.Module] = nn.LayerNorm,
+            act_layer: Type[nn.Module] = nn.GELU,
+    ) -> None:
+        """
+        Args:
+            img_size: Input image size.
+            patch_size: Patch size (the patch embedding's kernel and stride).
+            in_chans: Number of input image channels.
+            num_classes: Number of classes of the classifier head (0 for none).
+            global_pool: Token pooling: 'avg' (the paper's), 'max', 'token' (needs class_token) or '' (none).
+            embed_dim: Transformer width N.
+            depth: Number of blocks.
+            num_heads: Number of attention heads ('qk', 'qkonly' and 'chol' take 1).
+            attn_type: Attention variant, one of timm_minimal.layers.ATTENTION_LAYERS.
+            use_mlp: Keep the position-wise MLP in each block.
+            mlp_hidden_dim: Hidden width of the MLP.
+            qkv_bias: Bias on the query/key/value maps.
+            class_token: Prepend a learned class token.
+            pos_embed: 'sincos' (fixed 2-D sin-cos, no parameters), 'learn' (learned table) or 'none'.
+            final_norm: LayerNorm after the last block.
+            dynamic_img_size: Accept any input size that is a multiple of the patch size.
+            drop_rate: Dropout before the classifier.
+            pos_drop_rate: Dropout after the position embedding.
+            proj_drop_rate: Dropout after attention and MLP projections.
+            attn_drop_rate: Dropout on the attention weights.
+            drop_path_rate: Stochastic depth rate (linearly increasing over blocks).
+            weight_init: '' for timm's ViT initialisation, 'skip' to leave parameters as constructed.
+            norm_layer: Normalisation layer.
+            act_layer: MLP activation.
+        """
+        super().__init__()
+        attn_layer = get_attn_layer(attn_type)
+        if global_pool not in ('', 'avg', 'max', 'token'):
+            raise ValueError(f"Unknown global_pool '{global_pool}'; choose one of '', 'avg', 'max', 'token'.")
+        if global_pool == 'token' and not class_token:
+            raise ValueError("global_pool='token' needs class_token=True.")
+        if pos_embed not in ('sincos', 'learn', 'none'):
+            raise ValueError(f"Unknown pos_embed '{pos_embed}'; choose one of 'sincos', 'learn', 'none'.")
+        if pos_embed == 'sincos' and embed_dim % 4 != 0:
+            raise ValueError(f"pos_embed='sincos' needs embed_dim divisible by 4, got {embed_dim}.")
+
+        self.num_classes = num_classes
+        self.global_pool = global_pool
+        self.num_features = self.head_hidden_size = self.embed_dim = embed_dim
+        self.in_chans = in_chans
+        self.attn_type = attn_type
+        self.num_prefix_tokens = 1 if class_token else 0
+        self.dynamic_img_size = dynamic_img_size
+        self.pos_embed_type = pos_embed
+        self.grad_checkpointing = False
+
+        self.patch_embed = PatchEmbed(
+            img_size=img_size,
+            patch_size=patch_size,
+            in_chans=in_chans,
+            embed_dim=embed_dim,
+            strict_img_size=not dynamic_img_size,
+            flatten=not dynamic_img_size,
+            output_fmt='NHWC' if dynamic_img_size else None,
+        )
+        grid_size = self.patch_embed.grid_size
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim)) if class_token else None
+        if pos_embed == 'learn':
+            self.pos_embed = nn.Parameter(torch.randn(1, grid_size[0] * grid_size[1], embed_dim) * .02)
+        else:
+            self.pos_embed = None
+        self.register_buffer(
+            'pos_embed_sincos',
+            sincos_2d_pos_embed(grid_size[0], grid_size[1], embed_dim) if pos_embed == 'sincos'
+            else torch.zeros(1, 0, embed_dim),
+            persistent=False,
+        )
+        self.pos_drop = nn.Dropout(p=pos_drop_rate)
+
+        dpr = [x.item() for x in torch.linspace(0, drop_path_rate, depth)]
+        self.blocks = nn.Sequential(*[
+            Block(
+                dim=embed_dim,
+                num_heads=num_heads,
+                attn_layer=attn_layer,
+                use_mlp=use_mlp,
+                mlp_hidden_dim=mlp_hidden_dim,
+                qkv_bias=qkv_bias,
+                proj_drop=proj_drop_rate,
+                attn_drop=attn_drop_rate,
+                drop_path=dpr[i],
+                act_layer=act_layer,
+                norm_layer=norm_layer,
+            )
+            for i in range(depth)])
+        reduction = self.patch_embed.feat_ratio()
+        self.feature_info = [dict(module=f'blocks.{i}', num_chs=embed_dim, reduction=reduction) for i in range(depth)]
+        self.norm = norm_layer(embed_dim) if final_norm else nn.Identity()
+        self.head_drop = nn.Dropout(drop_rate)
+        self.head = nn.Linear(embed_dim, num_classes) if num_classes > 0 else nn.Identity()
+
+        if weight_init != 'skip':
+            self.init_weights(weight_init)
+
+    def init_weights(self, mode: str = '') -> None:
+        """timm's ViT initialisation: truncated normal (std .02) weights, zero biases."""
+        if self.pos_embed is not None:
+            trunc_normal_(self.pos_embed, std=.02)
+        if self.cls_token is not None:
+            nn.init.normal_(self.cls_token, std=1e-6)
+        named_apply(init_weights_vit_timm, self)
+
+    @torch.jit.ignore
+    def no_weight_decay(self) -> Set[str]:
+        return {'pos_embed', 'cls_token'}
+
+    @torch.jit.ignore
+    def group_matcher(self, coarse: bool = False) -> Dict[str, Union[str, List]]:
+        return dict(
+            stem=r'^cls_token|pos_embed|patch_embed',
+            blocks=[(r'^blocks\.(\d+)', None), (r'^norm', (99999,))],
+        )
+
+    @torch.jit.ignore
+    def set_grad_checkpointing(self, enable: bool = True) -> None:
+        self.grad_checkpointing = enable
+
+    @torch.jit.ignore
+    def get_classifier(self) -> nn.Module:
+        return self.head
+
+    def reset_classifier(self, num_classes: int, global_pool: Optional[str] = None) -> None:
+        self.num_classes = num_classes
+        if global_pool is not None:
+            if global_pool not in ('', 'avg', 'max', 'token'):
+                raise ValueError(f"Unknown global_pool '{global_pool}'; choose one of '', 'avg', 'max', 'token'.")
+            if global_pool == 'token' and self.cls_token is None:
+                raise ValueError("global_pool='token' needs a model built with class_token=True.")
+            self.global_pool = global_pool
+        self.head = nn.Linear(self.embed_dim, num_classes) if num_classes > 0 else nn.Identity()
+
+    def _check_input(self, x: torch.Tensor) -> None:
+        """Fail with the expected geometry instead of a shape error deep inside."""
+        if x.dim() != 4 or x.shape[1] != self.in_chans:
+            raise ValueError(
+                f'VisionTransformerMinimal expects images of shape (B, {self.in_chans}, H, W) '
+                f'(in_chans={self.in_chans}), got {list(x.shape)}.')
+        if not self.dynamic_img_size:
+            H, W = x.shape[-2], x.shape[-1]
+            img_size = self.patch_embed.img_size
+            if img_size is not None and (H != img_size[0] or W != img_size[1]):
+                raise ValueError(
+                    f'VisionTransformerMinimal expects images of size {img_size[0]}x{img_size[1]}, '
+                    f'got {H}x{W}; build it with img_size=({H}, {W}) or dynamic_img_size=True.')
+
+    def _pos_embed(self, x: torch.Tensor) -> torch.Tensor:
+        if self.dynamic_img_size:
+            B, H, W, C = x.shape
+            x = x.view(B, H * W, C)
+            grid_size = [H, W]
+        else:
+            grid_size = [self.patch_embed.grid_size[0], self.patch_embed.grid_size[1]]
+        pos_embed = self.pos_embed
+        if pos_embed is not None:
+            if self.dynamic_img_size:
+                pos_embed = resample_abs_pos_embed(
+                    pos_embed, new_size=grid_size, old_size=self.patch_embed.grid_size, num_prefix_tokens=0)
+            x = x + pos_embed
+        elif self.pos_embed_type == 'sincos':
+            sincos = self.pos_embed_sincos
+            if sincos.shape[1] != grid_size[0] * grid_size[1]:
+                sincos = sincos_2d_pos_embed(grid_size[0], grid_size[1], self.embed_dim, device=x.device)
+            x = x + sincos.to(x.dtype)
+        if self.cls_token is not None:
+            x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)
+        return self.pos_drop(x)
+
+    def forward_intermediates(
+            self,
+            x: torch.Tensor,
+            indices: Optional[Union[int, List[int]]] = None,
+            return_prefix_tokens: bool = False,
+            norm: bool = False,
+            stop_early: bool = False,
+            output_fmt: str = 'NCHW',
+            intermediates_only: bool = False,
+    ) -> Union[List[torch.Tensor], Tuple[torch.Tensor, List[torch.Tensor]]]:
+        """Forward features that returns intermediates.
+
+        Args:
+            x: Input image tensor.
+            indices: Take last n blocks if int, all if None, select matching indices if sequence.
+            return_prefix_tokens: Return both prefix and spatial intermediate tokens.
+            norm: Apply the final norm layer to all intermediates.
+            stop_early: Stop iterating over blocks when the last desired intermediate is hit.
+            output_fmt: Shape of intermediate feature outputs, 'NCHW' or 'NLC'.
+            intermediates_only: Only return intermediate features.
+        """
+        if output_fmt not in ('NCHW', 'NLC'):
+            raise ValueError(f"output_fmt must be 'NCHW' or 'NLC', got '{output_fmt}'.")
+        reshape = output_fmt == 'NCHW'
+        intermediates = []
+        take_indices, max_index = feature_take_indices(len(self.blocks), indices)
+
+        self._check_input(x)
+        B, _, height, width = x.shape
+        x = self.patch_embed(x)
+        x = self._pos_embed(x)
+        if torch.jit.is_scripting() or not stop_early:  # can't slice blocks in torchscript
+            blocks = self.blocks
+        else:
+            blocks = self.blocks[:max_index + 1]
+        for i, blk in enumerate(blocks):
+            if self.grad_checkpointing and not torch.jit.is_scripting():
+                x = checkpoint(blk, x)
+            else:
+                x = blk(x)
+            if i in take_indices:
+                intermediates.append(self.norm(x) if norm else x)
+
+        if self.num_prefix_tokens:
+            prefix_tokens = [y[:, 0:self.num_prefix_tokens] for y in intermediates]
+            intermediates = [y[:, self.num_prefix_tokens:] for y in intermediates]
+        else:
+            prefix_tokens = None
+        if reshape:
+            H, W = self.patch_embed.dynamic_feat_size((height, width))
+            intermediates = [y.reshape(B, H, W, -1).permute(0, 3, 1, 2).contiguous() for y in intermediates]
+        if not torch.jit.is_scripting() and return_prefix_tokens and prefix_tokens is not None:
+            intermediates = list(zip(intermediates, prefix_tokens))
+        if intermediates_only:
+            return intermediates
+        x = self.norm(x)
+        return x, intermediates
+
+    def prune_intermediate_layers(
+            self,
+            indices: Union[int, List[int]] = 1,
+            prune_norm: bool = False,
+            prune_head: bool = True,
+    ) -> List[int]:
+        """Prune layers not required for the specified intermediates."""
+        take_indices, max_index = feature_take_indices(len(self.blocks), indices)
+        self.blocks = self.blocks[:max_index + 1]
+        if prune_norm:
+            self.norm = nn.Identity()
+        if prune_head:
+            self.reset_classifier(0, '')
+        return take_indices
+
+    @torch.jit.ignore
+    def get_attention_maps(self, x: torch.Tensor) -> Tuple[torch.Tensor, List[torch.Tensor], List[torch.Tensor]]:
+        """Features plus, per block, its input hidden state and its attention weights (B, H, T, T).
+
+        Returns ``(features, hidden_states, attentions)`` where ``hidden_states`` holds the
+        embedding output and every block's output (depth + 1 tensors, (B, T, C)).
+        """
+        self._check_input(x)
+        x = self._pos_embed(self.patch_embed(x))
+        hidden_states, attentions = [x], []
+        for blk in self.blocks:
+            attentions.append(blk.attn.attention_weights(blk.norm1(x)))
+            x = blk(x)
+            hidden_states.append(x)
+        return self.norm(x), hidden_states, attentions
+
+    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
+        self._check_input(x)
+        x = self.patch_embed(x)
+        x = self._pos_embed(x)
+        if self.grad_checkpointing and not torch.jit.is_scripting():
+            x = checkpoint_seq(self.blocks, x)
+        else:
+            x = self.blocks(x)
+        return self.norm(x)
+
+    def pool(self, x: torch.Tensor, pool_type: Optional[str] = None) -> torch.Tensor:
+        pool_type = self.global_pool if pool_type is None else pool_type
+        return global_pool_nlc(x, pool_type=pool_type, num_prefix_tokens=self.num_prefix_tokens)
+
+    def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
+        x = self.pool(x)
+        x = self.head_drop(x)
+        return x if pre_logits else self.head(x)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.forward_features(x)
+        return self.forward_head(x)
+
+
+_WRAPPER_PREFIXES = ('module.', '_orig_mod.', 'timm_model.', 'vit_minimal.')
+
+
+def checkpoint_filter_fn(state_dict: Dict[str, torch.Tensor], model: VisionTransformerMinimal) -> Dict[str, torch.Tensor]:
+    """Fit a checkpoint to ``model`` where the change is well defined.
+
+    - unwraps ``{'model': ...}`` / ``{'state_dict': ...}`` and strips DDP, ``torch.compile`` and
+      Hugging Face wrapper prefixes;
+    - resamples a learned position embedding to the model's patch grid;
+    - adapts the patch embedding to the model's channel count and patch size;
+    - drops a classifier whose shape does not fit the model's ``num_classes`` (the head is then
+      newly initialised).
+    Anything else that does not fit is left for ``load_state_dict`` to report by name.
+    """
+    state_dict = state_dict.get('model', state_dict)
+    state_dict = state_dict.get('state_dict', state_dict)
+    model_sd = model.state_dict()
+    out_dict = {}
+    for k, v in state_dict.items():
+        for prefix in _WRAPPER_PREFIXES:
+            if k.startswith(prefix):
+                k = k[len(prefix):]
+        target = model_sd.get(k)
+        if target is not None and v.shape != target.shape:
+            if k == 'pos_embed':
+                v = resample_abs_pos_embed(v, new_size=model.patch_embed.grid_size, num_prefix_tokens=0, verbose=True)
+            elif k == 'patch_embed.proj.weight':
+                if v.shape[1] != target.shape[1]:
+                    v = adapt_input_conv(target.shape[1], v, base_chans=v.shape[1])
+                if v.shape[-2:] != target.shape[-2:]:
+                    v = resample_patch_embed(v, list(target.shape[-2:]), verbose=True)
+            elif k in ('head.weight', 'head.bias'):
+                _logger.info(f'Dropping {k} {tuple(v.shape)}: the model has {model.num_classes} classes.')
+                continue
+        out_dict[k] = v
+    return out_dict
+
+
+# -- pretrained configs --------------------------------------------------------------------------
+
+# Geometry and preprocessing of each pretrained tag. The patch size is part of the tag's geometry:
+# it is applied when the architecture is built for that tag.
+DATASETS: Dict[str, Dict[str, Any]] = {
+    'mnist': dict(
+        input_size=(1, 28, 28), patch_size=7, num_classes=10, mean=(0.1307,), std=(0.3081,),
+        crop_pct=1.0, interpolation='bilinear'),
+    'cifar10': dict(
+        input_size=(3, 32, 32), patch_size=4, num_classes=10, mean=(0.4914, 0.4822, 0.4465),
+        std=(0.2470, 0.2435, 0.2616), crop_pct=1.0, interpolation='bilinear'),
+    'in1k': dict(
+        input_size=(3, 224, 224), patch_size=16, num_classes=1000, mean=IMAGENET_DEFAULT_MEAN,
+        std=IMAGENET_DEFAULT_STD, crop_pct=0.9, interpolation='bicubic'),
+}
+
+# Every registered architecture: attention variant x MLP x depth x heads, with the paper's width.
+_SINGLE_HEAD = tuple(name for name, layer in ATTENTION_LAYERS.items() if layer.single_head_only)
+ARCHITECTURES: List[str] = [
+    f'vit_minimal_{attn}{"_mlp" if mlp else ""}_{depth}x{heads}'
+    for attn in ATTENTION_LAYERS
+    for mlp in (False, True)
+    for depth in (6, 12)
+    for heads in ((1,) if attn in _SINGLE_HEAD else (1, 4))
+]
+
+
+def _cfg(dataset: str, **kwargs) -> Dict[str, Any]:
+    geometry = {k: v for k, v in DATASETS[dataset].items() if k != 'patch_size'}
+    return {
+        'url': '',
+        'pool_size': None,
+        'fixed_input_size': True,
+        'first_conv': 'patch_embed.proj',
+        'classifier': 'head',
+        'license': 'apache-2.0',
+        'paper_name': PAPER_NAME,
+        'paper_ids': PAPER_ID,
+        **geometry,
+        **kwargs,
+    }
+
+
+# The first tag of an architecture is its default: MNIST, where the paper runs every variant.
+default_cfgs = generate_default_cfgs({
+    f'{arch}.{dataset}': _cfg(dataset) for arch in ARCHITECTURES for dataset in DATASETS
+})
+
+
+def _resolve_tag(variant: str, pretrained_cfg: Any) -> Optional[str]:
+    """The dataset tag a model is being built for (None for a custom or hub config)."""
+    if isinstance(pretrained_cfg, PretrainedCfg):
+        return pretrained_cfg.tag
+    if isinstance(pretrained_cfg, dict):
+        return pretrained_cfg.get('tag')
+    if isinstance(pretrained_cfg, str):
+        return pretrained_cfg
+    default = get_pretrained_cfg(variant, allow_unregistered=True)
+    return default.tag if default is not None else None
+
+
+def _create_vit_minimal(variant: str, pretrained: bool = False, **kwargs) -> VisionTransformerMinimal:
+    out_indices = kwargs.pop('out_indices', 3)
+    tag = _resolve_tag(variant, kwargs.get('pretrained_cfg'))
+    if tag in DATASETS:
+        kwargs.setdefault('patch_size', DATASETS[tag]['patch_size'])
+    return build_model_with_cfg(
+        VisionTransformerMinimal,
+        variant,
+        pretrained,
+        pretrained_filter_fn=checkpoint_filter_fn,
+        feature_cfg=dict(out_indices=out_indices, feature_cls='getter'),
+        **kwargs,
+    )
+
+
+# -- registered architectures: vit_minimal_<attention>[_mlp]_<depth>x<heads> ----------------------
+# std: the paper's unchanged attention
+
+@register_model
+def vit_minimal_std_6x1(pretrained: bool = False, **kwargs) -> VisionTransformerMinimal:
+    """Unchanged attention, no MLP, 6 layers, 1 head."""
+    model_args = dict(attn_type='std', use_mlp=False, depth=6, num_heads=1)
+    return _create_vit_minimal('vit_minimal_std_6x1', pretrained=pretrained, **dict(model_args, **kwargs))
+
+
+@register_model
+def vit_minimal_std_6x4(pretrained: bool = False, **kwargs) -> VisionTransformerMinimal:
+    """Unchanged attention, no MLP, 6 layers, 4 heads."""
+    model_args = dict(attn_type='std', use_mlp=False, depth=6, num_heads=4)
+    return _create_vit_minimal('vit_minimal_std_6x4', pretrained=pretrained, **dict(model_args, **kwargs))
+
+
+@register_model
+def vit_minimal_std_12x1(pretrained: bool = False, **kwargs) -> VisionTransformerMinimal:
+    """Unchanged attention, no MLP, 12 layers, 1 head."""
+    model_args = dict(attn_type='std', use_mlp=False, depth=12, num_heads=1)
+    return _create_vit_minimal('vit_minimal_std_12x1', pretrained=pretrained, **dict(model_args, **kwargs))
+
+
+@register_model
+def vit_minimal_std_12x4(pretrained: bool = False, **kwargs) -> VisionTransformerMinimal:
+    """Unchanged attention, no MLP, 12 layers, 4 heads."""
+    model_args = dict(attn_type='std', use_mlp=False, depth=12, num_heads=4)
+    return _create_vit_minimal('vit_minimal_std_12x4', pretrained=pretrained, **dict(model_args, **kwargs))
+
+
+@register_model
+def vit_minimal_std_mlp_6x1(pretrained: bool = False, **kwargs) -> VisionTransformerMinimal:
+    """The paper's baseline: unchanged attention with MLP, 6 layers, 1 head."""
+    model_args = dict(attn_type='std', use_mlp=True, depth=6, num_heads=1)
+    return _create_vit_minimal('vit_minimal_std_mlp_6x1', pretrained=pretrained, **dict(model_args, **kwargs))
+
+
+@register_model
+def vit_minimal_std_mlp_6x4(pretrained: bool = False, **kwargs) -> VisionTransformerMinimal:
+    """Unchanged attention with MLP, 6 layers, 4 heads."""
+    model_args = dict(attn_type='std', use_mlp=True, depth=6, num_heads=4)
+    return _create_vit_minimal('vit_minimal_std_mlp_6x4', pretrained=pretrained, **dict(model_args, **kwargs))
+
+
+@register_model
+def vit_minimal_std_mlp_12x1(pretrained: bool = False, **kwargs) -> VisionTransformerMinimal:
+    """Unchanged attention with MLP, 12 layers, 1 head."""
+    model_args = dict(attn_type='std', use_mlp=True, depth=12, num_heads=1)
+    return _create_vit_minimal('vit_minimal_std_mlp_12x1', pretrained=pretrained, **dict(model_args, **kwargs))
+
+
+@register_model
+def vit_minimal_std_mlp_12x4(pretrained: bool = False, **kwargs) -> VisionTransformerMinimal:
+    """Unchanged attention with MLP, 12 layers, 4 heads."""
+    model_args = dict(attn_type='std', use_mlp=True, depth=12, num_heads=4)
+    return _create_vit_minimal('vit_minimal_std_mlp_12x4', pretrained=pretrained, **dict(model_args, **kwargs))
+
+
+# qk: one collapsed W_QK, keys are the raw inputs
+
+@register_model
+def vit_minimal_qk_6x1(pretrained: bool = False, **kwargs) -> VisionTransformerMinimal:
+    """Collapsed W_QK, no MLP, 6 layers."""
+    model_args = dict(attn_type='qk', use_mlp=False, depth=6, num_heads=1)
+    return _create_vit_minimal('vit_minimal_qk_6x1', pretrained=pretrained, **dict(model_args, **kwargs))
+
+
+@register_model
+def vit_minimal_qk_12x1(pretrained: bool = False, **kwargs) -> VisionTransformerMinimal:
+    """Collapsed W_QK, no MLP, 12 layers."""
+    model_args = dict(attn_type='qk', use_mlp=False, depth=12, num_heads=1)
+    return _create_vit_minimal('vit_minimal_qk_12x1', pretrained=pretrained, **dict(model_args, **kwargs))
+
+
+@register_model
+def vit_minimal_qk_mlp_6x1(pretrained: bool = False, **kwargs) -> VisionTransformerMinimal:
+    """Collapsed W_QK with MLP, 6 layers."""
+    model_args = dict(attn_type='qk', use_mlp=True, depth=6, num_heads=1)
+    return _create_vit_minimal('vit_minimal_qk_mlp_6x1', pretrained=pretrained, **dict(model_args, **kwargs))
+
+
+@register_model
+def vit_minimal_qk_mlp_12x1(pretrained: bool = False, **kwargs) -> VisionTransformerMinimal:
+    """Collapsed W_QK with MLP, 12 layers."""
+    model_args = dict(attn_type='qk', use_mlp=True, depth=12, num_heads=1)
+    return _create_vit_minimal('vit_minimal_qk_mlp_12x1', pretrained=pretrained, **dict(model_args, **kwargs))
+
+
+# qkonly: W_QK only, no W_V and W_O
+
+@register_model
+def vit_minimal_qkonly_6x1(pretrained: bool = False, **kwargs) -> VisionTransformerMinimal:
+    """W_QK only (no W_V, W_O), no MLP, 6 layers."""
+    model_args = dict(attn_type='qkonly', use_mlp=False, depth=6, num_heads=1)
+    return _create_vit_minimal('vit_minimal_qkonly_6x1', pretrained=pretrained, **dict(model_args, **kwargs))
+
+
+@register_model
+def vit_minimal_qkonly_12x1(pretrained: bool = False, **kwargs) -> VisionTransformerMinimal:
+    """W_QK only (no W_V, W_O), no MLP, 12 layers."""
+    model_args = dict(attn_type='qkonly', use_mlp=False, depth=12, num_heads=1)
+    return _create_vit_minimal('vit_minimal_qkonly_12x1', pretrained=pretrained, **dict(model_args, **kwargs))
+
+
+@register_model
+def vit_minimal_qkonly_mlp_6x1(pretrained: bool = False, **kwargs) -> VisionTransformerMinimal:
+    """W_QK only (no W_V, W_O) with MLP, 6 layers."""
+    model_args = dict(attn_type='qkonly', use_mlp=True, depth=6, num_heads=1)
+    return _create_vit_minimal('vit_minimal_qkonly_mlp_6x1', pretrained=pretrained, **dict(model_args, **kwargs))
+
+
+@register_model
+def vit_minimal_qkonly_mlp_12x1(pretrained: bool = False, **kwargs) -> VisionTransformerMinimal:
+    """W_QK only (no W_V, W_O) with MLP, 12 layers."""
+    model_args = dict(attn_type='qkonly', use_mlp=True, depth=12, num_heads=1)
+    return _create_vit_minimal('vit_minimal_qkonly_mlp_12x1', pretrained=pretrained, **dict(model_args, **kwargs))
+
+
+# sym: symmetric attention, W_K := W_Q
+
+@register_model
+def vit_minimal_sym_6x1(pretrained: bool = False, **kwargs) -> VisionTransformerMinimal:
+    """Symmetric attention (W_K := W_Q), no MLP, 6 layers, 1 head."""
+    model_args = dict(attn_type='sym', use_mlp=False, depth=6, num_heads=1)
+    return _create_vit_minimal('vit_minimal_sym_6x1', pretrained=pretrained, **dict(model_args, **kwargs))
+
+
+@register_model
+def vit_minimal_sym_6x4(pretrained: bool = False, **kwargs) -> VisionTransformerMinimal:
+    """Symmetric attention (W_K := W_Q), no MLP, 6 layers, 4 heads."""
+    model_args = dict(attn_type='sym', use_mlp=False, depth=6, num_heads=4)
+    return _create_vit_minimal('vit_minimal_sym_6x4', pretrained=pretrained, **dict(model_args, **kwargs))
+
+
+@register_model
+def vit_minimal_sym_12x1(pretrained: bool = False, **kwargs) -> VisionTransformerMinimal:
+    """Symmetric attention (W_K := W_Q), no MLP, 12 layers, 1 head."""
+    model_args = dict(attn_type='sym', use_mlp=False, depth=12, num_heads=1)
+    return _create_vit_minimal('vit_minimal_sym_12x1', pretrained=pretrained, **dict(model_args, **kwargs))
+
+
+@register_model
+def vit_minimal_sym_12x4(pretrained: bool = False, **kwargs) -> VisionTransformerMinimal:
+    """Symmetric attention (W_K := W_Q), no MLP, 12 layers, 4 heads."""
+    model_args = dict(attn_type='sym', use_mlp=False, depth=12, num_heads=4)
+    return _create_vit_minimal('vit_minimal_sym_12x4', pretrained=pretrained, **dict(model_args, **kwargs))
+
+
+@register_model
+def vit_minimal_sym_mlp_6x1(pretrained: bool = False, **kwargs) -> VisionTransformerMinimal:
+    """Symmetric attention (W_K := W_Q) with MLP, 6 layers, 1 head."""
+    model_args = dict(attn_type='sym', use_mlp=True, depth=6, num_heads=1)
+    return _create_vit_minimal('vit_minimal_sym_mlp_6x1', pretrained=pretrained, **dict(model_args, **kwargs))
+
+
+@register_model
+def vit_minimal_sym_mlp_6x4(pretrained: bool = False, **kwargs) -> VisionTransformerMinimal:
+    """Symmetric attention (W_K := W_Q) with MLP, 6 layers, 4 heads."""
+    model_args = dict(attn_type='sym', use_mlp=True, depth=6, num_heads=4)
+    return _create_vit_minimal('vit_minimal_sym_mlp_6x4', pretrained=pretrained, **dict(model_args, **kwargs))
+
+
+@register_model
+def vit_minimal_sym_mlp_12x1(pretrained: bool = False, **kwargs) -> VisionTransformerMinimal:
+    """Symmetric attention (W_K := W_Q) with MLP, 12 layers, 1 head."""
+    model_args = dict(attn_type='sym', use_mlp=True, depth=12, num_heads=1)
+    return _create_vit_minimal('vit_minimal_sym_mlp_12x1', pretrained=pretrained, **dict(model_args, **kwargs))
+
+
+@register_model
+def vit_minimal_sym_mlp_12x4(pretrained: bool = False, **kwargs) -> VisionTransformerMinimal:
+    """Symmetric attention (W_K := W_Q) with MLP, 12 layers, 4 heads."""
+    model_args = dict(attn_type='sym', use_mlp=True, depth=12, num_heads=4)
+    return _create_vit_minimal('vit_minimal_sym_mlp_12x4', pretrained=pretrained, **dict(model_args, **kwargs))
+
+
+# chol: W_QK = T T^T, T lower triangular
+
+@register_model
+def vit_minimal_chol_6x1(pretrained: bool = False, **kwargs) -> VisionTransformerMinimal:
+    """Cholesky W_QK = T T^T, no MLP, 6 layers."""
+    model_args = dict(attn_type='chol', use_mlp=False, depth=6, num_heads=1)
+    return _create_vit_minimal('vit_minimal_chol_6x1', pretrained=pretrained, **dict(model_args, **kwargs))
+
+
+@register_model
+def vit_minimal_chol_12x1(pretrained: bool = False, **kwargs) -> VisionTransformerMinimal:
+    """Cholesky W_QK = T T^T, no MLP, 12 layers."""
+    model_args = dict(attn_type='chol', use_mlp=False, depth=12, num_heads=1)
+    return _create_vit_minimal('vit_minimal_chol_12x1', pretrained=pretrained, **dict(model_args, **kwargs))
+
+
+@register_model
+def vit_minimal_chol_mlp_6x1(pretrained: bool = False, **kwargs) -> VisionTransformerMinimal:
+    """Cholesky W_QK = T T^T with MLP, 6 layers."""
+    model_args = dict(attn_type='chol', use_mlp=True, depth=6, num_heads=1)
+    return _create_vit_minimal('vit_minimal_chol_mlp_6x1', pretrained=pretrained, **dict(model_args, **kwargs))
+
+
+@register_model
+def vit_minimal_chol_mlp_12x1(pretrained: bool = False, **kwargs) -> VisionTransformerMinimal:
+    """Cholesky W_QK = T T^T with MLP, 12 layers."""
+    model_args = dict(attn_type='chol', use_mlp=True, depth=12, num_heads=1)
+    return _create_vit_minimal('vit_minimal_chol_mlp_12x1', pretrained=pretrained, **dict(model_args, **kwargs))
