@@ -48,7 +48,8 @@ variables is not enough. :func:`configure_client` therefore does both:
 Only configuration *values* are replaced (with ``monkeypatch``, undone after each test); no client
 function is patched, so every request goes through the client's real code paths. Xet must be
 disabled explicitly because ``hf_xet`` is installed: otherwise ``upload_folder`` takes the Xet
-upload pipeline instead of preupload + commit.
+upload pipeline instead of preupload + commit. Copies made elsewhere at import time (e.g.
+transformers' ``HF_MODULES_CACHE`` for remote code) are not redirected; nothing here needs them.
 """
 from __future__ import annotations
 
@@ -127,7 +128,8 @@ class HubServer:
         self.httpd.daemon_threads = True
         self.httpd.hub = self
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self._thread = threading.Thread(target=self.httpd.serve_forever, name="hub-server", daemon=True)
+        self._thread = threading.Thread(target=self.httpd.serve_forever, args=(0.05,), name="hub-server",
+                                        daemon=True)
 
     def start(self) -> "HubServer":
         self._thread.start()
@@ -164,11 +166,10 @@ class HubServer:
     def create_repo(self, repo_type: str, repo_id: str, private: bool) -> Repo:
         repo = Repo(repo_type, repo_id, private, _now())
         self.repos[(repo_type, repo_id)] = repo
-        self.branches_commit(repo, "main", None, "initial commit", {".gitattributes": self.put_blob(GITATTRIBUTES)})
+        self.add_commit(repo, "main", None, "initial commit", {".gitattributes": self.put_blob(GITATTRIBUTES)})
         return repo
 
-    def branches_commit(self, repo: Repo, branch: str, parent: str | None, title: str,
-                        files: dict[str, str]) -> Commit:
+    def add_commit(self, repo: Repo, branch: str, parent: str | None, title: str, files: dict[str, str]) -> Commit:
         """Record a commit with the given full snapshot and move ``branch`` to it."""
         material = json.dumps([repo.id, parent, title, sorted(files.items()), next(self._counter)])
         commit = Commit(hashlib.sha1(material.encode()).hexdigest(), parent, title, _now(), dict(files))
@@ -176,7 +177,8 @@ class HubServer:
         repo.branches[branch] = commit.oid
         return commit
 
-    def resolve(self, repo: Repo, rev: str) -> Commit:
+    def commit_at(self, repo: Repo, rev: str) -> Commit:
+        """The commit a branch name, a full sha or an unambiguous sha prefix (>= 7 chars) points to."""
         if rev in repo.branches:
             return repo.commits[repo.branches[rev]]
         matches = [c for oid, c in repo.commits.items() if len(rev) >= 7 and oid.startswith(rev.lower())]
@@ -226,7 +228,6 @@ class _Handler(BaseHTTPRequestHandler):
     def _dispatch(self, method: str) -> None:
         url = urlsplit(self.path)
         self.query = {k: v[-1] for k, v in parse_qs(url.query).items()}
-        status = 404
         try:
             for methods, pattern, name in ROUTES:
                 match = pattern.fullmatch(url.path)
@@ -242,7 +243,7 @@ class _Handler(BaseHTTPRequestHandler):
             headers = {"X-Error-Message": e.message, **({"X-Error-Code": e.code} if e.code else {}), **e.headers}
         except Exception:
             self.hub.errors.append(traceback.format_exc())
-            status, body, headers = 500, {"error": traceback.format_exc()}, {}
+            status, body, headers = 500, {"error": self.hub.errors[-1]}, {}
         self.hub.requests.append(f"{method} {url.path} {status}")
         data = body if isinstance(body, bytes) else json.dumps(body).encode()
         self.send_response(status)
@@ -318,7 +319,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def repo_info(self, type, repo, rev="main"):
         r = self._repo(type, repo)
-        commit = self.hub.resolve(r, rev)
+        commit = self.hub.commit_at(r, rev)
         card = _front_matter(self.hub.blob(commit.files["README.md"]).decode()) if "README.md" in commit.files else {}
         blobs = self.query.get("blobs") in ("1", "true", "True")
         siblings = [{"rfilename": p, **({"size": self.hub.blob_size(o), "blobId": o} if blobs else {})}
@@ -332,7 +333,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def tree(self, type, repo, rev, path=""):
         r = self._repo(type, repo)
-        commit = self.hub.resolve(r, rev)
+        commit = self.hub.commit_at(r, rev)
         prefix = path.strip("/") + "/" if path.strip("/") else ""
         recursive = self.query.get("recursive") in ("1", "true", "True")
         files = {p: o for p, o in commit.files.items() if p.startswith(prefix)}
@@ -359,7 +360,7 @@ class _Handler(BaseHTTPRequestHandler):
     def preupload(self, type, repo, rev):
         r = self._repo(type, repo, write=True)
         _no_pull_requests(self.query)
-        commit = self.hub.resolve(r, rev)
+        commit = self.hub.commit_at(r, rev)
         files = [{"path": f["path"], "uploadMode": "regular", "shouldIgnore": False,
                   "oid": commit.files.get(f["path"])} for f in json.loads(self._body())["files"]]
         return 200, {"files": files, "commitOid": commit.oid}, {}
@@ -393,7 +394,7 @@ class _Handler(BaseHTTPRequestHandler):
                 files = {p: o for p, o in files.items() if not p.startswith(folder)}
             else:  # lfsFile/... never happen: preupload always answers "regular"
                 raise HubError(400, f"Unsupported commit operation {key!r} (this server takes inline files only)")
-        commit = self.hub.branches_commit(r, rev, head.oid, title, files)
+        commit = self.hub.add_commit(r, rev, head.oid, title, files)
         return 200, {"success": True, "commitOid": commit.oid, "commitMessage": title,
                      "commitUrl": f"{self._repo_url(r)}/commit/{commit.oid}", "hookOutput": "",
                      "pullRequestUrl": None}, {}
@@ -403,12 +404,12 @@ class _Handler(BaseHTTPRequestHandler):
         start = json.loads(self._body() or b"{}").get("startingPoint") or "main"
         if rev in r.branches:
             raise HubError(409, f"Reference already exists: refs/heads/{rev}")
-        r.branches[rev] = self.hub.resolve(r, start).oid
+        r.branches[rev] = self.hub.commit_at(r, start).oid
         return 200, {}, {}
 
     def resolve(self, repo, rev, path, type=None):
         r = self._repo(type, repo)
-        commit = self.hub.resolve(r, rev)
+        commit = self.hub.commit_at(r, rev)
         oid = commit.files.get(path)
         if oid is None:
             raise HubError(404, "Entry not found", "EntryNotFound", {"X-Repo-Commit": commit.oid})
