@@ -19,7 +19,8 @@ from torch.jit import Final
 
 from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 from timm.layers import PatchEmbed, resample_abs_pos_embed, resample_patch_embed, to_2tuple, trunc_normal_
-from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
+from timm.models import build_model_with_cfg, generate_default_cfgs, is_model
+from timm.models import register_model as _timm_register_model
 from timm.models._features import feature_take_indices
 from timm.models._manipulate import adapt_input_conv, checkpoint, checkpoint_seq, named_apply
 from timm.models._pretrained import PretrainedCfg
@@ -496,6 +497,13 @@ def _create_vit_minimal(variant: str, pretrained: bool = False, **kwargs) -> Vis
 
 
 # -- registered architectures: vit_minimal_<attention>[_mlp]_<depth>x<heads> ----------------------
+
+def register_model(fn):
+    """``timm.models.register_model``, once per name: a copy of this file travels with every Hugging
+    Face checkpoint (``trust_remote_code``) and may be imported more than once; the first stays."""
+    return fn if is_model(fn.__name__) else _timm_register_model(fn)
+
+
 # std: the paper's unchanged attention
 
 @register_model
