@@ -224,7 +224,8 @@ class VitMinimalModel(VitMinimalPreTrainedModel):
     """
 
     _auto_class = 'AutoModel'
-    _unused_checkpoint_keys = ('head.',)
+    _unused_checkpoint_keys = ('head.',)  # a classification checkpoint loads into the base model
+    _keys_to_ignore_on_load_unexpected = [r'^head\.']
 
     def __init__(self, config: VitMinimalConfig) -> None:
         super().__init__(config)
