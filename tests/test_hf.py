@@ -259,6 +259,17 @@ def test_save_pretrained_loads_in_transformers_and_timm(checkpoints, name):
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
+def test_transformers_timm_wrapper_reads_the_folder_too(checkpoints):
+    """transformers' generic TimmWrapper builds the model through timm from the same config.json
+    (it fails on a num_classes inside model_args, which is why the config keeps it at the top level)."""
+    from transformers import TimmWrapperForImageClassification
+    folder, model = checkpoints['vit_minimal_chol_6x1']
+    wrapper = TimmWrapperForImageClassification.from_pretrained(folder).eval()
+    x = _input(model)
+    with torch.no_grad():
+        torch.testing.assert_close(wrapper(x).logits, model(x), rtol=0, atol=ATOL)
+
+
 def test_from_timm_keeps_weights_and_to_timm_shares_them():
     model, hf = _timm_and_hf('vit_minimal_qk_mlp_12x1')
     own = {k.removeprefix('vit_minimal.'): v for k, v in hf.state_dict().items()}
