@@ -403,6 +403,9 @@ def test_bad_inputs_fail_clearly():
         hf(torch.randn(1, 3, 28, 28))
     with pytest.raises(ValueError, match='expects images of size 28x28, got 32x32'):
         hf(torch.randn(1, 1, 32, 32))
+    with pytest.raises(TypeError, match=r"unexpected arguments \['output_hidden_state'\]; it takes pixel_values, "
+                                        r"labels, output_attentions, output_hidden_states"):
+        hf(torch.randn(1, 1, 28, 28), output_hidden_state=True)
 
 
 # -- hf_configs/ ------------------------------------------------------------------------------------

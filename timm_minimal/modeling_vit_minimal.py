@@ -29,6 +29,7 @@ from .vit_minimal import VisionTransformerMinimal
 __all__ = ['VitMinimalPreTrainedModel', 'VitMinimalModel', 'VitMinimalForImageClassification']
 
 _PREFIX = 'vit_minimal.'
+_LOSS_KWARGS = ('num_items_in_batch', 'ignore_index')
 
 
 def _strip_prefix(key: str) -> str:
@@ -193,6 +194,14 @@ class VitMinimalPreTrainedModel(PreTrainedModel):
 
     # -- forward -------------------------------------------------------------------------------------
 
+    def _check_kwargs(self, kwargs: Dict[str, Any], allowed: Tuple[str, ...] = ()) -> None:
+        unexpected = sorted(set(kwargs) - set(allowed))
+        if unexpected:
+            import inspect
+            params = [p for p in inspect.signature(self.forward).parameters if p != 'kwargs']
+            raise TypeError(f'{type(self).__name__}.forward got unexpected arguments {unexpected}; it takes '
+                            f'{", ".join(params + list(allowed))}.')
+
     def _run(self, pixel_values: Optional[torch.Tensor], output_attentions: Optional[bool],
              output_hidden_states: Optional[bool]):
         if pixel_values is None:
@@ -240,6 +249,7 @@ class VitMinimalModel(VitMinimalPreTrainedModel):
             return_dict: Optional[bool] = None,
             **kwargs,
     ) -> Union[BaseModelOutputWithPooling, Tuple[torch.Tensor, ...]]:
+        self._check_kwargs(kwargs)
         features, hidden_states, attentions = self._run(pixel_values, output_attentions, output_hidden_states)
         output = BaseModelOutputWithPooling(
             last_hidden_state=features,
@@ -276,6 +286,7 @@ class VitMinimalForImageClassification(VitMinimalPreTrainedModel):
             return_dict: Optional[bool] = None,
             **kwargs,
     ) -> Union[ImageClassifierOutput, Tuple[torch.Tensor, ...]]:
+        self._check_kwargs(kwargs, _LOSS_KWARGS)  # what transformers' Trainer passes on to the loss
         features, hidden_states, attentions = self._run(pixel_values, output_attentions, output_hidden_states)
         logits = self.vit_minimal.forward_head(features)
         loss = None
