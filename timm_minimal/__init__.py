@@ -1,15 +1,37 @@
 """timm-minimal: the minimal transformers of "Reducing the Transformer Architecture to a Minimum"
-(Bermeitinger et al., KDIR 2024) as timm architectures.
+(Bermeitinger et al., KDIR 2024) as timm architectures and Hugging Face transformers models.
 
 Importing the package registers every ``vit_minimal_*`` architecture with timm::
 
     import timm, timm_minimal
     model = timm.create_model('vit_minimal_sym_6x4.mnist')
+
+and the ``vit_minimal`` model type with transformers' ``AutoConfig``, ``AutoModel``,
+``AutoModelForImageClassification`` and ``AutoImageProcessor``::
+
+    from transformers import AutoModelForImageClassification
+    model = AutoModelForImageClassification.from_pretrained('path/to/checkpoint')
 """
 from .layers import (
     ATTENTION_LAYERS, Block, CholAttention, MinimalAttention, QKAttention, QKOnlyAttention, StdAttention,
     SymAttention, get_attn_layer,
 )
 from .vit_minimal import ARCHITECTURES, DATASETS, VisionTransformerMinimal, checkpoint_filter_fn
+from .configuration_vit_minimal import VitMinimalConfig
+from .image_processing_vit_minimal import VitMinimalImageProcessor
+from .modeling_vit_minimal import VitMinimalForImageClassification, VitMinimalModel, VitMinimalPreTrainedModel
 
 __version__ = '0.1.0'
+
+
+def _register_with_transformers() -> None:
+    from transformers import AutoConfig, AutoImageProcessor, AutoModel, AutoModelForImageClassification
+
+    AutoConfig.register(VitMinimalConfig.model_type, VitMinimalConfig, exist_ok=True)
+    AutoModel.register(VitMinimalConfig, VitMinimalModel, exist_ok=True)
+    AutoModelForImageClassification.register(VitMinimalConfig, VitMinimalForImageClassification, exist_ok=True)
+    AutoImageProcessor.register(
+        VitMinimalConfig, image_processor_classes={'torchvision': VitMinimalImageProcessor}, exist_ok=True)
+
+
+_register_with_transformers()

@@ -217,6 +217,11 @@ class CholAttention(MinimalAttention):
     def init_weights(self) -> None:
         trunc_normal_(self.tril, std=.02)
 
+    @torch.jit.ignore
+    def init_non_persistent_buffers(self) -> None:
+        """Recompute ``tril_indices``, which is not saved in checkpoints (e.g. after meta-device loading)."""
+        self.tril_indices = torch.tril_indices(self.dim, self.dim, device=self.tril_indices.device)
+
     def factor(self) -> torch.Tensor:
         """The lower-triangular N x N factor T."""
         t = self.tril.new_zeros(self.dim, self.dim)

@@ -19,7 +19,8 @@ from torch.jit import Final
 
 from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 from timm.layers import PatchEmbed, resample_abs_pos_embed, resample_patch_embed, to_2tuple, trunc_normal_
-from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
+from timm.models import build_model_with_cfg, generate_default_cfgs, is_model
+from timm.models import register_model as _timm_register_model
 from timm.models._features import feature_take_indices
 from timm.models._manipulate import adapt_input_conv, checkpoint, checkpoint_seq, named_apply
 from timm.models._pretrained import PretrainedCfg
@@ -107,6 +108,15 @@ class VisionTransformerMinimal(nn.Module):
             act_layer: MLP activation.
         """
         super().__init__()
+        # The construction arguments, so that a config file can describe this model exactly.
+        self.init_kwargs: Dict[str, Any] = dict(
+            img_size=img_size, patch_size=patch_size, in_chans=in_chans, num_classes=num_classes,
+            global_pool=global_pool, embed_dim=embed_dim, depth=depth, num_heads=num_heads, attn_type=attn_type,
+            use_mlp=use_mlp, mlp_hidden_dim=mlp_hidden_dim, qkv_bias=qkv_bias, class_token=class_token,
+            pos_embed=pos_embed, final_norm=final_norm, dynamic_img_size=dynamic_img_size, drop_rate=drop_rate,
+            pos_drop_rate=pos_drop_rate, proj_drop_rate=proj_drop_rate, attn_drop_rate=attn_drop_rate,
+            drop_path_rate=drop_path_rate, norm_layer=norm_layer, act_layer=act_layer,
+        )
         attn_layer = get_attn_layer(attn_type)
         if global_pool not in ('', 'avg', 'max', 'token'):
             raise ValueError(f"Unknown global_pool '{global_pool}'; choose one of '', 'avg', 'max', 'token'.")
@@ -182,6 +192,17 @@ class VisionTransformerMinimal(nn.Module):
         if self.cls_token is not None:
             nn.init.normal_(self.cls_token, std=1e-6)
         named_apply(init_weights_vit_timm, self)
+
+    @torch.jit.ignore
+    def init_non_persistent_buffers(self) -> None:
+        """Recompute ``pos_embed_sincos``, which is not saved in checkpoints (e.g. after meta-device loading)."""
+        buf = self.pos_embed_sincos
+        if self.pos_embed_type == 'sincos':
+            grid = self.patch_embed.grid_size
+            value = sincos_2d_pos_embed(grid[0], grid[1], self.embed_dim, device=buf.device)
+        else:
+            value = torch.zeros(1, 0, self.embed_dim, device=buf.device)
+        self.pos_embed_sincos = value.to(buf.dtype)
 
     @torch.jit.ignore
     def no_weight_decay(self) -> Set[str]:
@@ -476,6 +497,13 @@ def _create_vit_minimal(variant: str, pretrained: bool = False, **kwargs) -> Vis
 
 
 # -- registered architectures: vit_minimal_<attention>[_mlp]_<depth>x<heads> ----------------------
+
+def register_model(fn):
+    """``timm.models.register_model``, once per name: a copy of this file travels with every Hugging
+    Face checkpoint (``trust_remote_code``) and may be imported more than once; the first stays."""
+    return fn if is_model(fn.__name__) else _timm_register_model(fn)
+
+
 # std: the paper's unchanged attention
 
 @register_model

@@ -1,0 +1,358 @@
+"""Hugging Face ``transformers`` configuration of the minimal vision transformers.
+
+One ``config.json`` serves both libraries. On disk it is timm's hub format plus the transformers
+fields::
+
+    {
+      "architecture": "vit_minimal_sym_6x4",        # timm: the registered entry point
+      "num_classes": 10, "num_features": 60,        # timm: head size, feature width
+      "model_args": {"img_size": 28, "patch_size": 7, "in_chans": 1, "attn_type": "sym", ...},
+      "pretrained_cfg": {"input_size": [1, 28, 28], "mean": [...], "std": [...], ...},
+      "label_names": ["0", "1", ...],               # timm: class names
+      "model_type": "vit_minimal",                  # transformers
+      "architectures": [...], "auto_map": {...}, "id2label": {...}, "label2id": {...}
+    }
+
+``model_args`` holds every keyword of ``VisionTransformerMinimal`` except ``num_classes`` (which
+timm reads at the top level; transformers' ``TimmWrapper`` fails on a ``num_classes`` inside
+``model_args``). In Python the same values are typed config fields (``config.attn_type``,
+``config.depth``...; ``hidden_size``, ``num_hidden_layers``, ``num_attention_heads`` are aliases).
+
+This file travels with saved checkpoints (``trust_remote_code=True``): it imports only the
+model's own modules, relatively.
+"""
+import copy
+from typing import Any, Dict, List, Optional, Tuple, Union
+
+from huggingface_hub.dataclasses import strict
+from transformers import PreTrainedConfig
+
+from .layers import ATTENTION_LAYERS
+from .vit_minimal import ARCHITECTURES, DATASETS, PAPER_ID, PAPER_NAME
+
+__all__ = ['VitMinimalConfig', 'MODEL_ARG_NAMES', 'AUTO_MAP', 'dataset_label_names']
+
+# The keywords of VisionTransformerMinimal a config describes (num_classes is the config's num_labels).
+MODEL_ARG_NAMES: Tuple[str, ...] = (
+    'img_size', 'patch_size', 'in_chans', 'global_pool', 'embed_dim', 'depth', 'num_heads', 'attn_type', 'use_mlp',
+    'mlp_hidden_dim', 'qkv_bias', 'class_token', 'pos_embed', 'final_norm', 'dynamic_img_size', 'drop_rate',
+    'pos_drop_rate', 'proj_drop_rate', 'attn_drop_rate', 'drop_path_rate',
+)
+
+# Where transformers finds the classes of a saved checkpoint when the package is not installed.
+AUTO_MAP: Dict[str, str] = {
+    'AutoConfig': 'configuration_vit_minimal.VitMinimalConfig',
+    'AutoModel': 'modeling_vit_minimal.VitMinimalModel',
+    'AutoModelForImageClassification': 'modeling_vit_minimal.VitMinimalForImageClassification',
+    'AutoImageProcessor': 'image_processing_vit_minimal.VitMinimalImageProcessor',
+}
+
+GLOBAL_POOL_TYPES = ('', 'avg', 'max', 'token')
+POS_EMBED_TYPES = ('sincos', 'learn', 'none')
+
+# timm pretrained-cfg keys that say where weights came from; they do not describe a checkpoint folder.
+_SOURCE_KEYS = ('url', 'file', 'hf_hub_id', 'hf_hub_filename', 'source', 'state_dict', 'architecture',
+                'num_classes', 'label_names', 'label_descriptions')
+
+_CIFAR10_CLASSES = ('airplane', 'automobile', 'bird', 'cat', 'deer', 'dog', 'frog', 'horse', 'ship', 'truck')
+
+
+def dataset_label_names(tag: Optional[str]) -> Optional[List[str]]:
+    """Class names of a pretrained tag's dataset (``None`` for an unknown tag)."""
+    if tag == 'mnist':
+        return [str(i) for i in range(10)]
+    if tag == 'cifar10':
+        return list(_CIFAR10_CLASSES)
+    if tag == 'in1k':
+        from timm.data import ImageNetInfo
+        return list(ImageNetInfo('imagenet-1k').label_descriptions())
+    return None
+
+
+def _to_size(value: Any) -> Union[int, List[int]]:
+    """An int for a square size, else [height, width] (the JSON form of a 2-tuple)."""
+    if isinstance(value, (list, tuple)):
+        if len(value) != 2:
+            raise ValueError(f'Expected a size as an int or (height, width), got {value!r}.')
+        return int(value[0]) if value[0] == value[1] else [int(value[0]), int(value[1])]
+    return value
+
+
+def _pair(value: Union[int, List[int], Tuple[int, int]]) -> Tuple[int, int]:
+    return (int(value[0]), int(value[1])) if isinstance(value, (list, tuple)) else (int(value), int(value))
+
+
+def _parse_architecture(name: str) -> Dict[str, Any]:
+    """attn_type, use_mlp, depth and num_heads of a registered ``vit_minimal_*`` architecture name."""
+    if name not in ARCHITECTURES:
+        raise ValueError(
+            f"Unknown architecture '{name}'; a vit_minimal config names one of the registered "
+            f"architectures: {', '.join(ARCHITECTURES)}.")
+    parts = name[len('vit_minimal_'):].split('_')
+    depth, heads = parts[-1].split('x')
+    return dict(attn_type=parts[0], use_mlp='mlp' in parts[1:-1], depth=int(depth), num_heads=int(heads))
+
+
+def default_pretrained_cfg(in_chans: int, img_size: Any, patch_size: Any) -> Dict[str, Any]:
+    """The preprocessing of the dataset tag whose geometry matches, else plain [0, 1] -> [-1, 1]."""
+    input_size = (in_chans, *_pair(img_size))
+    for tag, geometry in DATASETS.items():
+        if tuple(geometry['input_size']) == input_size and _pair(geometry['patch_size']) == _pair(patch_size):
+            cfg = {k: v for k, v in geometry.items() if k not in ('patch_size', 'num_classes')}
+            cfg['tag'] = tag
+            break
+    else:
+        cfg = dict(input_size=input_size, mean=(0.5,) * in_chans, std=(0.5,) * in_chans,
+                   crop_pct=1.0, interpolation='bilinear')
+    cfg.update(crop_mode='center', fixed_input_size=True, pool_size=None, first_conv='patch_embed.proj',
+               classifier='head', license='apache-2.0', paper_name=PAPER_NAME, paper_ids=PAPER_ID)
+    return _jsonable(cfg)
+
+
+def _jsonable(value: Any) -> Any:
+    """Tuples to lists, recursively (the form the config has after a JSON round trip)."""
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+@strict
+class VitMinimalConfig(PreTrainedConfig):
+    r"""Configuration of a minimal vision transformer (``VisionTransformerMinimal``).
+
+    The fields are the keywords of ``timm_minimal.VisionTransformerMinimal`` (see its docstring);
+    ``num_labels`` / ``id2label`` give the classifier head. ``pretrained_cfg`` is timm's
+    preprocessing description (input size, mean, std, interpolation, crop): the image processor
+    is built from it.
+
+    Build a config from a registered timm name with ``VitMinimalConfig.from_timm``::
+
+        >>> from timm_minimal import VitMinimalConfig, VitMinimalForImageClassification
+        >>> config = VitMinimalConfig.from_timm('vit_minimal_sym_6x4.cifar10')
+        >>> model = VitMinimalForImageClassification(config)
+
+    Loading a ``config.json`` also accepts ``architecture`` (a registered name that supplies the
+    attention variant, MLP, depth and heads that ``model_args`` leaves out).
+    """
+
+    model_type = 'vit_minimal'
+    _auto_class = 'AutoConfig'  # save_pretrained copies this file (and its imports) next to config.json
+    attribute_map = {
+        'hidden_size': 'embed_dim',
+        'num_hidden_layers': 'depth',
+        'num_attention_heads': 'num_heads',
+        'num_channels': 'in_chans',
+        'image_size': 'img_size',
+        'intermediate_size': 'mlp_hidden_dim',
+    }
+
+    img_size: Union[int, List[int], Tuple[int, int]] = 28
+    patch_size: Union[int, List[int], Tuple[int, int]] = 7
+    in_chans: int = 1
+    global_pool: str = 'avg'
+    embed_dim: int = 60
+    depth: int = 6
+    num_heads: int = 1
+    attn_type: str = 'std'
+    use_mlp: bool = False
+    mlp_hidden_dim: int = 256
+    qkv_bias: bool = True
+    class_token: bool = False
+    pos_embed: str = 'sincos'
+    final_norm: bool = False
+    dynamic_img_size: bool = False
+    drop_rate: Union[float, int] = 0.0
+    pos_drop_rate: Union[float, int] = 0.0
+    proj_drop_rate: Union[float, int] = 0.0
+    attn_drop_rate: Union[float, int] = 0.0
+    drop_path_rate: Union[float, int] = 0.0
+    initializer_range: float = 0.02
+    pretrained_cfg: Optional[Dict[str, Any]] = None
+
+    def __post_init__(self, **kwargs):
+        # timm's side of config.json: fold it into the fields (see the module docstring).
+        model_args = dict(kwargs.pop('model_args', None) or {})
+        architecture = kwargs.pop('architecture', None)
+        num_classes = kwargs.pop('num_classes', None)
+        label_names = kwargs.pop('label_names', None)
+        kwargs.pop('num_features', None)  # informational for timm, always embed_dim
+        kwargs.pop('label_descriptions', None)
+
+        if 'num_classes' in model_args:  # timm's own exports put it there too
+            num_classes = model_args.pop('num_classes') if num_classes is None else num_classes
+            model_args.pop('num_classes', None)
+        unknown = sorted(set(model_args) - set(MODEL_ARG_NAMES))
+        if unknown:
+            raise ValueError(
+                f"Unknown model_args {unknown} for a vit_minimal config; allowed: {', '.join(MODEL_ARG_NAMES)}.")
+        if architecture is not None:
+            for key, value in _parse_architecture(architecture).items():
+                if key in model_args:
+                    continue
+                if getattr(self, key) not in (value, self.__dataclass_fields__[key].default):
+                    raise ValueError(
+                        f"architecture='{architecture}' implies {key}={value!r}, but {key}={getattr(self, key)!r} "
+                        f"was given; pass one or the other.")
+                model_args[key] = value
+        if self.pretrained_cfg is not None:
+            # a timm export may leave the geometry to the pretrained tag
+            tag_geometry = DATASETS.get(self.pretrained_cfg.get('tag'))
+            input_size = self.pretrained_cfg.get('input_size')
+            if tag_geometry is not None and 'patch_size' not in model_args and architecture is not None:
+                model_args['patch_size'] = tag_geometry['patch_size']
+            if input_size is not None and architecture is not None:
+                model_args.setdefault('in_chans', input_size[0])
+                model_args.setdefault('img_size', _to_size(input_size[1:]))
+        for key, value in model_args.items():
+            setattr(self, key, value)
+        self.img_size = _to_size(self.img_size)
+        self.patch_size = _to_size(self.patch_size)
+
+        if self.pretrained_cfg is None:
+            self.pretrained_cfg = default_pretrained_cfg(self.in_chans, self.img_size, self.patch_size)
+        else:
+            self.pretrained_cfg = _jsonable({k: v for k, v in self.pretrained_cfg.items() if k not in _SOURCE_KEYS})
+
+        # labels: transformers' id2label wins, then timm's label_names / num_classes, then the dataset's classes
+        if isinstance(label_names, dict):
+            label_names = [label_names[k] for k in sorted(label_names, key=int)]
+        if self.id2label is not None:
+            if num_classes is not None and 'num_labels' not in kwargs and int(num_classes) != len(self.id2label):
+                raise ValueError(
+                    f'Inconsistent config: num_classes={num_classes} (timm) but id2label has {len(self.id2label)} '
+                    f'entries (transformers).')
+        elif 'num_labels' not in kwargs:
+            if label_names is not None:
+                if num_classes is not None and int(num_classes) != len(label_names):
+                    raise ValueError(
+                        f'Inconsistent config: num_classes={num_classes} but label_names has {len(label_names)} '
+                        f'entries.')
+                self.id2label = dict(enumerate(label_names))
+            else:
+                n = 10 if num_classes is None else int(num_classes)
+                names = dataset_label_names(self.pretrained_cfg.get('tag'))
+                if names is None or len(names) != n:
+                    names = [f'LABEL_{i}' for i in range(n)]
+                self.id2label = dict(enumerate(names))
+        if self.id2label is not None and self.label2id is None and 'num_labels' not in kwargs:
+            names = [str(v) for v in self.id2label.values()]
+            if len(set(names)) == len(names):
+                self.label2id = {name: int(i) for i, name in zip(self.id2label, names)}
+        kwargs.setdefault('auto_map', copy.deepcopy(AUTO_MAP))
+        super().__post_init__(**kwargs)
+
+    # -- validation (run by @strict after __init__) -------------------------------------------------
+
+    def validate_architecture(self):
+        super().validate_architecture()
+        if self.attn_type not in ATTENTION_LAYERS:
+            raise ValueError(f"Unknown attn_type '{self.attn_type}'; choose one of {', '.join(ATTENTION_LAYERS)}.")
+        if ATTENTION_LAYERS[self.attn_type].single_head_only and self.num_heads != 1:
+            raise ValueError(
+                f"attn_type='{self.attn_type}' is defined for num_heads=1 only (got num_heads={self.num_heads}); "
+                f"use attn_type='sym' or 'std' for multi-head attention.")
+        if self.num_heads < 1 or self.embed_dim % self.num_heads:
+            raise ValueError(f'embed_dim ({self.embed_dim}) must be divisible by num_heads ({self.num_heads}).')
+        if self.depth < 1:
+            raise ValueError(f'depth must be at least 1, got {self.depth}.')
+        if self.global_pool not in GLOBAL_POOL_TYPES:
+            raise ValueError(f"Unknown global_pool '{self.global_pool}'; choose one of {GLOBAL_POOL_TYPES}.")
+        if self.global_pool == 'token' and not self.class_token:
+            raise ValueError("global_pool='token' needs class_token=True.")
+        if self.pos_embed not in POS_EMBED_TYPES:
+            raise ValueError(f"Unknown pos_embed '{self.pos_embed}'; choose one of {POS_EMBED_TYPES}.")
+        if self.pos_embed == 'sincos' and self.embed_dim % 4:
+            raise ValueError(f"pos_embed='sincos' needs embed_dim divisible by 4, got {self.embed_dim}.")
+        img, patch = _pair(self.img_size), _pair(self.patch_size)
+        if not self.dynamic_img_size and (img[0] % patch[0] or img[1] % patch[1]):
+            raise ValueError(f'img_size {img} must be a multiple of patch_size {patch}.')
+        if self.in_chans < 1:
+            raise ValueError(f'in_chans must be at least 1, got {self.in_chans}.')
+
+    # -- the two views of the config ----------------------------------------------------------------
+
+    @property
+    def architecture(self) -> str:
+        """The registered timm entry point: this exact architecture if registered, else its family
+        (``model_args`` then carry the differences, e.g. the depth)."""
+        mlp = '_mlp' if self.use_mlp else ''
+        name = f'vit_minimal_{self.attn_type}{mlp}_{self.depth}x{self.num_heads}'
+        return name if name in ARCHITECTURES else f'vit_minimal_{self.attn_type}{mlp}_6x1'
+
+    @property
+    def model_args(self) -> Dict[str, Any]:
+        """Keywords of ``VisionTransformerMinimal`` (without ``num_classes``), JSON-ready."""
+        return _jsonable({k: getattr(self, k) for k in MODEL_ARG_NAMES})
+
+    def model_kwargs(self) -> Dict[str, Any]:
+        """Keywords to build the model: ``VisionTransformerMinimal(**config.model_kwargs(), num_classes=...)``."""
+        kwargs = {k: getattr(self, k) for k in MODEL_ARG_NAMES}
+        for key in ('img_size', 'patch_size'):
+            kwargs[key] = _pair(kwargs[key])
+        return kwargs
+
+    def timm_pretrained_cfg(self) -> Dict[str, Any]:
+        """The pretrained cfg timm reads: ``pretrained_cfg`` with the input size of the fields."""
+        cfg = dict(self.pretrained_cfg)
+        cfg['input_size'] = [self.in_chans, *_pair(self.img_size)]
+        cfg['fixed_input_size'] = not self.dynamic_img_size
+        mean, std = cfg.get('mean'), cfg.get('std')
+        if mean is not None and len(mean) != self.in_chans:  # timm broadcasts one value to every channel
+            cfg['mean'] = list(mean[:1]) * self.in_chans if len(mean) == 1 else mean
+        if std is not None and len(std) != self.in_chans:
+            cfg['std'] = list(std[:1]) * self.in_chans if len(std) == 1 else std
+        return _jsonable(cfg)
+
+    def to_dict(self) -> Dict[str, Any]:
+        output = super().to_dict()
+        for key in MODEL_ARG_NAMES:
+            output.pop(key, None)
+        output['architecture'] = self.architecture
+        output['num_classes'] = self.num_labels
+        output['num_features'] = self.embed_dim
+        output['model_args'] = self.model_args
+        output['pretrained_cfg'] = self.timm_pretrained_cfg()
+        if self.id2label is not None:
+            output['label_names'] = [self.id2label[i] for i in sorted(self.id2label)]
+        return output
+
+    # -- from timm -----------------------------------------------------------------------------------
+
+    @classmethod
+    def from_timm(cls, model_or_name: Any, **kwargs) -> 'VitMinimalConfig':
+        """The config of a timm model: a ``VisionTransformerMinimal`` instance, or a registered name
+        (with an optional pretrained tag, e.g. ``'vit_minimal_sym_6x4.cifar10'``; ``kwargs`` go to
+        ``timm.create_model``). Class names come from the model's ``pretrained_cfg`` or its dataset."""
+        if isinstance(model_or_name, str):
+            import timm
+            model_or_name = timm.create_model(model_or_name, pretrained=False, **kwargs)
+        elif kwargs:
+            raise TypeError(f'from_timm got keyword arguments {sorted(kwargs)} with a model instance; '
+                            f'they apply to a model name only.')
+        model = model_or_name
+        init_kwargs = getattr(model, 'init_kwargs', None)
+        if init_kwargs is None:
+            raise TypeError(f'from_timm expects a VisionTransformerMinimal or a vit_minimal_* name, '
+                            f'got {type(model).__name__}.')
+        import torch.nn as nn
+        for key, default in (('norm_layer', nn.LayerNorm), ('act_layer', nn.GELU)):
+            if init_kwargs.get(key, default) is not default:
+                raise ValueError(f'{key}={init_kwargs[key]!r} cannot be written to a config (only the default '
+                                 f'{default.__name__} can).')
+        args = {k: init_kwargs[k] for k in MODEL_ARG_NAMES}
+        # what may have changed since construction
+        args.update(global_pool=model.global_pool, depth=len(model.blocks), img_size=model.patch_embed.img_size)
+        pretrained_cfg = dict(getattr(model, 'pretrained_cfg', None) or {})
+        num_classes = model.num_classes
+        label_names = pretrained_cfg.get('label_names')
+        if label_names is None or len(label_names) != num_classes:
+            label_names = dataset_label_names(pretrained_cfg.get('tag'))
+        if label_names is None or len(label_names) != num_classes:
+            label_names = [f'LABEL_{i}' for i in range(num_classes)]
+        return cls(
+            **args,
+            pretrained_cfg=pretrained_cfg or None,
+            id2label=dict(enumerate(label_names)),
+        )

@@ -1,0 +1,172 @@
+"""Hugging Face image processor of the minimal vision transformers.
+
+It applies timm's evaluation transform for the model's pretrained cfg (resize, center crop for
+``crop_pct < 1``, scaling to [0, 1], mean/std normalisation) and converts images to the model's
+channel count first: grayscale for 1-channel models (MNIST), RGB for 3-channel ones. The transform
+is the one ``timm.data.create_transform(**timm.data.resolve_data_config({}, model=model))`` builds,
+so pixel values are the same in both libraries.
+
+This file travels with saved checkpoints (``trust_remote_code=True``).
+"""
+from typing import Any, Dict, List, Optional, Sequence, Union
+
+import numpy as np
+import torch
+from PIL import Image
+
+from transformers.image_processing_utils import BaseImageProcessor, BatchFeature
+from transformers.image_transforms import to_pil_image
+
+__all__ = ['VitMinimalImageProcessor']
+
+INTERPOLATIONS = ('nearest', 'bilinear', 'bicubic', 'box', 'hamming', 'lanczos')
+CROP_MODES = ('center', 'squash', 'border')
+_CHANNEL_MODES = {1: 'L', 3: 'RGB'}
+
+
+class VitMinimalImageProcessor(BaseImageProcessor):
+    r"""Preprocessing of a minimal vision transformer, from its timm pretrained cfg.
+
+    Args:
+        size (`dict`, *optional*): ``{"height": H, "width": W}`` of the model input (28x28 for MNIST).
+        crop_pct (`float`, *optional*, defaults to 1.0): images are resized to ``size / crop_pct``
+            (shortest edge) and center-cropped to ``size``, as in timm's evaluation transform.
+        crop_mode (`str`, *optional*, defaults to ``"center"``): timm's crop mode (``center``,
+            ``squash`` or ``border``).
+        interpolation (`str`, *optional*, defaults to ``"bilinear"``): resize interpolation.
+        image_mean, image_std (`list[float]`, *optional*): normalisation per channel.
+        num_channels (`int`, *optional*, defaults to 1): 1 converts images to grayscale, 3 to RGB.
+    """
+
+    model_input_names = ['pixel_values']
+    _auto_class = 'AutoImageProcessor'  # save_pretrained copies this file and records it in auto_map
+
+    def __init__(
+            self,
+            size: Optional[Dict[str, int]] = None,
+            crop_pct: float = 1.0,
+            crop_mode: str = 'center',
+            interpolation: str = 'bilinear',
+            image_mean: Optional[Sequence[float]] = None,
+            image_std: Optional[Sequence[float]] = None,
+            num_channels: int = 1,
+            **kwargs,
+    ) -> None:
+        super().__init__(**kwargs)
+        if num_channels not in _CHANNEL_MODES:
+            raise ValueError(f'num_channels must be 1 (grayscale) or 3 (RGB), got {num_channels}.')
+        size = {'height': 28, 'width': 28} if size is None else dict(size)
+        if set(size) != {'height', 'width'} or min(size.values()) < 1:
+            raise ValueError(f'size must be {{"height": H, "width": W}} with positive H, W, got {size}.')
+        if not 0 < crop_pct <= 1:
+            raise ValueError(f'crop_pct must be in (0, 1], got {crop_pct}.')
+        if crop_mode not in CROP_MODES:
+            raise ValueError(f"Unknown crop_mode '{crop_mode}'; choose one of {', '.join(CROP_MODES)}.")
+        if interpolation not in INTERPOLATIONS:
+            raise ValueError(f"Unknown interpolation '{interpolation}'; choose one of {', '.join(INTERPOLATIONS)}.")
+        image_mean = [0.5] * num_channels if image_mean is None else [float(v) for v in image_mean]
+        image_std = [0.5] * num_channels if image_std is None else [float(v) for v in image_std]
+        for name, value in (('image_mean', image_mean), ('image_std', image_std)):
+            if len(value) == 1:
+                value[:] = value * num_channels
+            if len(value) != num_channels:
+                raise ValueError(f'{name} needs 1 or num_channels={num_channels} values, got {value}.')
+        if min(image_std) <= 0:
+            raise ValueError(f'image_std must be positive, got {image_std}.')
+        self.size = {'height': int(size['height']), 'width': int(size['width'])}
+        self.crop_pct = float(crop_pct)
+        self.crop_mode = crop_mode
+        self.interpolation = interpolation
+        self.image_mean = image_mean
+        self.image_std = image_std
+        self.num_channels = num_channels
+
+    @classmethod
+    def from_pretrained_cfg(cls, pretrained_cfg: Dict[str, Any], **kwargs) -> 'VitMinimalImageProcessor':
+        """The processor for a timm pretrained cfg (``model.pretrained_cfg`` or ``config.pretrained_cfg``)."""
+        from timm.data import resolve_data_config
+        data_cfg = resolve_data_config({}, pretrained_cfg=dict(pretrained_cfg), verbose=False)
+        channels, height, width = data_cfg['input_size']
+        return cls(
+            size={'height': height, 'width': width},
+            crop_pct=data_cfg['crop_pct'],
+            crop_mode=data_cfg.get('crop_mode') or 'center',
+            interpolation=data_cfg['interpolation'],
+            image_mean=data_cfg['mean'],
+            image_std=data_cfg['std'],
+            num_channels=channels,
+            **kwargs,
+        )
+
+    @classmethod
+    def from_config(cls, config: Any, **kwargs) -> 'VitMinimalImageProcessor':
+        """The processor for a ``VitMinimalConfig``."""
+        return cls.from_pretrained_cfg(config.timm_pretrained_cfg(), **kwargs)
+
+    def timm_data_config(self) -> Dict[str, Any]:
+        """The arguments of ``timm.data.create_transform`` this processor applies."""
+        return dict(
+            input_size=(self.num_channels, self.size['height'], self.size['width']),
+            interpolation=self.interpolation,
+            mean=tuple(self.image_mean),
+            std=tuple(self.image_std),
+            crop_pct=self.crop_pct,
+            crop_mode=self.crop_mode,
+        )
+
+    def _transform(self):
+        from timm.data import create_transform
+        return create_transform(**self.timm_data_config(), is_training=False)
+
+    def _to_pil(self, image: Any) -> Image.Image:
+        if not isinstance(image, Image.Image):
+            if isinstance(image, torch.Tensor):
+                image = image.detach().cpu().numpy()
+            if not isinstance(image, np.ndarray):
+                raise TypeError(
+                    f'Expected a PIL image, numpy array or torch tensor (or a list of them), got {type(image).__name__}.')
+            if image.ndim == 3 and 1 in (image.shape[0], image.shape[-1]) and min(image.shape[0], image.shape[-1]) == 1:
+                image = image.squeeze(0 if image.shape[0] == 1 else -1)
+            if image.ndim not in (2, 3):
+                raise ValueError(f'Expected an image of shape (H, W), (H, W, C) or (C, H, W), got {image.shape}.')
+            image = to_pil_image(image)
+        return image.convert(_CHANNEL_MODES[self.num_channels])
+
+    def preprocess(
+            self,
+            images: Any,
+            return_tensors: Optional[str] = 'pt',
+            **kwargs,
+    ) -> BatchFeature:
+        """Preprocess an image or a list of images into ``pixel_values`` (B, C, H, W).
+
+        Args:
+            images: PIL image(s), numpy array(s) or torch tensor(s) (HWC or CHW, uint8 or float in [0, 1]);
+                color images are converted to grayscale for 1-channel models.
+            return_tensors: ``"pt"`` (default), ``"np"`` or ``None`` (a torch tensor).
+        """
+        if kwargs:
+            raise TypeError(f'Unexpected arguments {sorted(kwargs)}; VitMinimalImageProcessor.preprocess takes '
+                            f'images and return_tensors.')
+        if return_tensors not in ('pt', 'np', None):
+            raise ValueError(f"return_tensors must be 'pt', 'np' or None, got {return_tensors!r}.")
+        if isinstance(images, (list, tuple)):
+            images = list(images)
+        elif isinstance(images, (np.ndarray, torch.Tensor)) and images.ndim == 4:
+            images = list(images)
+        else:
+            images = [images]
+        if not images:
+            raise ValueError('No images given.')
+        transform = self._transform()
+        pixel_values = torch.stack([transform(self._to_pil(image)) for image in images])
+        if return_tensors == 'np':
+            pixel_values = pixel_values.numpy()
+        return BatchFeature(data={'pixel_values': pixel_values}, tensor_type=return_tensors)
+
+    def __call__(self, images: Any = None, *args, **kwargs) -> BatchFeature:
+        return self.preprocess(images, *args, **kwargs)
+
+    def to_dict(self) -> Dict[str, Any]:
+        output = super().to_dict()
+        return {k: v for k, v in output.items() if not k.startswith('_')}
