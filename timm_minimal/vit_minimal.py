@@ -11,6 +11,7 @@ Geometry follows the pretrained tag: ``.mnist`` (1x28x28, 7x7 patches, 16 tokens
 paper's width N = 60 and MLP width 256 are the defaults.
 """
 import logging
+from pathlib import Path
 from typing import Any, Dict, List, Literal, Optional, Set, Tuple, Type, Union
 
 import torch
@@ -447,6 +448,17 @@ ARCHITECTURES: List[str] = [
 ]
 
 
+# Trained weights ship inside the package as weights/<architecture>.<tag>.safetensors; each is also
+# published on the Hub as <HUB_ORG>/<architecture>.<tag>. Tags without a file have no weights.
+WEIGHTS_DIR = Path(__file__).parent / 'weights'
+HUB_ORG = 'timm-minimal'
+
+
+def _weights(arch: str, dataset: str) -> Dict[str, Any]:
+    path = WEIGHTS_DIR / f'{arch}.{dataset}.safetensors'
+    return dict(file=str(path), hf_hub_id=f'{HUB_ORG}/{arch}.{dataset}') if path.is_file() else {}
+
+
 def _cfg(dataset: str, **kwargs) -> Dict[str, Any]:
     geometry = {k: v for k, v in DATASETS[dataset].items() if k != 'patch_size'}
     return {
@@ -465,7 +477,7 @@ def _cfg(dataset: str, **kwargs) -> Dict[str, Any]:
 
 # The first tag of an architecture is its default: MNIST, where the paper runs every variant.
 default_cfgs = generate_default_cfgs({
-    f'{arch}.{dataset}': _cfg(dataset) for arch in ARCHITECTURES for dataset in DATASETS
+    f'{arch}.{dataset}': _cfg(dataset, **_weights(arch, dataset)) for arch in ARCHITECTURES for dataset in DATASETS
 })
 
 

@@ -1,0 +1,296 @@
+"""Turn a finished training run into a Hugging Face Hub repository, and upload it.
+
+    timm-minimal-publish runs/mnist-sym --repo-id my-org/vit_minimal_sym_6x4.mnist --out hub/sym-mnist
+    timm-minimal-publish runs/mnist-sym --repo-id my-org/vit_minimal_sym_6x4.mnist --push --private
+
+The repository folder holds ``model.safetensors`` (plain timm keys), a ``config.json`` that timm
+(``hf-hub:``/``local-dir:``) and transformers (``AutoModelForImageClassification``) both read,
+``preprocessor_config.json``, the modeling code for ``trust_remote_code`` and a ``README.md`` model
+card rendered from ``model_cards/template.md`` with huggingface_hub's ``ModelCard``. Every number
+in the card is read from the run's ``metrics.jsonl`` and ``run.json``; a run that has not finished
+an epoch gets no card. Uploading uses ``HfApi`` and honours ``HF_ENDPOINT`` and ``HF_TOKEN``.
+"""
+import argparse
+import json
+import shutil
+import sys
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence
+
+import torch
+import yaml
+
+from .vit_minimal import WEIGHTS_DIR
+
+__all__ = ['RunInfo', 'read_run', 'export_run', 'render_card', 'push_folder', 'main']
+
+
+ATTN_DESCRIPTIONS = {
+    'std': 'separate W_Q, W_K, W_V, W_O (the paper\'s "unchanged" attention)',
+    'qk': 'one collapsed N x N matrix W_QK = W_Q W_K^T; keys are the raw inputs (the paper\'s "Wqk")',
+    'qkonly': 'W_QK only, no W_V and W_O: each layer outputs convex combinations of its inputs '
+              '(the paper\'s "Wqk + no Wv,Wo")',
+    'sym': 'symmetric attention, W_K := W_Q (the paper\'s "symmetry")',
+    'chol': 'W_QK = T T^T with T lower triangular (symmetric positive semi-definite)',
+}
+DATASET_NAMES = {'mnist': 'MNIST', 'cifar10': 'CIFAR-10', 'in1k': 'ImageNet-1k', 'imagenet': 'ImageNet-1k'}
+HUB_DATASETS = {'mnist': 'ylecun/mnist', 'cifar10': 'uoft-cs/cifar10', 'in1k': 'ILSVRC/imagenet-1k',
+                'imagenet': 'ILSVRC/imagenet-1k'}
+DATASET_NOTES = {
+    'cifar10': 'Trained and tested on a JPEG (quality 75) export of CIFAR-10; its pixels differ from the '
+               'original images by about 6/255 on average, so accuracy on the original files may differ slightly.',
+    'mnist': 'Tested on the 10,000 MNIST test digits, which (as in the paper) also served as the '
+             'validation set; there is no separate held-out split.',
+}
+
+
+class PublishError(ValueError):
+    """A run folder that cannot be published, with what is wrong."""
+
+
+@dataclass
+class RunInfo:
+    """What a finished run folder says about itself."""
+    path: Path
+    run: Dict[str, Any]
+    metrics: List[Dict[str, Any]]
+    checkpoint: Path
+
+    @property
+    def architecture(self) -> str:
+        return self.run['architecture']
+
+    @property
+    def tag(self) -> str:
+        model = self.run['model']
+        return model.split('.', 1)[1] if '.' in model else self.run['dataset']['name']
+
+    @property
+    def last(self) -> Dict[str, Any]:
+        return self.metrics[-1]
+
+    @property
+    def best(self) -> Dict[str, Any]:
+        return max(self.metrics, key=lambda m: m['test_acc'])
+
+
+def read_run(run_dir: Path, checkpoint: str = 'last') -> RunInfo:
+    """Read ``run.json``, ``metrics.jsonl`` and the chosen checkpoint of a run folder."""
+    run_dir = Path(run_dir)
+    run_file, metrics_file = run_dir / 'run.json', run_dir / 'metrics.jsonl'
+    for f in (run_file, metrics_file):
+        if not f.is_file():
+            raise PublishError(f'{run_dir} is not a training run folder: {f.name} is missing.')
+    run = json.loads(run_file.read_text())
+    metrics = [json.loads(line) for line in metrics_file.read_text().splitlines() if line.strip()]
+    if not metrics:
+        raise PublishError(f'{run_dir} has no finished epoch in metrics.jsonl: nothing measured to publish.')
+    if run.get('status') != 'finished':
+        raise PublishError(f"{run_dir} has status '{run.get('status')}', not 'finished': resume it to the end "
+                           f'(timm-minimal-train --resume {run_dir}) before publishing.')
+    if checkpoint not in ('last', 'best'):
+        raise PublishError(f"checkpoint must be 'last' or 'best', got '{checkpoint}'.")
+    ckpt = run_dir / 'checkpoints' / checkpoint
+    if not (ckpt / 'model.safetensors').is_file() or not (ckpt / 'config.json').is_file():
+        raise PublishError(f'{ckpt} holds no complete checkpoint (model.safetensors + config.json).')
+    return RunInfo(run_dir, run, metrics, ckpt)
+
+
+def _load_model(info: RunInfo):
+    import timm
+    from . import vit_minimal  # noqa: F401  (registers the architectures)
+    model = timm.create_model(f'local-dir:{info.checkpoint}', pretrained=True)
+    return model.eval()
+
+
+def _flops(model) -> int:
+    from torch.utils.flop_counter import FlopCounterMode
+    x = torch.zeros(1, *model.pretrained_cfg['input_size'])
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        model(x)
+    return int(counter.get_total_flops())
+
+
+def _paper_rows(architecture: str, tag: str) -> List[Dict[str, Any]]:
+    from .reproduce import TABLE1, TABLE2
+    rows, seen = [], set()
+    for row in TABLE1 + TABLE2:
+        key = (row.train_acc, row.val_acc)
+        if row.arch == architecture and row.dataset == tag and key not in seen:
+            seen.add(key)
+            params = row.params if row.params is not None else row.params_from_q
+            rows.append(dict(table=f'Table {row.table}', params_str=f'{params:,}', train_loss=row.train_loss,
+                             train_acc=row.train_acc, val_loss=row.val_loss, val_acc=row.val_acc))
+    return rows
+
+
+def _hardware(info: RunInfo) -> str:
+    device = info.run.get('device') or info.run.get('accelerate', {}).get('device') or 'cpu'
+    return 'GPU' if 'cuda' in str(device) else 'CPU'
+
+
+def render_card(info: RunInfo, repo_id: str, model, template: Optional[Path] = None):
+    """The model card of a run (``huggingface_hub.ModelCard``); every number comes from the run's files."""
+    from huggingface_hub import EvalResult, ModelCard, ModelCardData
+
+    tag, arch = info.tag, info.architecture
+    dataset_name = DATASET_NAMES.get(tag, info.run['dataset']['name'])
+    last = info.last
+    args = model.init_kwargs
+    card_data = ModelCardData(
+        library_name='timm',
+        pipeline_tag='image-classification',
+        license='apache-2.0',
+        tags=['image-classification', 'timm', 'transformers', 'vit_minimal', f'attn-{args["attn_type"]}'],
+        datasets=[HUB_DATASETS[tag]] if tag in HUB_DATASETS else None,
+        model_name=repo_id,
+        eval_results=[EvalResult(
+            task_type='image-classification', task_name='Image Classification',
+            dataset_type=HUB_DATASETS.get(tag, tag), dataset_name=dataset_name, dataset_split='test',
+            metric_type='accuracy', metric_name='Top-1 accuracy', metric_value=round(last['test_acc'], 2),
+        )],
+    )
+    paper_rows = _paper_rows(arch, tag)
+    if paper_rows:
+        gap = last['test_acc'] - paper_rows[0]['val_acc']
+        comparison = (f'After {last["epoch"]} epochs this model is {abs(gap):.2f} points '
+                      f'{"below" if gap < 0 else "above"} the validation accuracy the paper reports after 500 epochs.')
+    else:
+        comparison = 'The paper reports no result for this architecture on this dataset.'
+    versions = info.run.get('versions', {})
+    # model_cards/template.md, shipped in the package as model_card_template.md (a link to it)
+    template = Path(template) if template else resources.files('timm_minimal').joinpath('model_card_template.md')
+    input_size = model.pretrained_cfg['input_size']
+    patch = model.patch_embed.patch_size[0]
+    return ModelCard.from_template(
+        card_data,
+        template_str=template.read_text(),
+        repo_id=repo_id,
+        architecture=arch,
+        dataset_name=dataset_name,
+        attn_type=args['attn_type'],
+        attn_description=ATTN_DESCRIPTIONS[args['attn_type']],
+        use_mlp=args['use_mlp'],
+        mlp_hidden_dim=args['mlp_hidden_dim'],
+        depth=args['depth'],
+        num_heads=args['num_heads'],
+        embed_dim=args['embed_dim'],
+        input_size=input_size,
+        patch_size=patch,
+        tokens=model.patch_embed.num_patches,
+        params=sum(p.numel() for p in model.parameters()),
+        flops=_flops(model),
+        test_samples=last.get('test_samples', info.run['dataset'].get('eval_samples')),
+        train_samples=info.run['dataset'].get('train_samples'),
+        last=last,
+        best=info.best,
+        paper_rows=paper_rows,
+        comparison_note=comparison,
+        weights_from=info.checkpoint.name,
+        epochs=last['epoch'],
+        command=info.run['command'],
+        recipe=yaml.safe_dump(info.run.get('recipe_values', {}), sort_keys=False).strip(),
+        versions=', '.join(f'{k} {v}' for k, v in versions.items()) or 'not recorded',
+        hardware=_hardware(info),
+        dataset_note=DATASET_NOTES.get(tag, f'Tested on the {dataset_name} {info.run["dataset"].get("eval_split", "test")} split.'),
+        num_classes=model.num_classes,
+    )
+
+
+def export_run(run_dir: Path, out_dir: Path, repo_id: str, checkpoint: str = 'last',
+               card_copy: Optional[Path] = None, ship_weights: bool = False) -> Path:
+    """Write the Hub repository folder of a finished run and check that both libraries read it back."""
+    import timm
+    from .image_processing_vit_minimal import VitMinimalImageProcessor
+    from .modeling_vit_minimal import VitMinimalForImageClassification
+
+    info = read_run(run_dir, checkpoint)
+    out_dir = Path(out_dir)
+    if out_dir.exists() and any(out_dir.iterdir()):
+        raise PublishError(f'{out_dir} exists and is not empty; choose a new folder.')
+    model = _load_model(info)
+    classes = info.run['dataset'].get('classes')
+    if classes and len(classes) == model.num_classes:
+        model.pretrained_cfg = dict(model.pretrained_cfg, label_names=list(classes))
+    hf_model = VitMinimalForImageClassification.from_timm(model).eval()
+    hf_model.save_pretrained(out_dir)
+    VitMinimalImageProcessor.from_pretrained_cfg(model.pretrained_cfg).save_pretrained(out_dir)
+    card = render_card(info, repo_id, model)
+    card.save(out_dir / 'README.md')
+
+    # the folder must give the run's logits in both libraries
+    x = torch.randn(2, *model.pretrained_cfg['input_size'], generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        ref = model(x)
+        via_timm = timm.create_model(f'local-dir:{out_dir}', pretrained=True).eval()(x)
+        via_hf = VitMinimalForImageClassification.from_pretrained(out_dir).eval()(pixel_values=x).logits
+    for name, logits in (('timm', via_timm), ('transformers', via_hf)):
+        if not torch.allclose(logits, ref, atol=1e-5, rtol=1e-5):
+            raise RuntimeError(f'the exported folder gives other logits in {name} than the run checkpoint.')
+
+    if card_copy is not None:
+        Path(card_copy).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(out_dir / 'README.md', card_copy)
+    if ship_weights:
+        WEIGHTS_DIR.mkdir(exist_ok=True)
+        shutil.copyfile(out_dir / 'model.safetensors', WEIGHTS_DIR / f'{info.architecture}.{info.tag}.safetensors')
+    return out_dir
+
+
+def push_folder(folder: Path, repo_id: str, private: bool = False, revision: Optional[str] = None,
+                token: Optional[str] = None, commit_message: Optional[str] = None,
+                endpoint: Optional[str] = None) -> str:
+    """Create the repo (if needed) and upload the folder; returns the commit URL.
+
+    ``endpoint`` defaults to ``HF_ENDPOINT`` and ``token`` to ``HF_TOKEN`` / the saved login.
+    """
+    from huggingface_hub import HfApi
+    from huggingface_hub import constants
+    api = HfApi(endpoint=endpoint or constants.ENDPOINT, token=token)
+    api.create_repo(repo_id, private=private, exist_ok=True, repo_type='model')
+    if revision and revision != 'main':
+        api.create_branch(repo_id, branch=revision, exist_ok=True)
+    info = api.upload_folder(
+        folder_path=str(folder), repo_id=repo_id, revision=revision,
+        commit_message=commit_message or f'Upload {Path(folder).name}')
+    return info.commit_url
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog='timm-minimal-publish', description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument('run', type=Path, help='a finished training run folder (timm-minimal-train --output)')
+    parser.add_argument('--repo-id', required=True, help='Hub repository, e.g. my-org/vit_minimal_sym_6x4.mnist')
+    parser.add_argument('--out', type=Path, help='repository folder to write (default: <run>/hub)')
+    parser.add_argument('--checkpoint', choices=('last', 'best'), default='last',
+                        help="weights to publish: the last epoch's (default, as the paper reports) or the best")
+    parser.add_argument('--card-copy', type=Path, help='also copy the model card here (e.g. model_cards/<name>.md)')
+    parser.add_argument('--ship-weights', action='store_true',
+                        help='also copy the weights into the package (timm_minimal/weights/)')
+    parser.add_argument('--push', action='store_true', help='upload the folder to the Hub (HF_ENDPOINT, HF_TOKEN)')
+    parser.add_argument('--private', action='store_true', help='create the repository private')
+    parser.add_argument('--revision', help='branch to upload to (created if missing; default main)')
+    parser.add_argument('--token', help='Hub token (default: HF_TOKEN or the saved login)')
+    parser.add_argument('--commit-message')
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    out = args.out or args.run / 'hub'
+    try:
+        export_run(args.run, out, args.repo_id, args.checkpoint, args.card_copy, args.ship_weights)
+    except PublishError as e:
+        print(f'error: {e}', file=sys.stderr)
+        return 2
+    print(f'wrote {out}')
+    if args.push:
+        url = push_folder(out, args.repo_id, args.private, args.revision, args.token, args.commit_message)
+        print(f'pushed {args.repo_id}: {url}')
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
