@@ -378,6 +378,13 @@ def plot_curves(metrics: List[Dict[str, Any]], path: Path, title: str = '') -> N
     os.replace(tmp, path)
 
 
+def _len_or_none(ds: Any) -> Optional[int]:
+    try:
+        return len(ds)
+    except TypeError:
+        return None
+
+
 def _read_json(path: Path) -> Dict[str, Any]:
     return json.loads(path.read_text()) if path.is_file() else {}
 
@@ -604,7 +611,8 @@ def train(args: argparse.Namespace, provenance: Optional[Dict[str, Any]] = None,
                 model_kwargs=model_kwargs,
                 num_params=num_params,
                 num_classes=data.num_classes,
-                dataset=data.describe(),
+                dataset=dict(data.describe(), train_samples_used=_len_or_none(train_base),
+                             eval_samples_used=_len_or_none(eval_base)),
                 data_config={k: (list(v) if isinstance(v, tuple) else v) for k, v in data_cfg.items()},
                 recipe=provenance.get('recipe', args.recipe),
                 recipe_values=provenance.get('recipe_values'),
