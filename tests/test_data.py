@@ -1,0 +1,151 @@
+"""Datasets, timm transforms and the seeded sampler of the trainer (timm_minimal.data)."""
+import io
+import tarfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from timm_minimal.data import (
+    CIFAR10_CLASSES, DatasetError, EpochSampler, TransformDataset, build_transforms, dataset_kind,
+    find_image_folder_splits, load_cifar10, load_dataset, load_mnist,
+)
+
+torch.set_num_threads(1)
+
+DATA = Path(__file__).resolve().parents[1].parent / 'shared' / 'data'  # ../shared/data from the project root
+needs_mnist = pytest.mark.skipif(not (DATA / 'MNIST' / 'raw').is_dir(), reason='MNIST not in ../shared/data')
+MNIST_CFG = dict(mean=(0.1307,), std=(0.3081,))
+
+
+@pytest.fixture(scope='module')
+def mnist():
+    if not (DATA / 'MNIST' / 'raw').is_dir():
+        pytest.skip('MNIST not in ../shared/data')
+    return load_mnist(DATA, download=False)
+
+
+def test_mnist_from_raw_idx_files(mnist):
+    assert (len(mnist.train), len(mnist.eval), mnist.num_classes) == (60000, 10000, 10)
+    assert mnist.train.images.shape == (60000, 28, 28) and mnist.train.images.dtype == np.uint8
+    assert sorted(np.unique(mnist.train.labels)) == list(range(10))
+    img, label = mnist.train[0]
+    assert img.mode == 'L' and img.size == (28, 28) and label == 5  # the first MNIST training digit is a 5
+
+
+def test_mnist_missing_gives_clear_error(tmp_path):
+    with pytest.raises(DatasetError, match='MNIST not found.*train-images-idx3-ubyte'):
+        load_mnist(tmp_path, download=False)
+
+
+def test_timm_transforms_one_channel(mnist):
+    """timm's create_transform on 'L' images gives 1x28x28 uint8; normalised with the MNIST stats on the batch."""
+    train_tf, eval_tf = build_transforms((1, 28, 28), **MNIST_CFG, scale=(0.85, 1.0), ratio=(0.9, 1.1), hflip=0.,
+                                         auto_augment='rand-m9-mstd0.5-inc1')
+    img, _ = mnist.train[0]
+    for tf in (train_tf, eval_tf):
+        x = tf(img)
+        assert x.shape == (1, 28, 28) and x.dtype == torch.uint8
+    # evaluation transform keeps the pixels of a 28x28 image
+    assert torch.equal(eval_tf(img)[0], torch.from_numpy(mnist.train.images[0]))
+    x = (eval_tf(img).float() - 0.1307 * 255) / (0.3081 * 255)
+    assert abs(x.mean().item()) < 1.5
+
+
+def test_augmentation_is_a_function_of_seed_epoch_index(mnist):
+    train_tf, _ = build_transforms((1, 28, 28), **MNIST_CFG, scale=(0.5, 1.0), hflip=0.)
+    ds = TransformDataset(mnist.train, train_tf, 'L', seed=3)
+    a = ds[(0, 7)][0]
+    torch.manual_seed(123)  # the global RNG state does not matter
+    np.random.seed(5)
+    assert torch.equal(ds[(0, 7)][0], a)
+    assert not torch.equal(ds[(1, 7)][0], a)  # another epoch, another crop
+    assert not torch.equal(TransformDataset(mnist.train, train_tf, 'L', seed=4)[(0, 7)][0], a)
+    # a 3-channel model gets RGB images
+    rgb_tf, _ = build_transforms((3, 32, 32), (0.5,) * 3, (0.5,) * 3)
+    x, _ = TransformDataset(mnist.train, rgb_tf, 'RGB', seed=0)[(0, 0)]
+    assert x.shape == (3, 32, 32)
+
+
+def test_epoch_sampler_positions():
+    s = EpochSampler(100, seed=1, num_samples=96)
+    s.set_position(0)
+    e0 = list(s)
+    assert len(e0) == len(s) == 96 and all(e == 0 for e, _ in e0) and len({i for _, i in e0}) == 96
+    s.set_position(1)
+    e1 = [i for _, i in s]
+    assert e1 != [i for _, i in e0]
+    s.set_position(1, 32)  # resumed after two batches of 16
+    assert len(s) == 64 and [i for _, i in s] == e1[32:]
+    assert [i for _, i in EpochSampler(100, seed=1, num_samples=96)] == [i for _, i in e0]
+
+
+def _jpeg_bytes(color):
+    buf = io.BytesIO()
+    Image.new('RGB', (32, 32), color).save(buf, format='JPEG', quality=90)
+    return buf.getvalue()
+
+
+def _make_cifar_archive(root: Path, per_class=(2, 1)):
+    """A miniature of the JPEG export: train/<class>/NNNN.jpg and test/<class>/NNNN.jpg in a .tar.gz."""
+    (root / 'CIFAR10').mkdir(parents=True)
+    with tarfile.open(root / 'CIFAR10' / 'cifar10-jpeg-q75.tar.gz', 'w:gz') as tar:
+        for split, n in zip(('train', 'test'), per_class):
+            for c, cls in enumerate(CIFAR10_CLASSES):
+                for i in range(n):
+                    data = _jpeg_bytes((25 * c, 100, 200 - 10 * c))
+                    info = tarfile.TarInfo(f'{split}/{cls}/{i:04d}.jpg')
+                    info.size = len(data)
+                    tar.addfile(info, io.BytesIO(data))
+
+
+def test_cifar10_jpeg_archive_is_extracted_once_and_read_as_image_folder(tmp_path):
+    _make_cifar_archive(tmp_path / 'data')
+    cache = tmp_path / 'cache'
+    data = load_cifar10(tmp_path / 'data', cache_dir=cache, download=False)
+    assert data.classes == list(CIFAR10_CLASSES) and data.num_classes == 10
+    assert (len(data.train), len(data.eval)) == (20, 10)
+    assert data.train.images.shape == (20, 32, 32, 3)
+    assert list(data.train.labels) == [c for c in range(10) for _ in range(2)]
+    folder = cache / 'cifar10-jpeg-q75'
+    assert (folder / '.complete').is_file() and (folder / 'train' / 'airplane' / '0000.jpg').is_file()
+    # the extracted folder is an ordinary image-folder dataset, and the second load uses the cache
+    again = load_cifar10(tmp_path / 'data', cache_dir=cache, download=False)
+    assert np.array_equal(again.train.images, data.train.images)
+    assert find_image_folder_splits(folder) == (folder / 'train', folder / 'test')
+
+
+@pytest.mark.skipif(not (DATA / 'CIFAR10' / 'cifar10-jpeg-q75.tar.gz').is_file(), reason='no CIFAR-10 archive')
+def test_real_cifar10_archive_has_the_layout_the_loader_reads():
+    with tarfile.open(DATA / 'CIFAR10' / 'cifar10-jpeg-q75.tar.gz') as tar:
+        names = [m.name for _, m in zip(range(40), tar)]
+    files = [n for n in names if n.endswith('.jpg')]
+    assert files and all(n.split('/')[0] in ('train', 'test') and n.split('/')[1] in CIFAR10_CLASSES for n in files)
+
+
+def test_cifar10_missing_gives_clear_error(tmp_path):
+    with pytest.raises(DatasetError, match='CIFAR-10 not found'):
+        load_cifar10(tmp_path, cache_dir=tmp_path / 'cache', download=False)
+
+
+def test_image_folder_errors(tmp_path):
+    (tmp_path / 'train' / 'a').mkdir(parents=True)
+    with pytest.raises(DatasetError, match=r'must contain train/ and one of val/, validation/, test/.*found \[.train/.\]'):
+        find_image_folder_splits(tmp_path)
+    with pytest.raises(DatasetError, match='does not exist'):
+        find_image_folder_splits(tmp_path / 'nope')
+    (tmp_path / 'test' / 'a').mkdir(parents=True)
+    assert find_image_folder_splits(tmp_path) == (tmp_path / 'train', tmp_path / 'test')
+
+
+def test_dataset_names():
+    assert dataset_kind('MNIST') == 'mnist' and dataset_kind('cifar10') == 'cifar10'
+    assert dataset_kind('imagenet') == 'imagenet'
+    assert dataset_kind('hfds/timm/mini-imagenet') == 'timm' and dataset_kind('wds/imagenet') == 'timm'
+    assert dataset_kind('./my_images') == 'folder'
+    with pytest.raises(DatasetError, match="Unknown dataset 'svhn'.*mnist, cifar10, imagenet"):
+        dataset_kind('svhn')
+    with pytest.raises(DatasetError, match='imagenet needs --data-dir'):
+        load_dataset('imagenet', None)

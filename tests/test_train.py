@@ -1,0 +1,344 @@
+"""The training entry point (timm_minimal.train) on tiny MNIST subsets: resume after SIGKILL, atomic
+checkpoints, divergence, two-process data parallelism, image folders, precedence of recipe and
+command line, gradient accumulation, EMA, bf16, and the paper-grid report (timm_minimal.reproduce).
+
+Runs that must die (SIGKILL) or span two processes are subprocesses; the others run in this process.
+"""
+import json
+import math
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+from PIL import Image
+from safetensors.torch import load_file
+
+from timm_minimal import reproduce
+from timm_minimal import train as train_mod
+
+torch.set_num_threads(1)
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT.parent / 'shared' / 'data'  # ../shared/data from the project root
+pytestmark = pytest.mark.skipif(not (DATA / 'MNIST' / 'raw').is_dir(), reason='MNIST not in ../shared/data')
+
+# Tiny runs: 384 training digits in batches of 32 (12 updates per epoch), 2 epochs.
+BASE = ['--dataset', 'mnist', '--data-dir', str(DATA), '--train-subset', '384', '--batch-size', '32',
+        '--epochs', '2', '--no-progress', '--log-interval', '0']
+# with randomness in the training step too (random erasing, stochastic depth), checkpoints every 4 updates
+RESUME_ARGS = BASE + ['--model', 'vit_minimal_std_mlp_6x1', '--model-kwargs', 'depth=2', '--eval-subset', '200',
+                      '--reprob', '0.5', '--drop-path', '0.1', '--checkpoint-interval', '4']
+# deterministic training step, an evaluation set that does not divide into the batches
+DDP_ARGS = BASE + ['--model', 'vit_minimal_std_mlp_6x1', '--model-kwargs', 'depth=1', '--eval-subset', '250']
+
+
+def run_inprocess(argv):
+    """timm_minimal.train.main in this process, with fresh accelerate state."""
+    from accelerate.state import AcceleratorState, GradientState
+    AcceleratorState._reset_state(reset_partial_state=True)
+    GradientState._reset_state()
+    return train_mod.main([str(a) for a in argv])
+
+
+def run_subprocess(argv, env_extra=None, launcher=(sys.executable, '-m')):
+    env = dict(os.environ, OMP_NUM_THREADS='1', PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get('PYTHONPATH', ''))
+    for k in list(env):
+        if k.startswith('TIMM_MINIMAL_TEST_'):
+            del env[k]
+    env.update(env_extra or {})
+    return subprocess.run([*launcher, 'timm_minimal.train', *map(str, argv)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+def metrics(run: Path):
+    return [json.loads(line) for line in (run / 'metrics.jsonl').read_text().splitlines()]
+
+
+def weights(run: Path, name='last'):
+    return load_file(str(run / 'checkpoints' / name / 'model.safetensors'))
+
+
+def state(run: Path):
+    return json.loads((run / 'checkpoints' / 'last' / 'state.json').read_text())
+
+
+COMPARED = ('epoch', 'update', 'train_loss', 'train_acc', 'test_loss', 'test_acc', 'lr', 'train_samples')
+
+
+def assert_same_run(a: Path, b: Path):
+    wa, wb = weights(a), weights(b)
+    assert wa.keys() == wb.keys()
+    for k in wa:
+        assert torch.equal(wa[k], wb[k]), f'{k} differs'
+    ma, mb = metrics(a), metrics(b)
+    assert [{k: m[k] for k in COMPARED} for m in ma] == [{k: m[k] for k in COMPARED} for m in mb]
+
+
+@pytest.fixture(scope='module')
+def reference(tmp_path_factory):
+    """An uninterrupted run of RESUME_ARGS."""
+    out = tmp_path_factory.mktemp('ref') / 'run'
+    assert run_inprocess(RESUME_ARGS + ['--output', out]) == 0
+    return out
+
+
+def test_run_folder_is_self_describing(reference):
+    m = metrics(reference)
+    assert [r['epoch'] for r in m] == [1, 2] and [r['update'] for r in m] == [12, 24]
+    for r in m:
+        for key in ('train_loss', 'train_acc', 'test_loss', 'test_acc', 'lr', 'throughput', 'epoch_time'):
+            assert isinstance(r[key], float) and math.isfinite(r[key]), key
+        assert (r['train_samples'], r['test_samples']) == (384, 200)
+    run = json.loads((reference / 'run.json').read_text())
+    assert run['status'] == 'finished' and run['model'] == 'vit_minimal_std_mlp_6x1.mnist'
+    assert run['num_params'] == sum(v.numel() for v in weights(reference).values())
+    assert run['recipe'] == 'mnist' and run['recipe_values']['opt'] == 'adamw'
+    assert run['dataset']['name'] == 'mnist' and run['dataset']['train_samples'] == 60000
+    assert (run['dataset']['train_samples_used'], run['dataset']['eval_samples_used']) == (384, 200)
+    assert set(run['versions']) >= {'torch', 'timm', 'accelerate', 'timm_minimal'}
+    assert run['command'].startswith('timm-minimal-train ') and '--reprob' in run['command']
+    assert run['final']['test_acc'] == m[-1]['test_acc'] and run['best']['epoch'] in (1, 2)
+    args = yaml.safe_load((reference / 'args.yaml').read_text())
+    assert args['lr'] == 1e-3 and args['reprob'] == 0.5 and args['model_kwargs'] == {'depth': 2}
+    assert (reference / 'curves.png').stat().st_size > 10_000
+    for name in ('last', 'best'):
+        folder = reference / 'checkpoints' / name
+        assert (folder / 'model.safetensors').is_file() and (folder / 'config.json').is_file()
+    cfg = json.loads((reference / 'checkpoints' / 'last' / 'config.json').read_text())
+    assert cfg['architecture'] == 'vit_minimal_std_mlp_6x1' and cfg['num_classes'] == 10
+    assert cfg['pretrained_cfg']['input_size'] == [1, 28, 28] and cfg['model_args'] == {'depth': 2, 'drop_path_rate': 0.1}
+    training_state = torch.load(reference / 'checkpoints' / 'last' / 'training_state.pt', weights_only=True)
+    assert {'optimizer', 'scheduler', 'rng', 'history', 'epoch', 'batch', 'update'} <= set(training_state)
+    assert (training_state['epoch'], training_state['batch'], training_state['update']) == (2, 0, 24)
+
+
+def test_resume_after_sigkill_mid_epoch_ends_where_uninterrupted_run_ends(reference, tmp_path):
+    out = tmp_path / 'run'
+    # killed after update 18: epoch 2, batch 6 of 12; the last checkpoint is from update 16
+    killed = run_subprocess(RESUME_ARGS + ['--output', out], {'TIMM_MINIMAL_TEST_KILL_AT_UPDATE': '18'})
+    assert killed.returncode == -9, killed.stderr
+    assert (state(out)['epoch'], state(out)['batch'], state(out)['update']) == (1, 4, 16)
+    assert len(metrics(out)) == 1
+    assert run_inprocess(['--resume', out]) == 0
+    assert_same_run(reference, out)
+    run = json.loads((out / 'run.json').read_text())
+    assert run['status'] == 'finished' and len(run['launches']) == 2
+    assert run['launches'][1]['resumed_from'].endswith('last')
+
+
+def test_kill_while_writing_a_checkpoint_keeps_the_previous_one(reference, tmp_path):
+    out = tmp_path / 'run'
+    # checkpoints are written after updates 4, 8 and 12 (the end of epoch 1): die inside the third
+    killed = run_subprocess(RESUME_ARGS + ['--output', out], {'TIMM_MINIMAL_TEST_KILL_IN_SAVE': '3'})
+    assert killed.returncode == -9, killed.stderr
+    assert state(out)['update'] == 8  # the previous checkpoint, complete
+    assert (out / 'checkpoints' / '.last.tmp' / 'model.safetensors').is_file()  # the half-written one
+    assert len(metrics(out)) == 1  # epoch 1 was logged before the checkpoint that died
+    # resuming from update 8 replays the rest of epoch 1 without logging it twice
+    assert run_inprocess(['--resume', '--output', out, '--model', 'vit_minimal_std_mlp_6x1']) == 0
+    assert not (out / 'checkpoints' / '.last.tmp').exists()
+    assert_same_run(reference, out)
+
+
+def test_diverging_run_stops_with_clear_message_and_keeps_last_good_checkpoint(tmp_path, capsys):
+    out = tmp_path / 'run'
+    rc = run_inprocess(DDP_ARGS + ['--output', out, '--opt', 'sgd', '--lr', '1e6', '--sched', 'none',
+                                   '--checkpoint-interval', '1'])
+    assert rc == train_mod.EXIT_DIVERGED
+    err = capsys.readouterr().err
+    assert 'Training diverged: loss is nan' in err and 'last good checkpoint is' in err and '--lr' in err
+    st = state(out)
+    assert f"update {st['update'] + 1}," in err  # stopped at the first bad update, nothing saved after it
+    assert all(torch.isfinite(v).all() for v in weights(out).values())
+    run = json.loads((out / 'run.json').read_text())
+    assert run['status'] == 'diverged' and 'diverged' in run['message']
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        return s.getsockname()[1]
+
+
+def test_two_processes_train_one_model(tmp_path):
+    """accelerate launch with two CPU processes (gloo): same weights on both ranks, each rank half of every
+    batch, metrics gathered over the whole test set and written once; the same model as one process."""
+    single, ddp = tmp_path / 'single', tmp_path / 'ddp'
+    assert run_inprocess(DDP_ARGS + ['--output', single]) == 0
+    launcher = (sys.executable, '-m', 'accelerate.commands.launch', '--multi_gpu', '--num_processes', '2',
+                '--num_machines', '1', '--mixed_precision', 'no', '--dynamo_backend', 'no',
+                '--main_process_port', str(free_port()), '-m')
+    proc = run_subprocess(DDP_ARGS + ['--output', ddp, '--rank-report'], launcher=launcher)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    ranks = [json.loads((ddp / f'rank{r}.json').read_text()) for r in (0, 1)]
+    assert [r['num_processes'] for r in ranks] == [2, 2]
+    assert ranks[0]['weights_sha256'] == ranks[1]['weights_sha256']
+    assert [r['per_process_batch_size'] for r in ranks] == [16, 16]
+    assert [r['local_train_samples'] for r in ranks] == [384, 384]  # 2 epochs x 384 / 2 processes
+    m = metrics(ddp)
+    assert len(m) == 2 and [r['train_samples'] for r in m] == [384, 384] and [r['test_samples'] for r in m] == [250, 250]
+    assert proc.stdout.count('epoch 1/2:') == 1  # logged once
+    run = json.loads((ddp / 'run.json').read_text())
+    assert run['distributed'] == dict(num_processes=2, global_batch_size=32, per_process_batch_size=16,
+                                      grad_accum_steps=1, effective_batch_size=32)
+    # the global batch is split, not repeated: two processes train the model one process trains
+    ws, wd = weights(single), weights(ddp)
+    for k in ws:
+        torch.testing.assert_close(wd[k], ws[k], rtol=1e-3, atol=1e-4)
+    for a, b in zip(metrics(single), m):
+        assert abs(a['train_loss'] - b['train_loss']) < 1e-4 and abs(a['test_acc'] - b['test_acc']) < 0.5
+
+
+def test_gradient_accumulation_and_ema(tmp_path):
+    """Batches of 16 accumulated twice train the model batches of 32 train; EMA weights are kept and evaluated."""
+    full, accum = tmp_path / 'full', tmp_path / 'accum'
+    assert run_inprocess(DDP_ARGS + ['--output', full, '--epochs', '1']) == 0
+    args = [a if a != '32' else '16' for a in DDP_ARGS]
+    assert run_inprocess(args + ['--output', accum, '--epochs', '1', '--grad-accum-steps', '2', '--model-ema',
+                                 '--model-ema-decay', '0.9']) == 0
+    assert metrics(accum)[0]['update'] == metrics(full)[0]['update'] == 12
+    wf, wa = weights(full), weights(accum)
+    for k in wf:
+        torch.testing.assert_close(wa[k], wf[k], rtol=1e-3, atol=1e-4)
+    assert 'ema_test_acc' in metrics(accum)[0]
+    ema = load_file(str(accum / 'checkpoints' / 'last' / 'ema.safetensors'))
+    assert ema.keys() == wa.keys() and any(not torch.equal(ema[k], wa[k]) for k in ema)
+
+
+def test_bf16_autocast_on_cpu(tmp_path):
+    out = tmp_path / 'run'
+    assert run_inprocess(DDP_ARGS + ['--output', out, '--epochs', '1', '--mixed-precision', 'bf16']) == 0
+    run = json.loads((out / 'run.json').read_text())
+    assert run['launches'][0]['mixed_precision'] == 'bf16'
+    assert math.isfinite(metrics(out)[0]['train_loss'])
+    assert all(v.dtype == torch.float32 for v in weights(out).values())
+
+
+def make_image_folder(root: Path, classes=('cat', 'dog', 'owl'), eval_dir='val', n_train=8, n_eval=4):
+    rng = np.random.default_rng(0)
+    for split, n in (('train', n_train), (eval_dir, n_eval)):
+        for c, cls in enumerate(classes):
+            (root / split / cls).mkdir(parents=True)
+            for i in range(n):
+                arr = np.clip(rng.normal(60 + 60 * c, 20, (40, 36, 3)), 0, 255).astype(np.uint8)
+                Image.fromarray(arr).save(root / split / cls / f'{i}.png')
+    return root
+
+
+@pytest.mark.parametrize('eval_dir', ['val', 'test'])
+def test_any_image_folder_trains(tmp_path, eval_dir):
+    folder = make_image_folder(tmp_path / 'pets', eval_dir=eval_dir)
+    out = tmp_path / 'run'
+    rc = run_inprocess(['--dataset', folder, '--model', 'vit_minimal_std_6x1.cifar10', '--model-kwargs', 'depth=1',
+                        '--batch-size', '8', '--epochs', '1', '--no-progress', '--output', out])
+    assert rc == 0
+    run = json.loads((out / 'run.json').read_text())
+    assert run['num_classes'] == 3 and run['dataset']['classes'] == ['cat', 'dog', 'owl']
+    assert run['dataset']['eval_split'] == eval_dir and run['recipe'] == 'default'
+    assert metrics(out)[0]['test_samples'] == 12
+    assert weights(out)['head.weight'].shape == (3, 60)
+    cfg = json.loads((out / 'checkpoints' / 'best' / 'config.json').read_text())
+    assert cfg['num_classes'] == 3 and cfg['pretrained_cfg']['label_names'] == ['cat', 'dog', 'owl']
+
+
+def test_fine_tune_from_checkpoint_with_another_number_of_classes(reference, tmp_path):
+    """--pretrained-path loads our safetensors through timm (the classifier of another size is replaced)."""
+    folder = make_image_folder(tmp_path / 'pets', n_train=4, n_eval=2)
+    out = tmp_path / 'run'
+    src = reference / 'checkpoints' / 'best' / 'model.safetensors'
+    rc = run_inprocess(['--dataset', folder, '--model', 'vit_minimal_std_mlp_6x1.mnist', '--model-kwargs', 'depth=2',
+                        '--pretrained-path', src, '--batch-size', '4', '--epochs', '1', '--lr', '0', '--sched', 'none',
+                        '--no-aug', '--no-progress', '--output', out])
+    assert rc == 0
+    w, w0 = weights(out), load_file(str(src))
+    assert w['head.weight'].shape == (3, 60)
+    assert torch.equal(w['blocks.0.attn.qkv.weight'], w0['blocks.0.attn.qkv.weight'])  # lr 0: kept as loaded
+
+
+@pytest.mark.parametrize('argv, message', [
+    (['--dataset', 'svhn', '--model', 'vit_minimal_std_6x1'], "Unknown dataset 'svhn': use one of mnist, cifar10, imagenet"),
+    (['--dataset', 'mnist', '--model', 'vit_minimal_foo_6x1', '--data-dir', DATA], "Unknown model 'vit_minimal_foo_6x1'"),
+    (['--dataset', 'mnist', '--model', 'vit_minimal_std_6x1', '--data-dir', '{tmp}', '--no-download'], 'MNIST not found'),
+    (['--dataset', '{tmp}', '--model', 'vit_minimal_std_6x1'], 'must contain train/ and one of val/'),
+    (['--dataset', 'mnist'], '--model is required'),
+    (['--model', 'vit_minimal_std_6x1'], '--dataset is required'),
+    (['--dataset', 'mnist', '--model', 'vit_minimal_std_6x1', '--recipe', 'svhn'], "Unknown recipe 'svhn'"),
+    (['--resume', '{tmp}/nothing'], 'Cannot resume'),
+])
+def test_bad_input_is_named(argv, message, tmp_path, capsys):
+    argv = [str(a).replace('{tmp}', str(tmp_path)) for a in argv]
+    assert run_inprocess(argv + ['--output', tmp_path / 'out']) == train_mod.EXIT_BAD_INPUT
+    assert message in capsys.readouterr().err
+
+
+def test_existing_run_folder_needs_resume(reference, capsys):
+    assert run_inprocess(RESUME_ARGS + ['--output', reference]) == train_mod.EXIT_BAD_INPUT
+    assert 'already exists and is not empty; pass --resume' in capsys.readouterr().err
+
+
+def test_recipe_then_command_line(tmp_path):
+    args, prov = train_mod.parse_args(['--model', 'm', '--dataset', 'mnist'])
+    assert (args.lr, args.batch_size, args.hflip, args.recipe) == (1e-3, 64, 0.0, 'mnist')
+    args, _ = train_mod.parse_args(['--model', 'm', '--dataset', 'mnist', '--lr', '5e-4', '--hflip', '0.5'])
+    assert (args.lr, args.hflip, args.batch_size) == (5e-4, 0.5, 64)
+    args, _ = train_mod.parse_args(['--model', 'm', '--dataset', 'cifar10', '--no-aug'])
+    assert args.aa.startswith('rand-') and args.no_aug is True and args.recipe == 'cifar10'
+    custom = tmp_path / 'mine.yaml'
+    custom.write_text('lr: 0.01\nepochs: 3\n')
+    args, _ = train_mod.parse_args(['--model', 'm', '--dataset', 'mnist', '--recipe', str(custom)])
+    assert (args.lr, args.epochs) == (0.01, 3)
+    custom.write_text('learning_rate: 0.01\n')
+    with pytest.raises(train_mod.UsageError, match=r"unknown keys \['learning_rate'\]"):
+        train_mod.parse_args(['--model', 'm', '--dataset', 'mnist', '--recipe', str(custom)])
+    for name in ('mnist', 'cifar10', 'imagenet', 'default'):  # every shipped recipe uses option names only
+        assert set(train_mod.load_recipe(name)) <= set(vars(train_mod.build_parser().parse_args([])))
+
+
+def test_paper_tables_map_to_registered_models():
+    import timm
+    rows = reproduce.select_rows([1, 2], ['mnist', 'cifar10'])
+    assert len(rows) == 26 and len({r.row_id for r in rows}) == 26
+    for r in rows:
+        assert timm.is_model(r.arch), r.arch
+    t2 = {r.arch: r for r in reproduce.TABLE2}
+    assert len(t2) == 10 and t2['vit_minimal_qkonly_6x1'].params == 26_650 and t2['vit_minimal_sym_6x4'].val_acc == 98.24
+    # the five Table 2 counts the inferred architecture reproduces exactly
+    for arch in ('vit_minimal_std_mlp_6x1', 'vit_minimal_std_6x1', 'vit_minimal_qk_6x1', 'vit_minimal_qkonly_6x1',
+                 'vit_minimal_qkonly_mlp_6x1'):
+        model = timm.create_model(arch + '.mnist')
+        assert sum(p.numel() for p in model.parameters()) == t2[arch].params, arch
+    assert [r.row_id for r in reproduce.select_rows([2], ['mnist'], ['vit_minimal_sym_6x4'])] == ['t2-mnist-sym-6x4']
+    with pytest.raises(SystemExit, match='unknown rows'):
+        reproduce.select_rows([2], ['mnist'], ['nope'])
+
+
+def test_reproduce_report_from_run_folders(tmp_path):
+    runs = tmp_path / 'runs'
+    for arch, accs, params in (('vit_minimal_sym_6x4', [96.0, 97.9], 70_930), ('vit_minimal_qkonly_6x1', [90.0, 95.5], 26_650)):
+        d = runs / f'{arch}.mnist'
+        d.mkdir(parents=True)
+        (d / 'run.json').write_text(json.dumps(dict(status='finished', num_params=params, wall_time=60.0,
+                                                    recipe='mnist', recipe_values={'opt': 'adamw'},
+                                                    versions={'torch': 'x'}, launches=[dict(device='cpu')])))
+        (d / 'metrics.jsonl').write_text(''.join(json.dumps(dict(
+            epoch=i + 1, train_loss=0.1, train_acc=99.0, test_loss=0.08, test_acc=a, epoch_time=30.0)) + '\n'
+            for i, a in enumerate(accs)))
+    md, js, png = tmp_path / 'R.md', tmp_path / 'r.json', tmp_path / 'r.png'
+    assert reproduce.main(['--tables', '2', '--datasets', 'mnist', '--runs-dir', str(runs), '--report-only',
+                           '--results', str(md), '--json', str(js), '--plot', str(png)]) == 0
+    rows = json.loads(js.read_text())
+    assert len(rows) == 10
+    sym = next(r for r in rows if r['architecture'] == 'vit_minimal_sym_6x4')
+    assert (sym['val_acc'], sym['epochs'], sym['params'], sym['paper_val_acc'], sym['paper_params']) == (97.9, 2, 70_930, 98.24, 69_910)
+    assert sym['best_val_acc'] == 97.9 and abs(sym['val_acc_gap'] + 0.34) < 1e-9
+    missing = next(r for r in rows if r['architecture'] == 'vit_minimal_std_mlp_6x1')
+    assert missing['status'] == 'missing' and missing['val_acc'] is None and missing['paper_val_acc'] == 98.38
+    text = md.read_text()
+    assert '| **97.90** / 98.24 | -0.34 |' in text and '2 / 500' in text and 'r.png' in text
+    assert png.stat().st_size > 10_000

@@ -1,0 +1,133 @@
+"""Atomic run-folder files and training checkpoints.
+
+A checkpoint is a folder (``checkpoints/last``, ``checkpoints/best``) holding
+
+- ``model.safetensors``: the model's weights (``ema.safetensors``: the EMA weights, when kept),
+- ``training_state.pt``: optimizer, scheduler, gradient scaler and RNG states, the position in
+  the run (epoch, batch, optimizer update) and the metrics so far (``torch.load(weights_only=True)``),
+- ``state.json``: the same position in readable form,
+- ``config.json``: the model's architecture, number of classes and pretrained config (timm's Hub layout).
+
+A folder is written in full under a temporary name and then renamed into place, so a run killed at
+any moment leaves either the previous checkpoint or the new one, never a mix. While the new folder
+is renamed in, the old one is briefly ``<name>.prev``; ``find_checkpoint`` falls back to it.
+"""
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any, Callable, Dict, Optional, Union
+
+import torch
+from safetensors.torch import load_file, save_file
+
+__all__ = [
+    'atomic_write_dir', 'write_text_atomic', 'write_json_atomic', 'find_checkpoint', 'save_weights',
+    'load_weights', 'clean_stale_temp', 'MODEL_FILE', 'EMA_FILE', 'STATE_FILE', 'STATE_JSON', 'CONFIG_FILE',
+]
+
+MODEL_FILE = 'model.safetensors'
+EMA_FILE = 'ema.safetensors'
+STATE_FILE = 'training_state.pt'
+STATE_JSON = 'state.json'
+CONFIG_FILE = 'config.json'
+
+PathLike = Union[str, Path]
+
+
+def _fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def write_text_atomic(path: PathLike, text: str) -> None:
+    """Write a text file via a temporary file and ``os.replace``."""
+    path = Path(path)
+    tmp = path.with_name(f'.{path.name}.{os.getpid()}.tmp')
+    with open(tmp, 'w', encoding='utf-8') as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def write_json_atomic(path: PathLike, obj: Any) -> None:
+    write_text_atomic(path, json.dumps(obj, indent=2, default=str) + '\n')
+
+
+def atomic_write_dir(target: PathLike, write: Callable[[Path], None],
+                     between: Optional[Callable[[], None]] = None) -> Path:
+    """Fill a temporary folder with ``write(tmp)``, then swap it in as ``target``.
+
+    ``between`` (tests only) runs after the files are written and before the swap.
+    """
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f'.{target.name}.tmp')
+    prev = target.with_name(f'{target.name}.prev')
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    write(tmp)
+    for p in tmp.iterdir():
+        _fsync_file(p)
+    _fsync_dir(tmp)
+    if between is not None:
+        between()
+    if target.exists():
+        shutil.rmtree(prev, ignore_errors=True)
+        os.replace(target, prev)
+    os.replace(tmp, target)
+    _fsync_dir(target.parent)
+    shutil.rmtree(prev, ignore_errors=True)
+    return target
+
+
+def clean_stale_temp(folder: PathLike) -> None:
+    """Remove temporary checkpoint folders a killed run left behind."""
+    folder = Path(folder)
+    if folder.is_dir():
+        for p in folder.glob('.*.tmp'):
+            shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+
+
+def find_checkpoint(path: PathLike, name: str = 'last') -> Optional[Path]:
+    """The complete checkpoint folder for a run folder, a ``checkpoints/`` folder or a checkpoint folder.
+
+    Returns None when there is none yet.
+    """
+    path = Path(path)
+    candidates = []
+    if (path / STATE_FILE).is_file():
+        return path
+    for base in (path / 'checkpoints', path):
+        candidates += [base / name, base / f'{name}.prev']
+    for c in candidates:
+        if (c / STATE_FILE).is_file() and (c / MODEL_FILE).is_file():
+            return c
+    return None
+
+
+def save_weights(state_dict: Dict[str, torch.Tensor], path: PathLike, metadata: Optional[Dict[str, str]] = None) -> None:
+    """A state dict as safetensors (CPU, contiguous, shared storage copied apart)."""
+    tensors = {k: v.detach().to('cpu').contiguous().clone() for k, v in state_dict.items()}
+    save_file(tensors, str(path), metadata={'format': 'pt', **(metadata or {})})
+
+
+def load_weights(path: PathLike) -> Dict[str, torch.Tensor]:
+    return load_file(str(path))

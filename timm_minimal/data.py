@@ -1,0 +1,570 @@
+"""Datasets, transforms and loaders for training the minimal transformers.
+
+A dataset is named by ``--dataset``:
+
+- ``mnist``: the four original idx files (``train-images-idx3-ubyte[.gz]`` ...) under ``<data-dir>``,
+  ``<data-dir>/MNIST/raw`` or ``<data-dir>/raw`` (the ``torchvision.datasets.MNIST`` layout), else
+  downloaded with torchvision. Held in memory.
+- ``cifar10``: a JPEG image-folder export (``cifar10-jpeg*.tar.gz`` under ``<data-dir>`` or
+  ``<data-dir>/CIFAR10``, extracted once to the cache folder), an extracted image folder, the
+  original ``cifar-10-batches-py``, else downloaded with torchvision. Held in memory.
+- ``imagenet``: the standard ``train/`` and ``val/`` image folders under ``<data-dir>``.
+- a path to any image folder with ``train/`` and ``val/`` (or ``validation/`` or ``test/``)
+  subfolders, one subfolder per class, any number of classes.
+- a name for timm's dataset factory (``timm.data.create_dataset``): ``hfds/<name>`` (Hugging Face
+  datasets), ``hfids/<name>``, ``wds/<name>`` (webdataset shards), ``tfds/<name>``, ``torch/<name>``.
+
+Every dataset yields PIL images; the image transforms are timm's (``create_transform``) and return
+uint8 tensors: normalisation, random erasing and mixup run on whole batches on the training device
+(as timm's own prefetching loader does). Random augmentation is a pure function of (seed, epoch,
+sample index): the same images come out whatever the number of workers or processes, and a run
+resumed in the middle of an epoch sees exactly the batches an uninterrupted run would.
+"""
+import gzip
+import logging
+import os
+import random
+import shutil
+import tarfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+import torch
+from PIL import Image
+from torch.utils.data import Dataset, IterableDataset, Sampler
+
+_logger = logging.getLogger(__name__)
+
+__all__ = [
+    'BUILTIN_DATASETS', 'TIMM_FACTORY_PREFIXES', 'DEFAULT_TAGS', 'DatasetError', 'ImageData', 'ArrayImageDataset',
+    'TransformDataset', 'EpochSampler', 'load_dataset', 'load_mnist', 'load_cifar10', 'find_image_folder_splits',
+    'build_transforms', 'mix_seed', 'default_cache_dir',
+]
+
+BUILTIN_DATASETS = ('mnist', 'cifar10', 'imagenet')
+TIMM_FACTORY_PREFIXES = ('hfds/', 'hfids/', 'wds/', 'tfds/', 'torch/')
+# The pretrained tag (input geometry and normalisation) a model gets when --model names no tag.
+DEFAULT_TAGS = {'mnist': 'mnist', 'cifar10': 'cifar10', 'imagenet': 'in1k', 'folder': 'in1k', 'timm': 'in1k'}
+EVAL_SPLIT_DIRS = ('val', 'validation', 'test')
+CIFAR10_CLASSES = ('airplane', 'automobile', 'bird', 'cat', 'deer', 'dog', 'frog', 'horse', 'ship', 'truck')
+
+
+class DatasetError(ValueError):
+    """A dataset that cannot be found or read; the message says what was expected and where."""
+
+
+def default_cache_dir() -> Path:
+    """Where extracted archives and decoded arrays are kept: $TIMM_MINIMAL_CACHE or ~/.cache/timm_minimal."""
+    return Path(os.environ.get('TIMM_MINIMAL_CACHE', Path.home() / '.cache' / 'timm_minimal'))
+
+
+_MASK64 = (1 << 64) - 1
+
+
+def mix_seed(*parts: int) -> int:
+    """A 63-bit seed derived from integers (splitmix64 over the parts); distinct parts give unrelated seeds."""
+    x = 0x9E3779B97F4A7C15
+    for p in parts:
+        x = (x ^ (int(p) & _MASK64)) & _MASK64
+        x = (x + 0x9E3779B97F4A7C15) & _MASK64
+        z = x
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+        x = z ^ (z >> 31)
+    return x >> 1
+
+
+def seed_everything_local(seed: int) -> None:
+    """Seed the RNGs the data transforms draw from (python, numpy, torch CPU) in this process."""
+    random.seed(seed)
+    np.random.seed(seed % (1 << 32))
+    torch.default_generator.manual_seed(seed)
+
+
+# -- datasets --------------------------------------------------------------------------------------
+
+class ArrayImageDataset(Dataset):
+    """Images held in memory as a uint8 array (N, H, W) or (N, H, W, C); yields (PIL image, label)."""
+
+    def __init__(self, images: np.ndarray, labels: np.ndarray, classes: Sequence[str]) -> None:
+        if images.dtype != np.uint8 or images.ndim not in (3, 4):
+            raise ValueError(f'images must be uint8 (N, H, W) or (N, H, W, C), got {images.dtype} {images.shape}')
+        if len(images) != len(labels):
+            raise ValueError(f'{len(images)} images but {len(labels)} labels')
+        self.images = images
+        self.labels = np.asarray(labels, dtype=np.int64)
+        self.classes = list(classes)
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    def __getitem__(self, index: int) -> Tuple[Image.Image, int]:
+        return Image.fromarray(self.images[index]), int(self.labels[index])
+
+    def subset(self, indices: np.ndarray) -> 'ArrayImageDataset':
+        return ArrayImageDataset(self.images[indices], self.labels[indices], self.classes)
+
+
+class IndexSubset(Dataset):
+    """A fixed subset of a map-style dataset (keeps ``classes``)."""
+
+    def __init__(self, dataset: Dataset, indices: np.ndarray) -> None:
+        self.dataset = dataset
+        self.indices = [int(i) for i in indices]
+        self.classes = getattr(dataset, 'classes', None)
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def __getitem__(self, index: int):
+        return self.dataset[self.indices[index]]
+
+
+class TransformDataset(Dataset):
+    """Applies an image transform to a dataset of (PIL image, label), with seeded randomness.
+
+    Keys are sample indices or ``(epoch, index)`` pairs (``EpochSampler`` yields the latter): the
+    transform's random draws (python ``random``, numpy, torch) are seeded from (seed, epoch, index),
+    so an augmented sample does not depend on the worker or process that makes it, nor on what ran
+    before. Images are converted to ``img_mode`` ('L' or 'RGB') first. ``seed=None``: no seeding (for
+    deterministic evaluation transforms).
+    """
+
+    def __init__(self, dataset: Dataset, transform: Any, img_mode: str, seed: Optional[int] = 0) -> None:
+        self.dataset = dataset
+        self.transform = transform
+        self.img_mode = img_mode
+        self.seed = seed
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, key: Union[int, Tuple[int, int]]) -> Tuple[torch.Tensor, int]:
+        epoch, index = key if isinstance(key, tuple) else (0, key)
+        img, target = self.dataset[index]
+        if img.mode != self.img_mode:
+            img = img.convert(self.img_mode)
+        if self.transform is not None:
+            if self.seed is not None:
+                seed_everything_local(mix_seed(self.seed, epoch, index))
+            img = self.transform(img)
+        return img, target
+
+
+class EpochSampler(Sampler):
+    """Yields ``(epoch, index)`` keys: a seeded permutation per epoch (or the identity), from a position.
+
+    ``set_position(epoch, start)`` selects the epoch and skips its first ``start`` samples (a run
+    resumed mid-epoch); ``num_samples`` caps the samples drawn per epoch (whole batches only). The
+    order depends on (seed, epoch) only, so every process of a distributed run draws the same
+    global order and takes its own share of each batch.
+    """
+
+    def __init__(self, size: int, seed: int = 0, shuffle: bool = True, num_samples: Optional[int] = None) -> None:
+        self.size = size
+        self.seed = seed
+        self.shuffle = shuffle
+        self.num_samples = size if num_samples is None else min(num_samples, size)
+        self.epoch = 0
+        self.start = 0
+
+    def set_position(self, epoch: int, start: int = 0) -> None:
+        self.epoch = epoch
+        self.start = start
+
+    def __len__(self) -> int:
+        return max(0, self.num_samples - self.start)
+
+    def __iter__(self) -> Iterator[Tuple[int, int]]:
+        if self.shuffle:
+            g = torch.Generator().manual_seed(mix_seed(self.seed, 0x5A3D, self.epoch))
+            order = torch.randperm(self.size, generator=g)[:self.num_samples].tolist()
+        else:
+            order = range(self.num_samples)
+        epoch = self.epoch
+        for i in order[self.start:]:
+            yield epoch, i
+
+
+@dataclass
+class ImageData:
+    """A resolved dataset: train and evaluation splits yielding (PIL image, label), plus what describes it."""
+    name: str
+    kind: str  # 'mnist', 'cifar10', 'imagenet', 'folder' or 'timm'
+    train: Dataset
+    eval: Dataset
+    classes: Optional[List[str]]
+    num_classes: int
+    source: str  # where the data was read from
+    eval_split: str = 'test'
+    in_memory: bool = False
+    info: Dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def default_tag(self) -> str:
+        return DEFAULT_TAGS[self.kind]
+
+    def describe(self) -> Dict[str, Any]:
+        return dict(
+            name=self.name, kind=self.kind, source=self.source, num_classes=self.num_classes,
+            classes=self.classes, train_samples=_safe_len(self.train), eval_samples=_safe_len(self.eval),
+            eval_split=self.eval_split, **self.info,
+        )
+
+
+def _safe_len(ds: Any) -> Optional[int]:
+    try:
+        return len(ds)
+    except TypeError:
+        return None
+
+
+# -- MNIST -----------------------------------------------------------------------------------------
+
+_MNIST_FILES = {
+    'train': ('train-images-idx3-ubyte', 'train-labels-idx1-ubyte'),
+    'test': ('t10k-images-idx3-ubyte', 't10k-labels-idx1-ubyte'),
+}
+
+
+def _read_idx(path: Path) -> np.ndarray:
+    opener = gzip.open if path.suffix == '.gz' else open
+    with opener(path, 'rb') as f:
+        data = f.read()
+    magic = int.from_bytes(data[0:4], 'big')
+    if magic >> 8 != 0x08:  # unsigned byte data
+        raise DatasetError(f'{path} is not an idx file of unsigned bytes (magic {magic:#x}).')
+    ndim = magic & 0xFF
+    shape = tuple(int.from_bytes(data[4 + 4 * i:8 + 4 * i], 'big') for i in range(ndim))
+    arr = np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim)
+    if arr.size != int(np.prod(shape)):
+        raise DatasetError(f'{path}: expected {shape} values, found {arr.size}.')
+    return arr.reshape(shape)
+
+
+def _find_mnist_dir(root: Path) -> Optional[Path]:
+    for cand in (root, root / 'MNIST' / 'raw', root / 'raw', root / 'mnist' / 'raw', root / 'MNIST'):
+        if all(any((cand / (n + ext)).is_file() for ext in ('', '.gz')) for pair in _MNIST_FILES.values() for n in pair):
+            return cand
+    return None
+
+
+def load_mnist(root: Union[str, Path], download: bool = True) -> ImageData:
+    """MNIST from the idx files under ``root`` (torchvision's layout), else downloaded by torchvision."""
+    root = Path(root)
+    raw = _find_mnist_dir(root)
+    if raw is None:
+        searched = ', '.join(str(p) for p in (root, root / 'MNIST' / 'raw', root / 'raw'))
+        if not download:
+            raise DatasetError(
+                f'MNIST not found: looked for train-images-idx3-ubyte[.gz] and the three other idx files in '
+                f'{searched}; pass --data-dir pointing at them, or allow the download (drop --no-download).')
+        try:
+            from torchvision.datasets import MNIST
+            MNIST(str(root), train=True, download=True)
+            MNIST(str(root), train=False, download=True)
+        except Exception as e:  # noqa: BLE001 (re-raised with context)
+            raise DatasetError(f'MNIST not found in {searched} and the download into {root} failed: {e}') from e
+        raw = _find_mnist_dir(root)
+        assert raw is not None
+
+    def read(split: str) -> ArrayImageDataset:
+        paths = []
+        for n in _MNIST_FILES[split]:
+            p = raw / n
+            paths.append(p if p.is_file() else raw / (n + '.gz'))
+        return ArrayImageDataset(_read_idx(paths[0]), _read_idx(paths[1]), [str(i) for i in range(10)])
+
+    train, test = read('train'), read('test')
+    return ImageData(
+        name='mnist', kind='mnist', train=train, eval=test, classes=train.classes, num_classes=10,
+        source=str(raw), eval_split='test', in_memory=True)
+
+
+# -- image folders ---------------------------------------------------------------------------------
+
+def find_image_folder_splits(root: Union[str, Path]) -> Tuple[Path, Path]:
+    """The ``train/`` and ``val/`` (or ``validation/`` or ``test/``) folders of an image-folder dataset."""
+    root = Path(root)
+    if not root.is_dir():
+        raise DatasetError(f'Image folder {root} does not exist.')
+    train = root / 'train'
+    evals = [root / d for d in EVAL_SPLIT_DIRS if (root / d).is_dir()]
+    if not train.is_dir() or not evals:
+        found = sorted(p.name + '/' for p in root.iterdir() if p.is_dir())
+        raise DatasetError(
+            f'Image folder {root} must contain train/ and one of {", ".join(d + "/" for d in EVAL_SPLIT_DIRS)} '
+            f'(each with one subfolder per class); found {found or "no subfolders"}.')
+    return train, evals[0]
+
+
+def _folder_classes(split_dir: Path) -> List[str]:
+    classes = sorted(p.name for p in split_dir.iterdir() if p.is_dir() and not p.name.startswith('.'))
+    if not classes:
+        raise DatasetError(f'{split_dir} holds no class subfolders (expected {split_dir}/<class>/<image>).')
+    return classes
+
+
+def load_image_folder(root: Union[str, Path], kind: str = 'folder', name: Optional[str] = None,
+                      img_mode: str = 'RGB') -> ImageData:
+    """An image-folder dataset read from disk with timm's folder reader; classes come from ``train/``."""
+    from timm.data import create_dataset
+    train_dir, eval_dir = find_image_folder_splits(root)
+    classes = _folder_classes(train_dir)
+    class_map = {c: i for i, c in enumerate(classes)}
+    extra = sorted(set(_folder_classes(eval_dir)) - set(classes))
+    if extra:
+        raise DatasetError(f'{eval_dir} has classes that {train_dir} lacks: {extra}.')
+    train = create_dataset('', root=str(train_dir), split='train', search_split=False, class_map=class_map,
+                           input_img_mode=img_mode)
+    evald = create_dataset('', root=str(eval_dir), split=eval_dir.name, search_split=False, class_map=class_map,
+                           input_img_mode=img_mode)
+    if len(train) == 0:
+        raise DatasetError(f'{train_dir} holds no images.')
+    train.classes = evald.classes = classes
+    return ImageData(
+        name=name or Path(root).name, kind=kind, train=train, eval=evald, classes=classes,
+        num_classes=len(classes), source=str(Path(root)), eval_split=eval_dir.name)
+
+
+def _decode_folder(split_dir: Path, classes: Sequence[str]) -> Tuple[np.ndarray, np.ndarray]:
+    images, labels = [], []
+    for label, cls in enumerate(classes):
+        for p in sorted((split_dir / cls).iterdir()):
+            with Image.open(p) as im:
+                images.append(np.asarray(im.convert('RGB')))
+            labels.append(label)
+    return np.stack(images), np.asarray(labels, dtype=np.int64)
+
+
+def load_image_folder_in_memory(root: Path, cache: Optional[Path], name: str, kind: str) -> ImageData:
+    """A small image folder decoded once into uint8 arrays (cached as .npz next to it or in ``cache``)."""
+    train_dir, eval_dir = find_image_folder_splits(root)
+    classes = _folder_classes(train_dir)
+    npz = cache if cache is not None else root / 'decoded.npz'
+    if npz.is_file():
+        with np.load(npz) as d:
+            arrays = {k: d[k] for k in d.files}
+    else:
+        tx, ty = _decode_folder(train_dir, classes)
+        ex, ey = _decode_folder(eval_dir, classes)
+        arrays = dict(train_images=tx, train_labels=ty, eval_images=ex, eval_labels=ey)
+        tmp = npz.with_name(f'.{npz.name}.{os.getpid()}.tmp.npz')
+        np.savez(tmp, **arrays)
+        os.replace(tmp, npz)
+    train = ArrayImageDataset(arrays['train_images'], arrays['train_labels'], classes)
+    evald = ArrayImageDataset(arrays['eval_images'], arrays['eval_labels'], classes)
+    return ImageData(name=name, kind=kind, train=train, eval=evald, classes=list(classes), num_classes=len(classes),
+                     source=str(root), eval_split=eval_dir.name, in_memory=True)
+
+
+def _extract_once(archive: Path, cache_dir: Path) -> Path:
+    """Extract a .tar.gz into ``cache_dir/<archive stem>`` once (atomically: temp folder, then rename)."""
+    stem = archive.name[:-len('.tar.gz')] if archive.name.endswith('.tar.gz') else archive.stem
+    target = cache_dir / stem
+    if (target / '.complete').is_file():
+        return target
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    tmp = cache_dir / f'.{stem}.{os.getpid()}.tmp'
+    shutil.rmtree(tmp, ignore_errors=True)
+    _logger.info(f'Extracting {archive} to {target} (once)')
+    with tarfile.open(archive) as tar:
+        tar.extractall(tmp, filter='data')
+    # an archive holding one top folder that contains train/: use that folder
+    subdirs = [p for p in tmp.iterdir() if p.is_dir()]
+    if not (tmp / 'train').is_dir() and len(subdirs) == 1 and (subdirs[0] / 'train').is_dir():
+        inner = subdirs[0]
+        tmp2 = cache_dir / f'.{stem}.{os.getpid()}.tmp2'
+        os.replace(inner, tmp2)
+        shutil.rmtree(tmp)
+        tmp = tmp2
+    (tmp / '.complete').write_text(str(archive) + '\n')
+    try:
+        os.replace(tmp, target)
+    except OSError:  # another process finished first
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not (target / '.complete').is_file():
+            raise
+    return target
+
+
+# -- CIFAR-10 --------------------------------------------------------------------------------------
+
+def load_cifar10(root: Union[str, Path], cache_dir: Optional[Union[str, Path]] = None, download: bool = True) -> ImageData:
+    """CIFAR-10 held in memory, from the first of these found under ``root`` (or ``root/CIFAR10``):
+
+    a JPEG image-folder export archive ``cifar10-jpeg*.tar.gz`` (extracted once to ``cache_dir``),
+    an extracted image folder with ``train/`` and ``test/``, torchvision's ``cifar-10-batches-py``;
+    else the original is downloaded by torchvision into ``root``.
+    """
+    root = Path(root)
+    cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    bases = [root, root / 'CIFAR10', root / 'cifar10', root / 'cifar-10']
+    for base in bases:
+        if not base.is_dir():
+            continue
+        archives = sorted(base.glob('cifar10*.tar.gz')) + sorted(base.glob('cifar-10*.tar.gz'))
+        archives = [a for a in archives if 'python' not in a.name]
+        if archives:
+            folder = _extract_once(archives[0], cache_dir)
+            data = load_image_folder_in_memory(folder, folder / 'decoded.npz', 'cifar10', 'cifar10')
+            data.source = f'{archives[0]} (extracted to {folder})'
+            _check_cifar_classes(data)
+            return data
+        if (base / 'train').is_dir() and any((base / d).is_dir() for d in EVAL_SPLIT_DIRS):
+            cache = cache_dir / f'cifar10-folder-{abs(hash(str(base.resolve()))) % 10**8}.npz'
+            cache_dir.mkdir(parents=True, exist_ok=True)
+            data = load_image_folder_in_memory(base, cache, 'cifar10', 'cifar10')
+            _check_cifar_classes(data)
+            return data
+        if (base / 'cifar-10-batches-py').is_dir():
+            return _cifar_torchvision(base, download=False)
+    if not download:
+        raise DatasetError(
+            f'CIFAR-10 not found under {root} or {root}/CIFAR10: expected cifar10-jpeg*.tar.gz, an image folder '
+            f'with train/ and test/, or cifar-10-batches-py; allow the download (drop --no-download) or fix --data-dir.')
+    return _cifar_torchvision(root, download=True)
+
+
+def _check_cifar_classes(data: ImageData) -> None:
+    if data.classes != list(CIFAR10_CLASSES):
+        raise DatasetError(f'{data.source}: expected the CIFAR-10 classes {list(CIFAR10_CLASSES)}, found {data.classes}.')
+
+
+def _cifar_torchvision(root: Path, download: bool) -> ImageData:
+    from torchvision.datasets import CIFAR10
+    try:
+        train = CIFAR10(str(root), train=True, download=download)
+        test = CIFAR10(str(root), train=False, download=download)
+    except Exception as e:  # noqa: BLE001
+        raise DatasetError(f'CIFAR-10 not found under {root} and the download failed: {e}') from e
+    classes = list(train.classes)
+    return ImageData(
+        name='cifar10', kind='cifar10',
+        train=ArrayImageDataset(train.data, np.asarray(train.targets), classes),
+        eval=ArrayImageDataset(test.data, np.asarray(test.targets), classes),
+        classes=classes, num_classes=10, source=str(root / 'cifar-10-batches-py'), eval_split='test', in_memory=True)
+
+
+# -- timm's dataset factory ------------------------------------------------------------------------
+
+def load_timm_dataset(name: str, root: Optional[str], train_split: str, eval_split: str, download: bool,
+                      img_mode: str, seed: int, batch_size: int, num_classes: Optional[int]) -> ImageData:
+    """Any dataset ``timm.data.create_dataset`` reads (hfds/, hfids/, wds/, tfds/, torch/)."""
+    from timm.data import create_dataset
+    common = dict(root=root, download=download, input_img_mode=img_mode, seed=seed, batch_size=batch_size)
+    try:
+        train = create_dataset(name, split=train_split, is_training=True, **common)
+        evald = create_dataset(name, split=eval_split, is_training=False, **common)
+    except Exception as e:  # noqa: BLE001
+        raise DatasetError(f"timm's create_dataset could not open '{name}' (root={root}, splits "
+                           f"{train_split}/{eval_split}): {type(e).__name__}: {e}") from e
+    classes = _classes_of(train)
+    n = num_classes or (len(classes) if classes else None)
+    if n is None:
+        raise DatasetError(f"Cannot tell the number of classes of '{name}'; pass --num-classes.")
+    return ImageData(name=name, kind='timm', train=train, eval=evald, classes=classes, num_classes=n,
+                     source=f'timm.data.create_dataset({name!r}, root={root!r})', eval_split=eval_split)
+
+
+def _classes_of(ds: Any) -> Optional[List[str]]:
+    for obj in (ds, getattr(ds, 'reader', None)):
+        if obj is None:
+            continue
+        classes = getattr(obj, 'classes', None)
+        if classes:
+            return [str(c) for c in classes]
+        class_to_idx = getattr(obj, 'class_to_idx', None)
+        if class_to_idx:
+            return [c for c, _ in sorted(class_to_idx.items(), key=lambda kv: kv[1])]
+    return None
+
+
+# -- entry point -----------------------------------------------------------------------------------
+
+def dataset_kind(name: str) -> str:
+    """'mnist', 'cifar10', 'imagenet', 'timm' (factory prefix) or 'folder' (a path); errors otherwise."""
+    low = name.lower()
+    if low in BUILTIN_DATASETS:
+        return low
+    if low.startswith(TIMM_FACTORY_PREFIXES):
+        return 'timm'
+    if os.sep in name or '/' in name or os.path.isdir(name):
+        return 'folder'
+    raise DatasetError(
+        f"Unknown dataset '{name}': use one of {', '.join(BUILTIN_DATASETS)}, a path to an image folder with "
+        f"train/ and val/ (or test/) subfolders, or a timm dataset name with one of the prefixes "
+        f"{', '.join(TIMM_FACTORY_PREFIXES)}.")
+
+
+def load_dataset(
+        name: str,
+        data_dir: Optional[Union[str, Path]] = None,
+        download: bool = True,
+        cache_dir: Optional[Union[str, Path]] = None,
+        img_mode: str = 'RGB',
+        train_split: str = 'train',
+        eval_split: Optional[str] = None,
+        num_classes: Optional[int] = None,
+        seed: int = 0,
+        batch_size: int = 256,
+) -> ImageData:
+    """Resolve ``--dataset`` / ``--data-dir`` into train and evaluation splits (see the module doc)."""
+    kind = dataset_kind(name)
+    if kind == 'mnist':
+        return load_mnist(data_dir or 'data', download=download)
+    if kind == 'cifar10':
+        return load_cifar10(data_dir or 'data', cache_dir=cache_dir, download=download)
+    if kind == 'imagenet':
+        if data_dir is None:
+            raise DatasetError('--dataset imagenet needs --data-dir pointing at a folder with train/ and val/.')
+        return load_image_folder(data_dir, kind='imagenet', name='imagenet', img_mode=img_mode)
+    if kind == 'folder':
+        return load_image_folder(name, kind='folder', img_mode=img_mode)
+    return load_timm_dataset(name, str(data_dir) if data_dir else None, train_split, eval_split or 'validation',
+                             download, img_mode, seed, batch_size, num_classes)
+
+
+def subset(ds: Dataset, n: Optional[int], seed: int) -> Dataset:
+    """A seeded random subset of ``n`` samples (all when ``n`` is None or not smaller)."""
+    if n is None or isinstance(ds, IterableDataset) or n >= len(ds):
+        return ds
+    idx = np.sort(np.random.default_rng(seed).permutation(len(ds))[:n])
+    if isinstance(ds, ArrayImageDataset):
+        return ds.subset(idx)
+    return IndexSubset(ds, idx)
+
+
+# -- transforms ------------------------------------------------------------------------------------
+
+def build_transforms(
+        input_size: Tuple[int, int, int],
+        mean: Sequence[float],
+        std: Sequence[float],
+        interpolation: str = 'bilinear',
+        crop_pct: float = 1.0,
+        no_aug: bool = False,
+        scale: Optional[Sequence[float]] = None,
+        ratio: Optional[Sequence[float]] = None,
+        hflip: float = 0.5,
+        vflip: float = 0.,
+        color_jitter: Optional[float] = None,
+        auto_augment: Optional[str] = None,
+        train_interpolation: Optional[str] = None,
+) -> Tuple[Any, Any]:
+    """timm's training and evaluation transforms, ending in uint8 tensors (C, H, W).
+
+    Normalisation and random erasing are left to the batch (``use_prefetcher=True`` in timm's terms).
+    """
+    from timm.data import create_transform
+    train_tf = create_transform(
+        input_size, is_training=True, no_aug=no_aug, scale=tuple(scale) if scale else None,
+        ratio=tuple(ratio) if ratio else None, hflip=hflip, vflip=vflip,
+        color_jitter=color_jitter if color_jitter else None, auto_augment=auto_augment or None,
+        interpolation=train_interpolation or interpolation, mean=tuple(mean), std=tuple(std), use_prefetcher=True)
+    eval_tf = create_transform(
+        input_size, is_training=False, interpolation=interpolation, mean=tuple(mean), std=tuple(std),
+        crop_pct=crop_pct, use_prefetcher=True)
+    return train_tf, eval_tf
