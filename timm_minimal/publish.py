@@ -22,7 +22,7 @@ from typing import Any, Dict, List, Optional, Sequence
 import torch
 import yaml
 
-from .vit_minimal import WEIGHTS_DIR
+from .vit_minimal import DATASETS, WEIGHTS_DIR
 
 __all__ = ['RunInfo', 'read_run', 'export_run', 'render_card', 'push_folder', 'main']
 
@@ -35,14 +35,14 @@ ATTN_DESCRIPTIONS = {
     'sym': 'symmetric attention, W_K := W_Q (the paper\'s "symmetry")',
     'chol': 'W_QK = T T^T with T lower triangular (symmetric positive semi-definite)',
 }
-DATASET_NAMES = {'mnist': 'MNIST', 'cifar10': 'CIFAR-10', 'in1k': 'ImageNet-1k', 'imagenet': 'ImageNet-1k'}
-HUB_DATASETS = {'mnist': 'ylecun/mnist', 'cifar10': 'uoft-cs/cifar10', 'in1k': 'ILSVRC/imagenet-1k',
-                'imagenet': 'ILSVRC/imagenet-1k'}
+# by the run's dataset kind; an image folder is named by the folder
+DATASET_NAMES = {'mnist': 'MNIST', 'cifar10': 'CIFAR-10', 'imagenet': 'ImageNet-1k'}
+HUB_DATASETS = {'mnist': 'ylecun/mnist', 'cifar10': 'uoft-cs/cifar10', 'imagenet': 'ILSVRC/imagenet-1k'}
 DATASET_NOTES = {
     'cifar10': 'Trained and tested on a JPEG (quality 75) export of CIFAR-10; its pixels differ from the '
                'original images by about 6/255 on average, so accuracy on the original files may differ slightly.',
-    'mnist': 'Tested on the 10,000 MNIST test digits, which (as in the paper) also served as the '
-             'validation set; there is no separate held-out split.',
+    'mnist': 'The MNIST test digits (as in the paper) also served as the validation set during training; '
+             'there is no separate held-out split.',
 }
 
 
@@ -66,6 +66,14 @@ class RunInfo:
     def tag(self) -> str:
         model = self.run['model']
         return model.split('.', 1)[1] if '.' in model else self.run['dataset']['name']
+
+    @property
+    def dataset_kind(self) -> str:
+        return self.run['dataset'].get('kind', self.run['dataset']['name'])
+
+    @property
+    def dataset_name(self) -> str:
+        return DATASET_NAMES.get(self.dataset_kind, self.run['dataset']['name'])
 
     @property
     def last(self) -> Dict[str, Any]:
@@ -127,16 +135,25 @@ def _paper_rows(architecture: str, tag: str) -> List[Dict[str, Any]]:
 
 
 def _hardware(info: RunInfo) -> str:
-    device = info.run.get('device') or info.run.get('accelerate', {}).get('device') or 'cpu'
-    return 'GPU' if 'cuda' in str(device) else 'CPU'
+    launch = (info.run.get('launches') or [{}])[-1]
+    device = str(launch.get('device', 'cpu'))
+    processes = launch.get('num_processes', 1)
+    kind = 'GPU' if 'cuda' in device else 'CPU'
+    return f'{processes} {kind} processes' if processes > 1 else f'one {kind}'
+
+
+def _resolved_recipe(run: Dict[str, Any]) -> Dict[str, Any]:
+    """The recipe's keys with the values the run actually used (command-line overrides applied)."""
+    used = run.get('args', {})
+    return {k: used.get(k, v) for k, v in (run.get('recipe_values') or {}).items()}
 
 
 def render_card(info: RunInfo, repo_id: str, model, template: Optional[Path] = None):
     """The model card of a run (``huggingface_hub.ModelCard``); every number comes from the run's files."""
     from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
-    tag, arch = info.tag, info.architecture
-    dataset_name = DATASET_NAMES.get(tag, info.run['dataset']['name'])
+    tag, arch, kind = info.tag, info.architecture, info.dataset_kind
+    dataset_name = info.dataset_name
     last = info.last
     args = model.init_kwargs
     card_data = ModelCardData(
@@ -144,18 +161,19 @@ def render_card(info: RunInfo, repo_id: str, model, template: Optional[Path] = N
         pipeline_tag='image-classification',
         license='apache-2.0',
         tags=['image-classification', 'timm', 'transformers', 'vit_minimal', f'attn-{args["attn_type"]}'],
-        datasets=[HUB_DATASETS[tag]] if tag in HUB_DATASETS else None,
+        datasets=[HUB_DATASETS[kind]] if kind in HUB_DATASETS else None,
         model_name=repo_id,
         eval_results=[EvalResult(
             task_type='image-classification', task_name='Image Classification',
-            dataset_type=HUB_DATASETS.get(tag, tag), dataset_name=dataset_name, dataset_split='test',
+            dataset_type=HUB_DATASETS.get(kind, kind), dataset_name=dataset_name,
+            dataset_split=info.run['dataset'].get('eval_split', 'test'),
             metric_type='accuracy', metric_name='Top-1 accuracy', metric_value=round(last['test_acc'], 2),
         )],
     )
-    paper_rows = _paper_rows(arch, tag)
+    paper_rows = _paper_rows(arch, kind)
     if paper_rows:
         gap = last['test_acc'] - paper_rows[0]['val_acc']
-        comparison = (f'After {last["epoch"]} epochs this model is {abs(gap):.2f} points '
+        comparison = (f'After {last["epoch"]} epoch{"s" if last["epoch"] != 1 else ""} this model is {abs(gap):.2f} points '
                       f'{"below" if gap < 0 else "above"} the validation accuracy the paper reports after 500 epochs.')
     else:
         comparison = 'The paper reports no result for this architecture on this dataset.'
@@ -183,7 +201,7 @@ def render_card(info: RunInfo, repo_id: str, model, template: Optional[Path] = N
         params=sum(p.numel() for p in model.parameters()),
         flops=_flops(model),
         test_samples=last.get('test_samples', info.run['dataset'].get('eval_samples')),
-        train_samples=info.run['dataset'].get('train_samples'),
+        train_samples=info.run['dataset'].get('train_samples_used') or info.run['dataset'].get('train_samples'),
         last=last,
         best=info.best,
         paper_rows=paper_rows,
@@ -191,10 +209,10 @@ def render_card(info: RunInfo, repo_id: str, model, template: Optional[Path] = N
         weights_from=info.checkpoint.name,
         epochs=last['epoch'],
         command=info.run['command'],
-        recipe=yaml.safe_dump(info.run.get('recipe_values', {}), sort_keys=False).strip(),
+        recipe=yaml.safe_dump(_resolved_recipe(info.run), sort_keys=False).strip(),
         versions=', '.join(f'{k} {v}' for k, v in versions.items()) or 'not recorded',
         hardware=_hardware(info),
-        dataset_note=DATASET_NOTES.get(tag, f'Tested on the {dataset_name} {info.run["dataset"].get("eval_split", "test")} split.'),
+        dataset_note=DATASET_NOTES.get(kind, f'Tested on the {dataset_name} {info.run["dataset"].get("eval_split", "test")} split.'),
         num_classes=model.num_classes,
     )
 
@@ -207,6 +225,10 @@ def export_run(run_dir: Path, out_dir: Path, repo_id: str, checkpoint: str = 'la
     from .modeling_vit_minimal import VitMinimalForImageClassification
 
     info = read_run(run_dir, checkpoint)
+    if ship_weights and (info.run.get('model_kwargs') or info.tag not in DATASETS):
+        raise PublishError(f'only a registered architecture with a registered tag ({", ".join(DATASETS)}) and no '
+                           f'model overrides can ship as {info.architecture}.{info.tag}; this run has '
+                           f'model_kwargs={info.run.get("model_kwargs")}.')
     out_dir = Path(out_dir)
     if out_dir.exists() and any(out_dir.iterdir()):
         raise PublishError(f'{out_dir} exists and is not empty; choose a new folder.')

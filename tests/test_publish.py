@@ -1,0 +1,152 @@
+"""Publishing a training run: export folder, model card from the run's own numbers, upload to a
+Hub-compatible server on 127.0.0.1 and reading it back with timm, transformers and ModelCard."""
+import json
+import shutil
+
+import numpy as np
+import pytest
+import timm
+import torch
+from huggingface_hub import HfApi, ModelCard
+from PIL import Image
+
+import timm_minimal  # noqa: F401
+from timm_minimal import publish
+from timm_minimal.train import main as train_main
+
+torch.set_num_threads(1)
+
+DATA = '../shared/data'
+
+
+def _train(out, *args):
+    rc = train_main(['--output', str(out), '--epochs', '1', '--seed', '0', '--no-progress', '--num-workers', '0',
+                     *args])
+    assert rc == 0
+    return out
+
+
+@pytest.fixture(scope='module')
+def mnist_run(tmp_path_factory):
+    """A real (short) training run of vit_minimal_sym_6x1 on a subset of MNIST."""
+    out = tmp_path_factory.mktemp('runs') / 'sym-mnist'
+    return _train(out, '--model', 'vit_minimal_sym_6x1.mnist', '--dataset', 'mnist', '--data-dir', DATA,
+                  '--train-subset', '512', '--eval-subset', '256', '--batch-size', '64')
+
+
+def _metrics(run):
+    return [json.loads(line) for line in (run / 'metrics.jsonl').read_text().splitlines()]
+
+
+def test_export_folder_and_card_numbers_come_from_the_run(mnist_run, tmp_path):
+    out = publish.export_run(mnist_run, tmp_path / 'repo', 'testuser/vit_minimal_sym_6x1.mnist',
+                             card_copy=tmp_path / 'cards' / 'sym.md')
+    names = {p.name for p in out.iterdir()}
+    assert {'config.json', 'model.safetensors', 'preprocessor_config.json', 'README.md'} <= names
+    assert any(n.startswith('modeling_') for n in names)  # code for trust_remote_code
+    config = json.loads((out / 'config.json').read_text())
+    assert config['model_type'] == 'vit_minimal' and config['architecture'] == 'vit_minimal_sym_6x1'
+    assert config['id2label']['3'] == '3'
+
+    last = _metrics(mnist_run)[-1]
+    card = ModelCard.load(out / 'README.md')
+    data = card.data.to_dict()
+    assert data['library_name'] == 'timm' and data['license'] == 'apache-2.0'
+    assert data['datasets'] == ['ylecun/mnist']
+    result = data['model-index'][0]['results'][0]
+    assert result['metrics'][0]['type'] == 'accuracy'
+    assert result['metrics'][0]['value'] == round(last['test_acc'], 2)
+    text = card.text
+    assert f"{last['test_acc']:.2f}" in text and f"{last['train_loss']:.4f}" in text
+    assert '70,930' in text  # parameters, counted from the model
+    assert 'timm-minimal-train --output' in text  # the exact command of the run
+    assert '97.80' in text  # the paper's Table 2 validation accuracy for 1-head symmetry
+    assert 'hf-hub:testuser/vit_minimal_sym_6x1.mnist' in text
+    assert (tmp_path / 'cards' / 'sym.md').read_text() == (out / 'README.md').read_text()
+
+
+def test_push_and_read_back_with_timm_transformers_and_modelcard(mnist_run, tmp_path, hub_server):
+    from transformers import AutoModelForImageClassification, pipeline
+
+    repo = 'testuser/vit_minimal_sym_6x1.mnist'
+    folder = publish.export_run(mnist_run, tmp_path / 'repo', repo)
+    url = publish.push_folder(folder, repo)
+    assert repo in url
+    files = set(HfApi().list_repo_files(repo))
+    assert {'config.json', 'model.safetensors', 'preprocessor_config.json', 'README.md'} <= files
+
+    local = timm.create_model(f'local-dir:{mnist_run}/checkpoints/last', pretrained=True).eval()
+    x = torch.randn(3, 1, 28, 28)
+    with torch.no_grad():
+        ref = local(x)
+        from_timm = timm.create_model(f'hf-hub:{repo}', pretrained=True).eval()(x)
+        hf = AutoModelForImageClassification.from_pretrained(repo).eval()
+        from_hf = hf(pixel_values=x).logits
+    torch.testing.assert_close(from_timm, ref, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(from_hf, ref, rtol=1e-5, atol=1e-5)
+
+    card = ModelCard.load(repo)
+    last = _metrics(mnist_run)[-1]
+    assert card.data.to_dict()['model-index'][0]['results'][0]['metrics'][0]['value'] == round(last['test_acc'], 2)
+
+    digit = Image.fromarray((np.random.default_rng(0).random((28, 28)) * 255).astype('uint8'))
+    preds = pipeline('image-classification', model=repo)(digit)
+    assert preds[0]['label'] in [str(i) for i in range(10)]
+
+
+def test_push_private_to_a_revision(mnist_run, tmp_path, hub_server):
+    repo = 'testorg/sym-private'
+    folder = publish.export_run(mnist_run, tmp_path / 'repo', repo)
+    publish.push_folder(folder, repo, private=True, revision='v1', commit_message='first weights')
+    api = HfApi()
+    assert api.model_info(repo).private
+    assert 'model.safetensors' in api.list_repo_files(repo, revision='v1')
+    assert 'model.safetensors' not in api.list_repo_files(repo)  # main holds only the initial commit
+    model = timm.create_model(f'hf-hub:{repo}@v1', pretrained=True)
+    assert model.pretrained_cfg['architecture'] == 'vit_minimal_sym_6x1'
+
+
+def test_cli_exports_and_pushes(mnist_run, tmp_path, hub_server, capsys):
+    rc = publish.main([str(mnist_run), '--repo-id', 'testuser/cli-push', '--out', str(tmp_path / 'repo'), '--push'])
+    assert rc == 0
+    assert 'pushed testuser/cli-push' in capsys.readouterr().out
+    assert 'README.md' in HfApi().list_repo_files('testuser/cli-push')
+
+
+def test_unfinished_or_empty_runs_are_refused(mnist_run, tmp_path):
+    run = tmp_path / 'copy'
+    shutil.copytree(mnist_run, run)
+    info = json.loads((run / 'run.json').read_text())
+    info['status'] = 'running'
+    (run / 'run.json').write_text(json.dumps(info))
+    with pytest.raises(publish.PublishError, match="status 'running'.*--resume"):
+        publish.export_run(run, tmp_path / 'out', 'x/y')
+    (run / 'metrics.jsonl').write_text('')
+    with pytest.raises(publish.PublishError, match='no finished epoch'):
+        publish.export_run(run, tmp_path / 'out', 'x/y')
+    with pytest.raises(publish.PublishError, match='run.json is missing'):
+        publish.export_run(tmp_path, tmp_path / 'out', 'x/y')
+    assert not (tmp_path / 'out').exists()
+    assert publish.main([str(tmp_path), '--repo-id', 'x/y']) == 2
+
+
+def test_in1k_recipe_on_a_tiny_image_folder(tmp_path):
+    """The ImageNet path (in1k geometry, image-folder data) trains and publishes; the card names the data."""
+    rng = np.random.default_rng(0)
+    for split in ('train', 'val'):
+        for cls in ('cat', 'dog'):
+            d = tmp_path / 'tiny' / split / cls
+            d.mkdir(parents=True)
+            for i in range(4):
+                Image.fromarray((rng.random((40, 48, 3)) * 255).astype('uint8')).save(d / f'{i}.jpg')
+    run = _train(tmp_path / 'run', '--model', 'vit_minimal_sym_6x1.in1k', '--dataset', str(tmp_path / 'tiny'),
+                 '--recipe', 'imagenet', '--batch-size', '4', '--model-kwargs', 'depth=1', '--warmup-epochs', '0')
+    out = publish.export_run(run, tmp_path / 'repo', 'testuser/tiny-in1k')
+    config = json.loads((out / 'config.json').read_text())
+    assert config['pretrained_cfg']['input_size'] == [3, 224, 224]
+    assert sorted(config['id2label'].values()) == ['cat', 'dog']
+    card = ModelCard.load(out / 'README.md')
+    assert 'trained on tiny' in card.text
+    assert 'datasets' not in card.data.to_dict()  # an image folder, not a Hub dataset
+    with pytest.raises(publish.PublishError, match='model overrides'):
+        publish.export_run(run, tmp_path / 'repo2', 'testuser/tiny-in1k', ship_weights=True)
