@@ -88,6 +88,19 @@ def main(argv=None) -> None:
     for r in results:
         print(f"| {r['model']} | {r['params']:,} | {100 * r['test_acc']:.1f}% | {r['seconds']:.0f} s |")
 
+    shipped = [n for n in timm.list_pretrained('vit_minimal*.mnist')]
+    if shipped:
+        x_test, y_test = load_mnist_sample()[2:]
+        print()
+        print('The pretrained MNIST checkpoints that ship with the package, on the same 1,000 test digits:')
+        print()
+        print('| checkpoint | parameters | test accuracy (1,000 digits) |')
+        print('|---|---:|---:|')
+        for name in shipped:
+            model = timm.create_model(name, pretrained=True)
+            params = sum(p.numel() for p in model.parameters())
+            print(f'| {name} | {params:,} | {100 * evaluate(model, x_test, y_test):.1f}% |')
+
 
 if __name__ == '__main__':
     main()

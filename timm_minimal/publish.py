@@ -12,6 +12,7 @@ an epoch gets no card. Uploading uses ``HfApi`` and honours ``HF_ENDPOINT`` and 
 """
 import argparse
 import json
+import shlex
 import shutil
 import sys
 from dataclasses import dataclass
@@ -142,6 +143,15 @@ def _hardware(info: RunInfo) -> str:
     return f'{processes} {kind} processes' if processes > 1 else f'one {kind}'
 
 
+def _portable_command(command: str, model: str) -> str:
+    """The run's command with its output folder written as runs/<model> (where it lay is no recipe)."""
+    words = shlex.split(command)
+    for i, word in enumerate(words[:-1]):
+        if word == '--output':
+            words[i + 1] = f'runs/{model}'
+    return shlex.join(words)
+
+
 def _resolved_recipe(run: Dict[str, Any]) -> Dict[str, Any]:
     """The recipe's keys with the values the run actually used (command-line overrides applied)."""
     used = run.get('args', {})
@@ -208,7 +218,7 @@ def render_card(info: RunInfo, repo_id: str, model, template: Optional[Path] = N
         comparison_note=comparison,
         weights_from=info.checkpoint.name,
         epochs=last['epoch'],
-        command=info.run['command'],
+        command=_portable_command(info.run['command'], info.run['model']),
         recipe=yaml.safe_dump(_resolved_recipe(info.run), sort_keys=False).strip(),
         versions=', '.join(f'{k} {v}' for k, v in versions.items()) or 'not recorded',
         hardware=_hardware(info),
