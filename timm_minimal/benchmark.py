@@ -110,23 +110,24 @@ class BenchmarkConfig:
     dataset: str = 'mnist'
     batch_size: int = 256
     repeats: int = 5
-    warmup: int = 2
+    warmup: int = 1
     target_time: float = 0.25
     device: str = 'auto'
     threads: Optional[int] = 1
     amp: bool = False
     amp_dtype: str = 'bfloat16'
-    sdpa: bool = True
+    # SDPA on against off for the selected models matching these globs
+    sdpa_models: Tuple[str, ...] = ('vit_minimal_std_mlp_*x1', 'vit_minimal_std_*x4', 'vit_minimal_sym_*')
     timm_compare: bool = True
     timm_pairs: int = 20
     timm_latency: bool = True
     memory: bool = True
-    memory_steps: int = 2
+    memory_steps: int = 1
     scaling: bool = True
     scaling_models: Tuple[str, ...] = ('vit_minimal_std_mlp_6x1', 'vit_minimal_sym_6x1')
     scaling_tokens: Tuple[int, ...] = (16, 64, 256, 1024)
     scaling_depths: Tuple[int, ...] = (3, 6, 12, 24)
-    scaling_batch_size: int = 8
+    scaling_tokens_per_batch: int = 2048
     scaling_repeats: int = 3
     output: str = 'BENCHMARKS.md'
     plots_dir: str = 'benchmarks'
@@ -141,10 +142,11 @@ class BenchmarkConfig:
     def quick_config(cls, **overrides: Any) -> 'BenchmarkConfig':
         """A smoke test: two minimal models and the timm reference, tiny batches, 1-2 repeats."""
         quick = dict(
-            models=('vit_minimal_std_mlp_6x1', 'vit_minimal_sym_6x1'),
+            models=('vit_minimal_std_mlp_6x1', 'vit_minimal_sym_6x1'), sdpa_models=('*',),
             batch_size=8, repeats=2, warmup=1, target_time=0.02, timm_pairs=2, timm_latency=False,
-            memory_steps=1, scaling_models=('vit_minimal_std_mlp_6x1', 'vit_minimal_sym_6x1'),
-            scaling_tokens=(16, 64), scaling_depths=(2, 4), scaling_batch_size=2, scaling_repeats=1, quick=True,
+            memory_steps=1, scaling_models=('vit_minimal_sym_6x1',),
+            scaling_tokens=(16, 64), scaling_depths=(2, 4), scaling_tokens_per_batch=64, scaling_repeats=1,
+            quick=True,
         )
         quick.update(overrides)
         return cls(**quick)
@@ -311,9 +313,9 @@ class Runner:
 
     def train_step(self) -> None:
         self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
         with self._autocast():
             loss = F.cross_entropy(self.model(self.x), self.y)
-        self.optimizer.zero_grad(set_to_none=True)
         if self.scaler is not None:
             self.scaler.scale(loss).backward()
             self.scaler.step(self.optimizer)
@@ -596,19 +598,14 @@ def _run(config: BenchmarkConfig, server: '_MemoryServer') -> Dict[str, Any]:
     env = _environment(config, device)
     results: Dict[str, Any] = dict(config=_config_dict(config), env=env)
 
-    # 1. every model (and the timm reference per baseline depth), SDPA on and off
-    specs: List[ModelSpec] = []
-    for name in names:
-        specs.append(ModelSpec(name, name, config.dataset, True, seed=config.seed))
-    ref_depths = sorted({parse_name(n)['depth'] for n in names if parse_name(n)['attn'] == 'std' and parse_name(n)['mlp']})
-    ref_keys = {}
-    for depth in ref_depths:
-        key = f'{TIMM_REF}_{depth}x1'
-        ref_keys[depth] = key
-        specs.append(ModelSpec(key, TIMM_REF, config.dataset, True, depth=depth, heads=1, seed=config.seed))
-    if config.sdpa:
-        specs += [ModelSpec(s.key + '[sdpa off]', s.name, s.dataset, False, s.img_size, s.depth, s.heads, s.seed)
-                  for s in list(specs)]
+    # 1. every model, the timm reference per baseline depth, and SDPA off for some
+    specs: List[ModelSpec] = [ModelSpec(name, name, config.dataset, True, seed=config.seed) for name in names]
+    ref_depths = sorted({parse_name(n)['depth'] for n in names if n.startswith('vit_minimal_std_mlp_')})
+    ref_keys = {depth: f'{TIMM_REF}_{depth}x1' for depth in ref_depths}
+    specs += [ModelSpec(ref_keys[d], TIMM_REF, config.dataset, True, depth=d, heads=1, seed=config.seed)
+              for d in ref_depths]
+    specs += [ModelSpec(s.key + '[sdpa off]', s.name, s.dataset, False, s.img_size, s.depth, s.heads, s.seed)
+              for s in list(specs) if s.name in names and any(fnmatch.fnmatchcase(s.name, p) for p in config.sdpa_models)]
     _log(f'[benchmark] {len(specs)} models on {device}, batch {config.batch_size}, threads {torch.get_num_threads()}')
     runners = [Runner(s, device, config.batch_size, config.amp, config.amp_dtype) for s in specs]
     rows: Dict[str, Dict[str, Any]] = {}
@@ -616,7 +613,7 @@ def _run(config: BenchmarkConfig, server: '_MemoryServer') -> Dict[str, Any]:
         s = r.spec
         info = dict(parse_name(s.name)) if s.name != TIMM_REF else dict(attn='std', mlp=True, depth=s.depth, heads=s.heads)
         rows[s.key] = dict(
-            key=s.key, name=s.name, fused=s.fused, **info,
+            key=s.key, name=s.name, fused=s.fused, **info, batch_size=config.batch_size,
             params=count_params(r.model), params_total=count_params(r.model, trainable_only=False),
             flops=count_flops(r.model, s.input_shape()),
             flops_train=count_flops(r.model, s.input_shape(), backward=True),
@@ -639,52 +636,53 @@ def _run(config: BenchmarkConfig, server: '_MemoryServer') -> Dict[str, Any]:
     del runners
     gc.collect()
 
-    # 2. our std_mlp against timm's VisionTransformer, tightly alternated
+    # 2. our std_mlp against timm's VisionTransformer, with a second copy of ours as a noise control
     if config.timm_compare:
         results['timm'] = []
         for depth in ref_depths:
             ours = f'vit_minimal_std_mlp_{depth}x1'
-            for fused in ((True, False) if config.sdpa else (True,)):
-                for batch, modes in ((config.batch_size, ('infer', 'train')),) + (
-                        ((1, ('infer',)),) if config.timm_latency else ()):
-                    pair = [Runner(ModelSpec(ours, ours, config.dataset, fused, seed=config.seed), device, batch,
-                                   config.amp, config.amp_dtype),
-                            Runner(ModelSpec(ref_keys[depth], TIMM_REF, config.dataset, fused, depth=depth, heads=1,
-                                             seed=config.seed), device, batch, config.amp, config.amp_dtype)]
-                    pair[1].model.load_state_dict(pair[0].model.state_dict(), strict=False)
-                    pair[0].model.eval()
-                    pair[1].model.eval()
-                    with torch.no_grad():
-                        max_diff = (pair[0].model(pair[0].x) - pair[1].model(pair[0].x)).abs().max().item()
-                    _log(f'[benchmark] ours vs timm, depth {depth}, sdpa {"on" if fused else "off"}, batch {batch}')
-                    entry = dict(ours=ours, ref=ref_keys[depth], depth=depth, fused=fused, batch_size=batch,
-                                 params_ours=count_params(pair[0].model), params_ref=count_params(pair[1].model),
-                                 params_ref_total=count_params(pair[1].model, trainable_only=False),
-                                 max_abs_diff=max_diff)
-                    target = config.target_time / 2
-                    for mode in modes:
-                        tp = measure_throughput(pair, mode, config.timm_pairs, config.warmup, target)
-                        entry[mode] = dict(ours=tp[ours], ref=tp[ref_keys[depth]])
-                    results['timm'].append(entry)
-                    del pair
+            settings = [(config.batch_size, ('infer', 'train'))] + ([(1, ('infer',))] if config.timm_latency else [])
+            for batch, modes in settings:
+                specs = [ModelSpec(ours, ours, config.dataset, True, seed=config.seed),
+                         ModelSpec(ref_keys[depth], TIMM_REF, config.dataset, True, depth=depth, heads=1, seed=config.seed),
+                         ModelSpec(ours + '[copy]', ours, config.dataset, True, seed=config.seed)]
+                trio = [Runner(s, device, batch, config.amp, config.amp_dtype) for s in specs]
+                missing, unexpected = trio[1].model.load_state_dict(trio[0].model.state_dict(), strict=False)
+                if unexpected or missing != ['pos_embed']:
+                    raise RuntimeError(f'timm reference does not match {ours}: missing {missing}, unexpected {unexpected}')
+                for r in trio:
+                    r.model.eval()
+                with torch.no_grad():
+                    max_diff = (trio[0].model(trio[0].x) - trio[1].model(trio[0].x)).abs().max().item()
+                _log(f'[benchmark] ours vs timm, depth {depth}, batch {batch}, {config.timm_pairs} alternated repeats')
+                entry = dict(ours=ours, ref=ref_keys[depth], depth=depth, fused=True, batch_size=batch,
+                             params_ours=count_params(trio[0].model), params_ref=count_params(trio[1].model),
+                             params_ref_total=count_params(trio[1].model, trainable_only=False), max_abs_diff=max_diff)
+                for mode in modes:
+                    tp = measure_throughput(trio, mode, config.timm_pairs, config.warmup, config.target_time / 2)
+                    entry[mode] = dict(ours=tp[specs[0].key], ref=tp[specs[1].key], copy=tp[specs[2].key])
+                results['timm'].append(entry)
+                del trio
 
-    # 3. scaling with the token count and the depth
+    # 3. scaling with the token count and the depth, at a fixed number of tokens per batch
     if config.scaling:
-        results['scaling'] = dict(batch_size=config.scaling_batch_size, tokens=[], depth=[])
+        results['scaling'] = dict(tokens_per_batch=config.scaling_tokens_per_batch, tokens=[], depth=[])
         geo = geometry(config.dataset)
         sweeps = [('tokens', t, dict(img_size=geometry(config.dataset, t)['img_size'])) for t in config.scaling_tokens]
         sweeps += [('depth', d, dict(depth=d)) for d in config.scaling_depths]
         for axis, value, override in sweeps:
+            tokens = value if axis == 'tokens' else geo['tokens']
+            batch = max(1, config.scaling_tokens_per_batch // tokens)
             specs = []
             for name in config.scaling_models:
-                for fused in ((True, False) if config.sdpa and axis == 'tokens' else (True,)):
+                fused_modes = (True, False) if axis == 'tokens' and config.sdpa_models else (True,)
+                for fused in fused_modes:
                     key = f'{name}[{axis}={value}{"" if fused else ",sdpa off"}]'
                     specs.append(ModelSpec(key, name, config.dataset, fused, seed=config.seed, **override))
-            _log(f'[benchmark] scaling {axis}={value}')
-            runners = [Runner(s, device, config.scaling_batch_size, config.amp, config.amp_dtype) for s in specs]
-            out = {s.key: dict(key=s.key, name=s.name, fused=s.fused, axis=axis, value=value,
-                               tokens=geometry(config.dataset, value)['tokens'] if axis == 'tokens' else geo['tokens'],
-                               depth=value if axis == 'depth' else parse_name(s.name)['depth'],
+            _log(f'[benchmark] scaling {axis}={value}, batch {batch}')
+            runners = [Runner(s, device, batch, config.amp, config.amp_dtype) for s in specs]
+            out = {s.key: dict(key=s.key, name=s.name, fused=s.fused, axis=axis, value=value, tokens=tokens,
+                               depth=value if axis == 'depth' else parse_name(s.name)['depth'], batch_size=batch,
                                params=count_params(r.model), flops=count_flops(r.model, s.input_shape()))
                    for s, r in zip(specs, runners)}
             for mode in ('infer', 'train'):
@@ -692,7 +690,7 @@ def _run(config: BenchmarkConfig, server: '_MemoryServer') -> Dict[str, Any]:
                 for key, vals in tp.items():
                     out[key][mode] = vals
             if config.memory:
-                mem = measure_memory(specs, device, config.scaling_batch_size, config.threads, config.memory_steps,
+                mem = measure_memory(specs, device, batch, config.threads, config.memory_steps,
                                      config.amp, config.amp_dtype, {r.spec.key: r for r in runners}, server)
                 for key, res in mem.items():
                     out[key]['mem_infer'] = res['infer']
@@ -754,14 +752,34 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]], align: Optional
     return '\n'.join(lines)
 
 
-def _spread(vals: Sequence[float]) -> str:
-    return f'{median(vals):.3f} [{min(vals):.3f}, {max(vals):.3f}]'
+def median_ci(values: Sequence[float], level: float = 0.95, resamples: int = 2000, seed: int = 0
+              ) -> Tuple[float, float, float]:
+    """The median and a bootstrap confidence interval of the median (percentile method, seeded)."""
+    import random
+    values = list(values)
+    if len(values) < 2:
+        m = median(values)
+        return m, m, m
+    rng = random.Random(seed)
+    meds = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(resamples))
+    lo = meds[int((1 - level) / 2 * resamples)]
+    hi = meds[min(resamples - 1, int((1 + level) / 2 * resamples))]
+    return median(values), lo, hi
+
+
+def _ratio_cell(vals: Sequence[float]) -> str:
+    m, lo, hi = median_ci(vals)
+    return f'{m:.2f} ({lo:.2f}-{hi:.2f})'
 
 
 def _label(row: Dict[str, Any]) -> str:
     if row['name'] == TIMM_REF:
         return f'timm VisionTransformer ({row["depth"]}x{row["heads"]}, ref.)'
     return row['name'].replace('vit_minimal_', '')
+
+
+def _name_cell(row: Dict[str, Any]) -> str:
+    return _label(row) if row['name'] == TIMM_REF else f'`{_label(row)}`'
 
 
 def render_report(results: Dict[str, Any], output: str, plots_dir: Optional[str] = None,
@@ -774,28 +792,33 @@ def render_report(results: Dict[str, Any], output: str, plots_dir: Optional[str]
         os.makedirs(plots_dir, exist_ok=True)
         out_dir = os.path.dirname(os.path.abspath(output))
         plots_rel = os.path.relpath(os.path.abspath(plots_dir), out_dir).replace(os.sep, '/')
-    images: Dict[str, str] = {}
+    geo = geometry(cfg['dataset'])
 
     md.append('# Benchmarks\n')
     md.append('What the minimal variants of *Reducing the Transformer Architecture to a Minimum* buy in compute, '
-              'measured by `timm_minimal.benchmark` (`scripts/benchmark.py`, console script '
-              '`timm-minimal-benchmark`).' + (' **Quick smoke-test run: the numbers are not meaningful.**'
-                                              if cfg.get('quick') else '') + '\n')
+              'measured by `timm_minimal.benchmark` (`python scripts/benchmark.py` or `timm-minimal-benchmark`). '
+              'Every number below comes from the one run described in *Setup*; *Method* says how each is measured.'
+              + (' **Quick smoke-test run: the numbers are not meaningful.**' if cfg.get('quick') else '') + '\n')
+    md.append('Ratios are medians over repeats of a ratio taken *within* each repeat, followed by a 95% bootstrap '
+              'confidence interval of that median in parentheses: on a loaded machine single timings scatter '
+              'widely, and the interval says how far a median can be trusted.\n')
     md.append('## Setup\n')
-    geo = geometry(cfg['dataset'])
+    shared = ' (shared with other jobs while measuring)' if (env.get('cpu_count') or 99) <= 4 else ''
     setup = [
         ('device', env['device'] + (f' ({env["gpu"]})' if env.get('gpu') else '')),
-        ('CPU', f'{env["cpu"]}, {env["cpu_count"]} cores' + (' (shared with other jobs)' if env['cpu_count'] <= 2 else '')),
-        ('torch threads', str(env['threads'])),
+        ('CPU', f'{env["cpu"]}, {env["cpu_count"]} cores{shared}'),
+        ('torch threads', f'{env["threads"]} (`torch.set_num_threads`)'),
         ('torch / timm / Python', f'{env["torch"]} / {env["timm"]} / {env["python"]}'),
         ('dtype', env['dtype']),
-        ('geometry', f'`{cfg["dataset"]}`: {geo["in_chans"]}x{geo["img_size"]}x{geo["img_size"]} images, '
-                     f'{geo["patch_size"]}x{geo["patch_size"]} patches, {geo["tokens"]} tokens, width 60, MLP 256'),
-        ('batch size', f'{cfg["batch_size"]} (scaling sweep: {cfg["scaling_batch_size"]})'),
-        ('repeats', f'{cfg["repeats"]} timed repeats of ~{cfg["target_time"]} s after {cfg["warmup"]} warm-up steps '
-                    f'(ours vs timm: {cfg["timm_pairs"]} alternated repeats; scaling: {cfg["scaling_repeats"]})'),
+        ('geometry', f'`.{cfg["dataset"]}`: {geo["in_chans"]}x{geo["img_size"]}x{geo["img_size"]} images, '
+                     f'{geo["patch_size"]}x{geo["patch_size"]} patches, {geo["tokens"]} tokens; width 60, MLP 256'),
+        ('batch size', f'{cfg["batch_size"]} (ours against timm also 1; scaling: '
+                       f'{cfg["scaling_tokens_per_batch"]} tokens per batch)'),
+        ('repeats', f'{cfg["repeats"]} timed repeats of about {cfg["target_time"]} s per model after '
+                    f'{cfg["warmup"]} warm-up step(s) and a calibration step; ours against timm: '
+                    f'{cfg["timm_pairs"]} repeats; scaling: {cfg["scaling_repeats"]}'),
         ('date', env['date']),
-        ('wall time', f'{env.get("wall_time_s", float("nan")):.0f} s'),
+        ('wall time of the run', f'{env.get("wall_time_s", float("nan")):.0f} s'),
     ]
     if cfg.get('command'):
         setup.append(('command', f'`{cfg["command"]}`'))
@@ -809,35 +832,27 @@ def render_report(results: Dict[str, Any], output: str, plots_dir: Optional[str]
 
     # per-model table
     md.append('## Per model\n')
-    md.append('Throughput in images/s (median over repeats), forward FLOPs per image counted by '
-              '`torch.utils.flop_counter` (matrix products only), peak memory of a step in MiB '
-              '(working memory above the model, see *Method*). SDPA on.\n')
+    md.append(f'Batch {cfg["batch_size"]}, SDPA on. Throughput: images/s, median over repeats. FLOPs: one forward '
+              'of one image, matrix products only. "infer GFLOP/s" is FLOPs x inference throughput: how busy the '
+              'model keeps the CPU. Memory: peak working memory of one step in MiB, above the weights '
+              '(see *Method*).\n')
     header = ['model', 'attention', 'MLP', 'params', 'fwd MFLOPs/img', 'infer img/s', 'train img/s', 'infer GFLOP/s']
     if has_mem:
         header += ['infer mem MiB', 'train mem MiB']
     rows = []
     for r in minimal + refs:
         fl = r['flops'] / 1e6
-        row = [f'`{_label(r)}`' if r['name'] != TIMM_REF else _label(r),
-               ATTN_DESCRIPTION[r['attn']] if r['name'] != TIMM_REF else 'timm `Attention`',
+        row = [_name_cell(r), ATTN_DESCRIPTION[r['attn']] if r['name'] != TIMM_REF else 'timm `Attention`',
                'yes' if r['mlp'] else 'no', _fmt_int(r['params']), _fmt(fl, 2),
                _fmt_tp(median(r['infer'])), _fmt_tp(median(r['train'])), _fmt(fl * median(r['infer']) / 1e3, 2)]
         if has_mem:
             row += [_fmt(r.get('mem_infer'), 1), _fmt(r.get('mem_train'), 1)]
         rows.append(row)
-    md.append(_table(header, rows) + '\n')
+    md.append(_table(header, rows, 'lll' + 'r' * (len(header) - 3)) + '\n')
 
     # against the baseline
-    md.append('## Minimal variants against the paper\'s baseline\n')
-    md.append('Each variant against `std_mlp` (unchanged attention with MLP, 1 head) of the same depth and geometry. '
-              'Parameters and FLOPs: variant / baseline. Speed-up: the variant\'s throughput / the baseline\'s, '
-              'per repeat, median [min, max]; > 1 is faster. "FLOP-predicted" is baseline FLOPs / variant FLOPs, '
-              'the speed-up if time followed FLOPs.\n')
-    header = ['model', 'params ×', 'FLOPs ×', 'FLOP-predicted speed-up', 'infer speed-up', 'train speed-up']
-    if has_mem:
-        header.append('train mem ×')
-    rows = []
     speedups = []
+    rows = []
     for r in minimal:
         b = by_key.get(r['baseline'])
         if b is None or r['key'] == b['key']:
@@ -846,57 +861,72 @@ def render_report(results: Dict[str, Any], output: str, plots_dir: Optional[str]
         speedups.append(dict(label=_label(r), flops=r['flops'] / b['flops'], params=r['params'] / b['params'],
                              infer=median(inf), train=median(tr)))
         row = [f'`{_label(r)}`', _fmt(r['params'] / b['params'], 3), _fmt(r['flops'] / b['flops'], 3),
-               _fmt(b['flops'] / r['flops'], 2), _spread(inf), _spread(tr)]
+               _fmt(b['flops'] / r['flops'], 2), _ratio_cell(inf), _ratio_cell(tr)]
         if has_mem:
             row.append(_fmt(r['mem_train'] / b['mem_train'], 2) if b.get('mem_train') else 'n/a')
         rows.append(row)
-    md.append(_table(header, rows) + '\n')
-    if plots_dir and speedups:
-        images['speedup'] = _plot_speedups(speedups, os.path.join(plots_dir, 'speedup_vs_flops.png'))
-        md.append(f'![speed-up against FLOP reduction]({plots_rel}/speedup_vs_flops.png)\n')
+    if rows:
+        md.append('## Minimal variants against the paper\'s baseline\n')
+        md.append('Each variant against `std_mlp` (unchanged attention with MLP, 1 head) of the same depth and '
+                  'geometry, from the same repeats. Parameters and FLOPs: variant / baseline. "FLOP-predicted" is '
+                  'baseline FLOPs / variant FLOPs, the speed-up if time followed FLOPs; the measured speed-ups are '
+                  'throughput ratios (> 1: faster than the baseline).\n')
+        header = ['model', 'params ×', 'FLOPs ×', 'FLOP-predicted speed-up', 'infer speed-up', 'train speed-up']
+        if has_mem:
+            header.append('train mem ×')
+        md.append(_table(header, rows) + '\n')
+        if plots_dir:
+            _plot_speedups(speedups, os.path.join(plots_dir, 'speedup_vs_flops.png'))
+            md.append(f'![speed-up against FLOP reduction]({plots_rel}/speedup_vs_flops.png)\n')
 
     # ours vs timm
     if results.get('timm'):
         md.append('## Implementation overhead: ours against timm\'s VisionTransformer\n')
         t0 = results['timm'][0]
         md.append(
-            f'`vit_minimal_std_mlp_{t0["depth"]}x1` against `timm.models.vision_transformer.VisionTransformer` built with '
-            'the same width, depth, heads, MLP and patch size (`class_token=False, global_pool=\'avg\', '
-            'final_norm=False, fc_norm=False, mlp_ratio=256/60`). timm has no fixed sin-cos position embedding: '
-            'its learned `pos_embed` is filled with our sin-cos table and frozen, so both models add the same '
-            f'constant and train the same {_fmt_int(t0["params_ours"])} parameters (timm holds '
-            f'{_fmt_int(t0["params_ref_total"])} including the frozen {_fmt_int(t0["params_ref_total"] - t0["params_ref"])}'
-            f'-entry table). With our weights loaded into timm\'s model, the logits differ by at most '
-            f'{t0["max_abs_diff"]:.1e}: the two compute the same function. Remaining differences are code paths only '
-            '(timm\'s `qkv` head split, `qk_norm`/`LayerScale`/`DropPath` identities, patch-drop and pre-norm '
-            'identities; ours: input check, sin-cos buffer).\n')
-        md.append('Ratio = ours / timm throughput per alternated repeat, median [min, max]; target ≥ 0.95 '
-                  '(at most 5% slower).\n')
+            f'`vit_minimal_std_mlp_{t0["depth"]}x1` against `timm.models.vision_transformer.VisionTransformer(img_size='
+            f'{geo["img_size"]}, patch_size={geo["patch_size"]}, in_chans={geo["in_chans"]}, num_classes={geo["num_classes"]}, '
+            f'embed_dim=60, depth={t0["depth"]}, num_heads=1, mlp_ratio=256/60, class_token=False, '
+            'global_pool=\'avg\', final_norm=False, fc_norm=False)`: the same patch embedding, pre-norm blocks with '
+            'a fused `qkv` and `proj`, MLP 60-256-60 with GELU, average pooling, no final norm, linear head. '
+            'What differs: timm has no fixed sin-cos position embedding, so its learned `pos_embed` is filled with '
+            f'our sin-cos table and frozen. Both then add the same constant and train the same '
+            f'{_fmt_int(t0["params_ours"])} parameters (timm holds {_fmt_int(t0["params_ref_total"])} including the '
+            f'frozen {_fmt_int(t0["params_ref_total"] - t0["params_ref"])}-entry table), and with our weights loaded '
+            f'into timm\'s model the logits agree to {t0["max_abs_diff"]:.1e}: the same function. The code paths '
+            'differ: timm splits heads with `reshape(B, N, 3, H, D).permute(2, 0, 3, 1, 4).unbind(0)` and calls '
+            'identity `q_norm`/`k_norm`/`LayerScale`/`DropPath`/patch-drop/pre-norm modules; ours splits with '
+            '`chunk` and checks the input shape.\n')
+        md.append('The three models (ours, timm, a second copy of ours) are measured in turn within each repeat. '
+                  '"ours / timm" is the overhead measurement (target: ≥ 0.95, at most 5% slower); "ours / ours" '
+                  'compares two identical models and shows how large a ratio the noise alone produces.\n')
         rows = []
         for e in results['timm']:
             for mode in ('infer', 'train'):
                 if mode not in e:
                     continue
-                rr = ratios(e[mode]['ours'], e[mode]['ref'])
                 rows.append([f'{"inference" if mode == "infer" else "training"}, batch {e["batch_size"]}',
-                             'on' if e['fused'] else 'off', _fmt_tp(median(e[mode]['ours'])),
-                             _fmt_tp(median(e[mode]['ref'])), _spread(rr)])
-        md.append(_table(['measurement', 'SDPA', 'ours img/s', 'timm img/s', 'ours / timm'], rows) + '\n')
+                             _fmt_tp(median(e[mode]['ours'])), _fmt_tp(median(e[mode]['ref'])),
+                             _ratio_cell(ratios(e[mode]['ours'], e[mode]['ref'])),
+                             _ratio_cell(ratios(e[mode]['ours'], e[mode]['copy'])) if 'copy' in e[mode] else 'n/a'])
+        md.append(_table(['measurement (SDPA on)', 'ours img/s', 'timm img/s', 'ours / timm', 'ours / ours (noise)'],
+                         rows) + '\n')
 
     # SDPA on/off
     off = [r for r in models if not r['fused']]
     if off:
         md.append('## Fused SDPA on against off\n')
-        md.append('`F.scaled_dot_product_attention` (on) against the explicit `softmax(q k^T) v` (off) of the same '
-                  'model, per repeat, median [min, max]; > 1 means SDPA is faster.\n')
+        md.append(f'`F.scaled_dot_product_attention` (on) against the explicit `softmax(q k^T) v` (off) in the same '
+                  f'model, from the same repeats, at {geo["tokens"]} tokens; > 1: SDPA is faster or, for memory, '
+                  'needs more. The token sweep below shows the same comparison as sequences grow.\n')
         header = ['model', 'infer on / off', 'train on / off']
         if has_mem:
             header.append('train mem on / off')
         rows = []
         for r in off:
             on = by_key[r['key'].replace('[sdpa off]', '')]
-            row = [f'`{_label(on)}`' if on['name'] != TIMM_REF else _label(on),
-                   _spread(ratios(on['infer'], r['infer'])), _spread(ratios(on['train'], r['train']))]
+            row = [_name_cell(on), _ratio_cell(ratios(on['infer'], r['infer'])),
+                   _ratio_cell(ratios(on['train'], r['train']))]
             if has_mem:
                 row.append(_fmt(on['mem_train'] / r['mem_train'], 2) if r.get('mem_train') else 'n/a')
             rows.append(row)
@@ -906,24 +936,32 @@ def render_report(results: Dict[str, Any], output: str, plots_dir: Optional[str]
     sc = results.get('scaling')
     if sc and (sc.get('tokens') or sc.get('depth')):
         md.append('## Scaling with tokens and depth\n')
-        md.append(f'Batch {sc["batch_size"]}. Tokens: the image side grows at fixed patch size '
-                  f'({geo["patch_size"]}x{geo["patch_size"]}), depth {parse_name(cfg["scaling_models"][0])["depth"]}. '
-                  f'Depth: at {geo["tokens"]} tokens. "attn share" is the fraction of forward FLOPs in the '
-                  'attention products q k^T and a v (4 T^2 N per layer).\n')
+        scaling_depth = parse_name(cfg['scaling_models'][0])['depth']
+        md.append(f'Both sweeps keep {sc["tokens_per_batch"]:,} tokens per batch (batch = '
+                  f'{sc["tokens_per_batch"]:,} / tokens), so the linear layers do the same work per step at every '
+                  'point and what grows is attention (tokens) or the number of blocks (depth). Tokens: the image side '
+                  f'grows at fixed {geo["patch_size"]}x{geo["patch_size"]} patches, depth {scaling_depth}. Depth: at '
+                  f'{geo["tokens"]} tokens. "attn share" is the fraction of forward FLOPs in the two attention '
+                  'products q k^T and a v (4 T^2 N per block). Memory per image is the step\'s peak working memory '
+                  'divided by the batch.\n')
         for axis in ('tokens', 'depth'):
             pts = sc.get(axis) or []
             if not pts:
                 continue
-            header = ['model', 'SDPA', axis, 'params', 'fwd MFLOPs/img', 'attn share', 'infer img/s', 'train img/s']
-            if any('mem_train' in p for p in pts):
-                header += ['infer mem MiB', 'train mem MiB']
+            header = ['model', 'SDPA', axis, 'batch', 'params', 'fwd MFLOPs/img', 'attn share', 'infer img/s',
+                      'train img/s']
+            with_mem = any('mem_train' in p for p in pts)
+            if with_mem:
+                header += ['infer mem MiB', 'train mem MiB', 'train MiB/img']
             rows = []
             for p in sorted(pts, key=lambda p: (p['name'], not p['fused'], p['value'])):
                 attn = 4 * p['tokens'] ** 2 * 60 * p['depth'] / p['flops']
-                row = [f'`{_label(p)}`', 'on' if p['fused'] else 'off', str(p['value']), _fmt_int(p['params']),
-                       _fmt(p['flops'] / 1e6, 1), f'{attn:.0%}', _fmt_tp(median(p['infer'])), _fmt_tp(median(p['train']))]
-                if 'mem_train' in p:
-                    row += [_fmt(p['mem_infer'], 1), _fmt(p['mem_train'], 1)]
+                row = [f'`{_label(p)}`', 'on' if p['fused'] else 'off', str(p['value']), str(p['batch_size']),
+                       _fmt_int(p['params']), _fmt(p['flops'] / 1e6, 1), f'{attn:.0%}', _fmt_tp(median(p['infer'])),
+                       _fmt_tp(median(p['train']))]
+                if with_mem:
+                    row += [_fmt(p.get('mem_infer'), 1), _fmt(p.get('mem_train'), 1),
+                            _fmt(p['mem_train'] / p['batch_size'], 2) if 'mem_train' in p else 'n/a']
                 rows.append(row)
             md.append(f'### {"Token count" if axis == "tokens" else "Depth"}\n')
             md.append(_table(header, rows, 'll' + 'r' * (len(header) - 2)) + '\n')
@@ -939,16 +977,19 @@ def render_report(results: Dict[str, Any], output: str, plots_dir: Optional[str]
         md.append(f'The paper\'s Table 2 (MNIST, 6 layers, 500 epochs) and this project\'s reproduction '
                   f'(`{results_path}`, {len(repro)} runs).\n')
         acc = _as_percent([r['val_acc'] for r in repro])
+        paper_acc = [r.get('paper_val_acc') for r in repro]
         rows = [[f'`{str(r.get("model", "?")).replace("vit_minimal_", "")}`', str(r.get('dataset', '')),
                  str(r.get('epochs', '')), _fmt_int(r['params']),
                  _fmt_int(r['paper_params']) if r.get('paper_params') else '', _fmt(a, 2),
-                 _fmt(float(r['paper_val_acc']), 2) if r.get('paper_val_acc') is not None else '']
-                for r, a in zip(repro, acc)]
+                 _fmt(float(pa), 2) if pa is not None else '']
+                for r, a, pa in zip(repro, acc, paper_acc)]
         md.append(_table(['model', 'dataset', 'epochs', 'params', 'paper params', 'val acc %', 'paper val acc %'],
                          rows, 'lll' + 'r' * 4) + '\n')
     else:
-        md.append(f'No reproduction results (`{results_path}`) were found when this report was written: the plot '
-                  'shows the paper\'s Table 2 points only (MNIST, 6 layers, 500 epochs).\n')
+        md.append(f'No reproduction results (`{results_path}`) existed when this report was written: the plot '
+                  'shows the paper\'s Table 2 points only (MNIST, 6 layers, 500 epochs). Rebuild the report and '
+                  'plots without measuring again with `timm-minimal-benchmark --from-json '
+                  f'{cfg.get("json_path") or "benchmarks/results.json"}` once they exist.\n')
     if plots_dir:
         _plot_accuracy(repro, os.path.join(plots_dir, 'accuracy_vs_params.png'))
         md.append(f'![accuracy against parameters]({plots_rel}/accuracy_vs_params.png)\n')
@@ -963,23 +1004,27 @@ def render_report(results: Dict[str, Any], output: str, plots_dir: Optional[str]
 
 _METHOD = """## Method
 
-- **Throughput**: `time.perf_counter` around a number of back-to-back steps (CUDA: synchronised), calibrated per
-  model after warm-up so that one timed repeat lasts about the target time. Each repeat visits every model once,
-  the order rotated from repeat to repeat. Ratios are taken between two models within the same repeat, then the
-  median over repeats is reported with its range, so a background load that slows a repeat hits both sides.
-  Inference: `model.eval()` under `torch.inference_mode()`. Training: forward, cross-entropy, `zero_grad`,
-  backward and an AdamW step (lr 1e-3, weight decay 1e-4). Random inputs and labels.
+- **Throughput**: `time.perf_counter` around back-to-back steps (CUDA: synchronised before and after), their
+  number calibrated per model after warm-up so that one timed repeat lasts about the target time (at least one
+  step). Each repeat visits every model once, the order rotated from repeat to repeat; a ratio is taken between
+  two models within the same repeat and the median over repeats is reported, so a background load that slows one
+  repeat slows both sides of its ratios. Inference: `model.eval()` under `torch.inference_mode()`. Training:
+  `zero_grad(set_to_none=True)`, forward, cross-entropy, backward and an AdamW step (lr 1e-3, weight decay 1e-4).
+  Random inputs and labels. The 95% intervals are percentile-bootstrap intervals of the median (2,000 resamples).
 - **FLOPs**: `torch.utils.flop_counter.FlopCounterMode` over one forward of one image. It counts matrix products
-  (linear layers, the patch-embedding convolution, `bmm` of the explicit attention and the fused SDPA kernels,
-  `_scaled_dot_product_flash_attention_for_cpu` included) as 2 x multiply-accumulates; softmax, LayerNorm, GELU
-  and additions are not counted. SDPA on and off count the same.
-- **Memory (CPU)**: peak RSS is a per-process high-water mark, so every model is measured in a fresh process
-  (forked from a server that has imported torch and timm once). After the model, its optimizer and the input
-  batch exist and the runtime has run one single-image forward and backward, the kernel's peak-RSS counter is
-  reset (`/proc/self/clear_refs`) and the RSS noted; after the measured steps the peak (`VmHWM`) minus that RSS is
-  the step's working memory: activations, saved tensors, gradients, optimizer state (on the first training step)
-  and library workspaces, but not the weights. Allocator caching makes it a little coarse (a few MiB).
-  **Memory (CUDA)**: `torch.cuda.max_memory_allocated` minus `torch.cuda.memory_allocated` before the steps.
+  (linear layers, the patch-embedding convolution, the `bmm` of the explicit attention and the fused SDPA kernels,
+  the CPU kernel `_scaled_dot_product_flash_attention_for_cpu` included) as 2 x multiply-accumulates; softmax,
+  LayerNorm, GELU and additions are not counted. SDPA on and off count the same.
+- **Memory (CPU)**: peak RSS is a per-process high-water mark, so every model is measured in a fresh process,
+  forked from a server that has imported torch and timm once. The child builds the model, its optimizer and the
+  input batch, runs one unmeasured step of each kind (lazy initialisation; the AdamW state now exists), then for
+  inference and for training: frees what it can (`gc.collect`, `malloc_trim`), resets the kernel's peak-RSS
+  counter (`/proc/self/clear_refs`), notes the RSS, runs the measured step and reads the peak (`VmHWM`). Peak
+  minus RSS before is the step's working memory: activations and saved tensors, temporaries and library
+  workspaces. The persistent state is outside it: weights, gradients (their memory is freed by `zero_grad` and
+  reused) and the AdamW state, 4 x parameters x 4 bytes in all (4.3 MiB for the baseline). Allocator granularity
+  makes small values coarse (a few hundred KiB). **Memory (CUDA)**: `torch.cuda.max_memory_allocated` minus
+  `torch.cuda.memory_allocated` before the measured step, after an unmeasured one.
 """
 
 
@@ -1028,14 +1073,17 @@ def _plot_scaling(points: List[Dict[str, Any]], axis: str, path: str) -> str:
         series.setdefault((p['name'], p['fused']), []).append(p)
     metrics = [('infer', 'inference images/s'), ('train', 'training images/s')]
     if has_mem:
-        metrics.append(('mem_train', 'training step peak memory (MiB)'))
+        metrics.append(('mem_train', 'training working memory per image (MiB)'))
     for ax, (metric, label) in zip(axes, metrics):
         for (name, fused), pts in sorted(series.items()):
             pts = sorted(pts, key=lambda p: p['value'])
-            ys = [median(p[metric]) if isinstance(p[metric], list) else p[metric] for p in pts]
+            if metric == 'mem_train':
+                ys = [p['mem_train'] / p['batch_size'] for p in pts]
+            else:
+                ys = [median(p[metric]) for p in pts]
             ax.plot([p['value'] for p in pts], ys, marker='o', ls='-' if fused else ':',
                     label=f'{name.replace("vit_minimal_", "")}{"" if fused else " (SDPA off)"}')
-        ax.set_xscale('log', base=2 if axis == 'tokens' else 2)
+        ax.set_xscale('log', base=2)
         ax.set_yscale('log')
         ax.set_xlabel('tokens' if axis == 'tokens' else 'depth (blocks)')
         ax.set_ylabel(label)
@@ -1091,8 +1139,9 @@ def summary_lines(results: Dict[str, Any]) -> List[str]:
         for mode in ('infer', 'train'):
             if mode in e:
                 rr = ratios(e[mode]['ours'], e[mode]['ref'])
-                lines.append(f'ours/timm {mode} (batch {e["batch_size"]}, sdpa {"on" if e["fused"] else "off"}): '
-                             f'{_spread(rr)}')
+                lines.append(f'ours/timm {mode} (batch {e["batch_size"]}): {_ratio_cell(rr)}'
+                             + (f', ours/ours (noise) {_ratio_cell(ratios(e[mode]["ours"], e[mode]["copy"]))}'
+                                if 'copy' in e[mode] else ''))
     for r in results.get('models', []):
         b = by_key.get(r.get('baseline') or '')
         if r['fused'] and b is not None and b['key'] != r['key']:
@@ -1128,7 +1177,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument('--threads', type=int, default=d.threads, help=f'torch.set_num_threads (default {d.threads}; 0: leave)')
     p.add_argument('--amp', action='store_true', help='autocast (CUDA, or CPU bfloat16)')
     p.add_argument('--amp-dtype', default=d.amp_dtype, choices=('bfloat16', 'float16'))
-    p.add_argument('--no-sdpa', action='store_true', help='skip the SDPA-off comparison')
+    p.add_argument('--sdpa-models', nargs='+', default=None,
+                   help='globs of the selected models also measured with SDPA off '
+                        f'(default {" ".join(d.sdpa_models)}; \'*\' for all)')
+    p.add_argument('--no-sdpa', action='store_true', help='skip the SDPA-off comparison (also in the token sweep)')
     p.add_argument('--no-timm', action='store_true', help='skip the comparison with timm VisionTransformer')
     p.add_argument('--timm-pairs', type=int, default=None, help=f'alternated repeats ours vs timm (default {d.timm_pairs})')
     p.add_argument('--no-memory', action='store_true', help='skip the peak-memory measurement')
@@ -1137,8 +1189,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f'token counts of the sweep, squares (default {",".join(map(str, d.scaling_tokens))})')
     p.add_argument('--scaling-depths', type=_csv_ints, default=None,
                    help=f'depths of the sweep (default {",".join(map(str, d.scaling_depths))})')
-    p.add_argument('--scaling-batch-size', type=int, default=None,
-                   help=f'batch size of the sweep (default {d.scaling_batch_size})')
+    p.add_argument('--scaling-tokens-per-batch', type=int, default=None,
+                   help=f'tokens per batch in the sweeps, batch = this / tokens (default {d.scaling_tokens_per_batch})')
+    p.add_argument('--scaling-models', nargs='+', default=None,
+                   help=f'models of the sweeps (default {" ".join(d.scaling_models)})')
     p.add_argument('--output', default=d.output, help='markdown report path (default BENCHMARKS.md)')
     p.add_argument('--plots-dir', default=None, help='folder of the PNG plots (default: benchmarks/ beside the report)')
     p.add_argument('--json', default=None, help='raw results JSON (default: results.json in the plots folder)')
@@ -1155,17 +1209,23 @@ def config_from_args(args: argparse.Namespace) -> BenchmarkConfig:
     overrides: Dict[str, Any] = {}
     for arg, key in (('batch_size', 'batch_size'), ('repeats', 'repeats'), ('warmup', 'warmup'),
                      ('target_time', 'target_time'), ('timm_pairs', 'timm_pairs'), ('scaling_tokens', 'scaling_tokens'),
-                     ('scaling_depths', 'scaling_depths'), ('scaling_batch_size', 'scaling_batch_size')):
+                     ('scaling_depths', 'scaling_depths'), ('scaling_tokens_per_batch', 'scaling_tokens_per_batch')):
         if getattr(args, arg) is not None:
             overrides[key] = getattr(args, arg)
     if args.models:
         overrides['models'] = tuple(args.models)
+    if args.scaling_models:
+        overrides['scaling_models'] = tuple(select_models(args.scaling_models))
+    if args.sdpa_models:
+        overrides['sdpa_models'] = tuple(args.sdpa_models)
+    if args.no_sdpa:
+        overrides['sdpa_models'] = ()
     overrides.update(
         dataset=args.dataset, device=args.device, threads=args.threads or None, amp=args.amp,
-        amp_dtype=args.amp_dtype, sdpa=not args.no_sdpa, timm_compare=not args.no_timm, memory=not args.no_memory,
+        amp_dtype=args.amp_dtype, timm_compare=not args.no_timm, memory=not args.no_memory,
         scaling=not args.no_scaling, output=args.output, results_path=args.results, plots=not args.no_plots,
     )
-    plots_dir = args.plots_dir or os.path.join(os.path.dirname(args.output) or '.', 'benchmarks')
+    plots_dir = os.path.normpath(args.plots_dir or os.path.join(os.path.dirname(args.output) or '.', 'benchmarks'))
     overrides['plots_dir'] = plots_dir
     overrides['json_path'] = args.json or os.path.join(plots_dir, 'results.json')
     return BenchmarkConfig.quick_config(**overrides) if args.quick else BenchmarkConfig(**overrides)
