@@ -171,3 +171,23 @@ def test_report_rebuilds_from_json(quick_run, tmp_path):
     md = (tmp_path / 'B.md').read_text()
     assert '## Per model' in md and 'paper\'s Table 2 points only' in md
     assert (tmp_path / 'benchmarks' / 'accuracy_vs_params.png').exists()
+
+
+def test_rss_memory_in_fresh_processes():
+    specs = [B.ModelSpec('sym', 'vit_minimal_sym_6x1'), B.ModelSpec('std', 'vit_minimal_std_mlp_6x1')]
+    mem = B.measure_memory(specs, torch.device('cpu'), 32, 1, 1, method='rss')
+    for res in mem.values():
+        assert math.isfinite(res['train']) and res['train'] > 0
+    if mem['std']['train_peak_reset']:  # the kernel let the peak-RSS counter be reset: exact per step
+        assert mem['sym']['train'] < mem['std']['train']
+
+
+def test_tensor_memory_is_deterministic_and_ordered():
+    specs = [B.ModelSpec('sym', 'vit_minimal_sym_6x1'), B.ModelSpec('std', 'vit_minimal_std_mlp_6x1'),
+             B.ModelSpec('ref', B.TIMM_REF, depth=6, heads=1)]
+    first = B.measure_memory(specs, torch.device('cpu'), 16, 1, 1)
+    again = B.measure_memory(specs, torch.device('cpu'), 16, 1, 1)
+    for key in first:
+        assert first[key]['train'] == pytest.approx(again[key]['train'], rel=0.15)
+    assert 0 < first['sym']['train'] < first['std']['train']
+    assert first['std']['train'] == pytest.approx(first['ref']['train'], rel=0.1)  # the same function

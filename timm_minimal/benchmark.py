@@ -121,7 +121,9 @@ class BenchmarkConfig:
     timm_compare: bool = True
     timm_pairs: int = 20
     timm_latency: bool = True
+    block_size: int = 3
     memory: bool = True
+    memory_method: str = 'tensors'
     memory_steps: int = 1
     scaling: bool = True
     scaling_models: Tuple[str, ...] = ('vit_minimal_std_mlp_6x1', 'vit_minimal_sym_6x1')
@@ -342,9 +344,8 @@ def _time(fn: Callable[[], None], iters: int, device: torch.device) -> float:
     return time.perf_counter() - start
 
 
-def measure_throughput(runners: Sequence[Runner], mode: str, repeats: int, warmup: int,
-                       target_time: float) -> Dict[str, List[float]]:
-    """Images/s of every runner per repeat; all runners visited once per repeat, order rotated."""
+def calibrate(runners: Sequence[Runner], mode: str, warmup: int, target_time: float) -> Dict[str, int]:
+    """Warm every runner up, then choose its steps per timed repeat so that one repeat lasts ~``target_time``."""
     iters: Dict[str, int] = {}
     for r in runners:
         fn = r.step(mode)
@@ -352,14 +353,24 @@ def measure_throughput(runners: Sequence[Runner], mode: str, repeats: int, warmu
             fn()
         one = _time(fn, 1, r.device)
         iters[r.spec.key] = max(1, min(1000, round(target_time / max(one, 1e-6))))
+    return iters
+
+
+def measure_rounds(runners: Sequence[Runner], mode: str, repeats: int, iters: Dict[str, int]) -> Dict[str, List[float]]:
+    """Images/s of every runner per repeat; each repeat visits every runner once, the order rotated."""
     out: Dict[str, List[float]] = {r.spec.key: [] for r in runners}
     n = len(runners)
     for rep in range(repeats):
-        order = [runners[(i + rep) % n] for i in range(n)]
-        for r in order:
+        for r in [runners[(i + rep) % n] for i in range(n)]:
             k = iters[r.spec.key]
             out[r.spec.key].append(k * r.batch_size / _time(r.step(mode), k, r.device))
     return out
+
+
+def measure_throughput(runners: Sequence[Runner], mode: str, repeats: int, warmup: int,
+                       target_time: float) -> Dict[str, List[float]]:
+    """Calibrate, then images/s of every runner per repeat (see ``measure_rounds``)."""
+    return measure_rounds(runners, mode, repeats, calibrate(runners, mode, warmup, target_time))
 
 
 def ratios(num: Sequence[float], den: Sequence[float]) -> List[float]:
@@ -512,37 +523,93 @@ class _MemoryServer:
             self.proc = None
 
 
+class _QuietStderr:
+    """Silence the C++ profiler's log lines on file descriptor 2 while it runs."""
+
+    def __enter__(self) -> None:
+        sys.stderr.flush()
+        self.saved = os.dup(2)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 2)
+        os.close(devnull)
+
+    def __exit__(self, *exc: Any) -> None:
+        os.dup2(self.saved, 2)
+        os.close(self.saved)
+
+
+def tensor_memory_peak(fn: Callable[[], None]) -> float:
+    """Peak (MiB) of CPU memory allocated through torch's allocator while ``fn`` runs, above what was live before.
+
+    The profiler's memory events (every allocation and free, with its size and time) are summed in
+    time order; the running sum's maximum is the peak. The CPU analogue of
+    ``torch.cuda.max_memory_allocated``: tensors (activations, saved tensors, gradients,
+    temporaries inside ops), not memory that libraries allocate outside torch.
+    """
+    from torch.profiler import ProfilerActivity, profile
+    with _QuietStderr(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
+    events = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events()
+                    if e.name() == '[memory]' and e.device_type() == torch.autograd.DeviceType.CPU)
+    current = peak = 0
+    for _, nbytes in events:
+        current += nbytes
+        peak = max(peak, current)
+    return peak / 2 ** 20
+
+
 def measure_memory(specs: Sequence[ModelSpec], device: torch.device, batch_size: int, threads: Optional[int],
                    steps: int, amp: bool = False, amp_dtype: str = 'bfloat16',
-                   runners: Optional[Dict[str, Runner]] = None,
+                   runners: Optional[Dict[str, Runner]] = None, method: str = 'tensors',
                    server: Optional[_MemoryServer] = None) -> Dict[str, Dict[str, float]]:
-    """Peak memory (MiB) of inference and training steps per spec: CPU RSS in fresh processes, CUDA allocator."""
+    """Peak working memory (MiB) of an inference and a training step per spec.
+
+    ``method='tensors'`` (default): torch allocations, CPU through the profiler, CUDA through
+    ``max_memory_allocated``, in this process after one unmeasured step. ``method='rss'`` (CPU):
+    peak RSS growth of each model in a fresh process forked from ``_memory_server``.
+    """
     out: Dict[str, Dict[str, float]] = {}
-    if device.type == 'cuda':
-        for spec in specs:
-            runner = (runners or {}).get(spec.key) or Runner(spec, device, batch_size, amp, amp_dtype)
-            res = {}
-            for mode in ('infer', 'train'):
-                runner.step(mode)()  # gradients and optimizer state exist before the measured steps
-                gc.collect()
+    if device.type == 'cpu' and method == 'rss':
+        own = server is None
+        server = server or _MemoryServer()
+        try:
+            for spec in specs:
+                out[spec.key] = server.run(dict(spec=asdict(spec), batch_size=batch_size, threads=threads,
+                                                steps=steps, amp=amp, amp_dtype=amp_dtype))
+        finally:
+            if own:
+                server.close()
+        return out
+    if method not in ('tensors', 'rss'):
+        raise ValueError(f"Unknown memory method '{method}'; choose 'tensors' or 'rss'.")
+    if device.type == 'cpu':  # the profiler's and autograd's one-time allocations, not charged to a model
+        warm = Runner(ModelSpec('warm-up', 'vit_minimal_sym_6x1', depth=1), device, 2)
+        for mode in ('infer', 'train', 'train'):
+            tensor_memory_peak(warm.step(mode))
+        del warm
+    for spec in specs:
+        runner = (runners or {}).get(spec.key) or Runner(spec, device, batch_size, amp, amp_dtype)
+        res = {}
+        for mode in ('infer', 'train'):
+            step = runner.step(mode)
+            for _ in range(2):  # unmeasured: lazy initialisation, the AdamW state exists afterwards
+                step()
+            gc.collect()
+
+            def steps_fn() -> None:
+                for _ in range(steps):
+                    step()
+
+            if device.type == 'cuda':
                 torch.cuda.synchronize(device)
                 torch.cuda.reset_peak_memory_stats(device)
                 base = torch.cuda.memory_allocated(device)
-                for _ in range(steps):
-                    runner.step(mode)()
+                steps_fn()
                 torch.cuda.synchronize(device)
                 res[mode] = (torch.cuda.max_memory_allocated(device) - base) / 2 ** 20
-            out[spec.key] = res
-        return out
-    own = server is None
-    server = server or _MemoryServer()
-    try:
-        for spec in specs:
-            out[spec.key] = server.run(dict(spec=asdict(spec), batch_size=batch_size, threads=threads, steps=steps,
-                                            amp=amp, amp_dtype=amp_dtype))
-    finally:
-        if own:
-            server.close()
+            else:
+                res[mode] = tensor_memory_peak(steps_fn)
+        out[spec.key] = res
     return out
 
 
@@ -598,37 +665,66 @@ def _run(config: BenchmarkConfig, server: '_MemoryServer') -> Dict[str, Any]:
     env = _environment(config, device)
     results: Dict[str, Any] = dict(config=_config_dict(config), env=env)
 
-    # 1. every model, the timm reference per baseline depth, and SDPA off for some
-    specs: List[ModelSpec] = [ModelSpec(name, name, config.dataset, True, seed=config.seed) for name in names]
+    # 1. every model, the timm reference per baseline depth, and SDPA off for some. Measured in blocks:
+    #    each block holds the baseline of its depth and up to `block_size` other models, measured in turn
+    #    for `repeats` rounds, so every ratio compares measurements taken seconds apart.
+    def spec_of(name: str, fused: bool = True) -> ModelSpec:
+        if name.startswith(TIMM_REF):
+            depth = int(name.rsplit('_', 1)[1].split('x')[0])
+            return ModelSpec(name + ('' if fused else '[sdpa off]'), TIMM_REF, config.dataset, fused, depth=depth,
+                             heads=1, seed=config.seed)
+        return ModelSpec(name + ('' if fused else '[sdpa off]'), name, config.dataset, fused, seed=config.seed)
+
     ref_depths = sorted({parse_name(n)['depth'] for n in names if n.startswith('vit_minimal_std_mlp_')})
     ref_keys = {depth: f'{TIMM_REF}_{depth}x1' for depth in ref_depths}
-    specs += [ModelSpec(ref_keys[d], TIMM_REF, config.dataset, True, depth=d, heads=1, seed=config.seed)
-              for d in ref_depths]
-    specs += [ModelSpec(s.key + '[sdpa off]', s.name, s.dataset, False, s.img_size, s.depth, s.heads, s.seed)
-              for s in list(specs) if s.name in names and any(fnmatch.fnmatchcase(s.name, p) for p in config.sdpa_models)]
-    _log(f'[benchmark] {len(specs)} models on {device}, batch {config.batch_size}, threads {torch.get_num_threads()}')
-    runners = [Runner(s, device, config.batch_size, config.amp, config.amp_dtype) for s in specs]
+    baselines = {baseline_of(n) for n in names}
+    groups: Dict[str, List[List[ModelSpec]]] = {}  # baseline -> groups of specs that share a block
+    for name in names + [ref_keys[d] for d in ref_depths]:
+        base = baseline_of(name) if name in names else f'vit_minimal_std_mlp_{int(name.rsplit("_", 1)[1].split("x")[0])}x1'
+        group = [] if name in baselines else [spec_of(name)]
+        if name in names and any(fnmatch.fnmatchcase(name, p) for p in config.sdpa_models):
+            group.append(spec_of(name, fused=False))
+        if group:
+            groups.setdefault(base, []).append(group)
+    blocks: List[Tuple[str, List[ModelSpec]]] = []
+    for base, base_groups in groups.items():
+        current: List[ModelSpec] = []
+        for group in base_groups:
+            if current and len(current) + len(group) > config.block_size:
+                blocks.append((base, current))
+                current = []
+            current = current + group
+        if current:
+            blocks.append((base, current))
+    all_specs = [spec_of(b) for b in sorted(baselines)] + [s for _, block in blocks for s in block]
+    _log(f'[benchmark] {len(all_specs)} models in {len(blocks)} blocks on {device}, batch {config.batch_size}, '
+         f'threads {torch.get_num_threads()}')
+    runners = {s.key: Runner(s, device, config.batch_size, config.amp, config.amp_dtype) for s in all_specs}
     rows: Dict[str, Dict[str, Any]] = {}
-    for r in runners:
+    for key, r in runners.items():
         s = r.spec
         info = dict(parse_name(s.name)) if s.name != TIMM_REF else dict(attn='std', mlp=True, depth=s.depth, heads=s.heads)
-        rows[s.key] = dict(
-            key=s.key, name=s.name, fused=s.fused, **info, batch_size=config.batch_size,
+        rows[key] = dict(
+            key=key, name=s.name, fused=s.fused, **info, batch_size=config.batch_size,
             params=count_params(r.model), params_total=count_params(r.model, trainable_only=False),
             flops=count_flops(r.model, s.input_shape()),
             flops_train=count_flops(r.model, s.input_shape(), backward=True),
-            baseline=baseline_of(s.name) if s.name != TIMM_REF else None,
+            baseline=baseline_of(s.name) if s.name != TIMM_REF else f'vit_minimal_std_mlp_{s.depth}x1',
         )
     for mode in ('infer', 'train'):
-        _log(f'[benchmark] {mode} throughput, {config.repeats} repeats')
-        tp = measure_throughput(runners, mode, config.repeats, config.warmup, config.target_time)
-        for key, vals in tp.items():
-            rows[key][mode] = vals
+        _log(f'[benchmark] {mode} throughput, {config.repeats} repeats per block')
+        iters = calibrate(list(runners.values()), mode, config.warmup, config.target_time)
+        for b, (base, block) in enumerate(blocks):
+            tp = measure_rounds([runners[base]] + [runners[s.key] for s in block], mode, config.repeats, iters)
+            rows[base].setdefault(f'{mode}_blocks', []).append(tp[base])
+            rows[base].setdefault(mode, []).extend(tp[base])
+            for s in block:
+                rows[s.key][mode] = tp[s.key]
+                rows[s.key]['block'] = len(rows[base][f'{mode}_blocks']) - 1
     if config.memory:
-        _log('[benchmark] peak memory, one fresh process per model' if device.type == 'cpu' else '[benchmark] peak memory')
-        mem = measure_memory([r.spec for r in runners], device, config.batch_size, config.threads,
-                             config.memory_steps, config.amp, config.amp_dtype, {r.spec.key: r for r in runners},
-                             server)
+        _log(f'[benchmark] peak memory ({config.memory_method})')
+        mem = measure_memory([r.spec for r in runners.values()], device, config.batch_size, config.threads,
+                             config.memory_steps, config.amp, config.amp_dtype, runners, config.memory_method, server)
         for key, res in mem.items():
             rows[key]['mem_infer'] = res['infer']
             rows[key]['mem_train'] = res['train']
@@ -690,8 +786,8 @@ def _run(config: BenchmarkConfig, server: '_MemoryServer') -> Dict[str, Any]:
                 for key, vals in tp.items():
                     out[key][mode] = vals
             if config.memory:
-                mem = measure_memory(specs, device, batch, config.threads, config.memory_steps,
-                                     config.amp, config.amp_dtype, {r.spec.key: r for r in runners}, server)
+                mem = measure_memory(specs, device, batch, config.threads, config.memory_steps, config.amp,
+                                     config.amp_dtype, {r.spec.key: r for r in runners}, config.memory_method, server)
                 for key, res in mem.items():
                     out[key]['mem_infer'] = res['infer']
                     out[key]['mem_train'] = res['train']
@@ -778,6 +874,18 @@ def _label(row: Dict[str, Any]) -> str:
     return row['name'].replace('vit_minimal_', '')
 
 
+def _paired(row: Dict[str, Any], ref: Dict[str, Any], mode: str) -> List[float]:
+    """The measurements of ``ref`` taken in the same block and rounds as those of ``row``."""
+    blocks = ref.get(f'{mode}_blocks')
+    if blocks is not None and row.get('block') is not None:
+        return blocks[row['block']]
+    return ref[mode]
+
+
+def _order(row: Dict[str, Any]) -> Tuple[int, int]:
+    return (ARCHITECTURES.index(row['name']) if row['name'] in ARCHITECTURES else len(ARCHITECTURES), row['depth'])
+
+
 def _name_cell(row: Dict[str, Any]) -> str:
     return _label(row) if row['name'] == TIMM_REF else f'`{_label(row)}`'
 
@@ -827,7 +935,7 @@ def render_report(results: Dict[str, Any], output: str, plots_dir: Optional[str]
     models = results.get('models', [])
     by_key = {r['key']: r for r in models}
     has_mem = any('mem_train' in r for r in models)
-    minimal = [r for r in models if r['fused'] and r['name'] != TIMM_REF]
+    minimal = sorted([r for r in models if r['fused'] and r['name'] != TIMM_REF], key=_order)
     refs = [r for r in models if r['fused'] and r['name'] == TIMM_REF]
 
     # per-model table
@@ -857,7 +965,8 @@ def render_report(results: Dict[str, Any], output: str, plots_dir: Optional[str]
         b = by_key.get(r['baseline'])
         if b is None or r['key'] == b['key']:
             continue
-        inf, tr = ratios(r['infer'], b['infer']), ratios(r['train'], b['train'])
+        inf = ratios(r['infer'], _paired(r, b, 'infer'))
+        tr = ratios(r['train'], _paired(r, b, 'train'))
         speedups.append(dict(label=_label(r), flops=r['flops'] / b['flops'], params=r['params'] / b['params'],
                              infer=median(inf), train=median(tr)))
         row = [f'`{_label(r)}`', _fmt(r['params'] / b['params'], 3), _fmt(r['flops'] / b['flops'], 3),
@@ -913,7 +1022,7 @@ def render_report(results: Dict[str, Any], output: str, plots_dir: Optional[str]
                          rows) + '\n')
 
     # SDPA on/off
-    off = [r for r in models if not r['fused']]
+    off = sorted([r for r in models if not r['fused']], key=_order)
     if off:
         md.append('## Fused SDPA on against off\n')
         md.append(f'`F.scaled_dot_product_attention` (on) against the explicit `softmax(q k^T) v` (off) in the same '
@@ -925,8 +1034,8 @@ def render_report(results: Dict[str, Any], output: str, plots_dir: Optional[str]
         rows = []
         for r in off:
             on = by_key[r['key'].replace('[sdpa off]', '')]
-            row = [_name_cell(on), _ratio_cell(ratios(on['infer'], r['infer'])),
-                   _ratio_cell(ratios(on['train'], r['train']))]
+            row = [_name_cell(on), _ratio_cell(ratios(_paired(r, on, 'infer'), r['infer'])),
+                   _ratio_cell(ratios(_paired(r, on, 'train'), r['train']))]
             if has_mem:
                 row.append(_fmt(on['mem_train'] / r['mem_train'], 2) if r.get('mem_train') else 'n/a')
             rows.append(row)
@@ -994,7 +1103,7 @@ def render_report(results: Dict[str, Any], output: str, plots_dir: Optional[str]
         _plot_accuracy(repro, os.path.join(plots_dir, 'accuracy_vs_params.png'))
         md.append(f'![accuracy against parameters]({plots_rel}/accuracy_vs_params.png)\n')
 
-    md.append(_METHOD)
+    md.append(_method_text(cfg))
     text = '\n'.join(md)
     os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
     with open(output, 'w') as f:
@@ -1002,33 +1111,53 @@ def render_report(results: Dict[str, Any], output: str, plots_dir: Optional[str]
     return text
 
 
-_METHOD = """## Method
+def _method_text(cfg: Dict[str, Any]) -> str:
+    rss = cfg.get('memory_method') == 'rss'
+    memory = (
+        """- **Memory** (`--memory-method rss`, CPU): peak RSS is a per-process high-water mark, so every model is
+  measured in a fresh process, forked from a server that has imported torch and timm once. The child builds the
+  model, its optimizer and the input batch and runs one unmeasured step of each kind (lazy initialisation; the
+  AdamW state exists afterwards). Then, for inference and for training, it frees what it can (`gc.collect`,
+  `malloc_trim`), resets the kernel's peak-RSS counter (`/proc/self/clear_refs`), notes the RSS, runs the measured
+  step(s) and reads the peak (`VmHWM`). Peak minus RSS before is the step's working memory, library workspaces
+  and allocator slack included; weights, gradients (freed by `zero_grad` and reused) and the AdamW state are
+  outside it. Allocator behaviour makes it coarse (a few MiB).""" if rss else
+        """- **Memory** (default `--memory-method tensors`): the peak of memory allocated through torch's allocator during
+  the measured step, above what was live before it; the step runs after the throughput measurement and one more
+  unmeasured step, so gradients and the AdamW state already exist. On CPU the profiler records every allocation
+  and free with its size (`torch.profiler.profile(profile_memory=True)`) and the running sum's maximum is the
+  peak; on CUDA it is `torch.cuda.max_memory_allocated` minus `torch.cuda.memory_allocated` before the step. It
+  counts activations and saved tensors, temporaries inside ops and the new gradients of the backward pass
+  (`zero_grad(set_to_none=True)` frees the old ones first); not the weights or the AdamW state (4 x parameters x
+  4 bytes with the gradients: 4.3 MiB for the baseline), nor memory that BLAS or oneDNN allocate outside torch.
+  It is deterministic and independent of the allocator, and so comparable between models; the process RSS is
+  higher (`--memory-method rss` measures that, one fresh process per model).""")
+    return f"""## Method
 
 - **Throughput**: `time.perf_counter` around back-to-back steps (CUDA: synchronised before and after), their
   number calibrated per model after warm-up so that one timed repeat lasts about the target time (at least one
-  step). Each repeat visits every model once, the order rotated from repeat to repeat; a ratio is taken between
-  two models within the same repeat and the median over repeats is reported, so a background load that slows one
-  repeat slows both sides of its ratios. Inference: `model.eval()` under `torch.inference_mode()`. Training:
-  `zero_grad(set_to_none=True)`, forward, cross-entropy, backward and an AdamW step (lr 1e-3, weight decay 1e-4).
-  Random inputs and labels. The 95% intervals are percentile-bootstrap intervals of the median (2,000 resamples).
+  step). Inference: `model.eval()` under `torch.inference_mode()`. Training: `zero_grad(set_to_none=True)`,
+  forward, cross-entropy, backward and an AdamW step (lr 1e-3, weight decay 1e-4). Random inputs and labels.
+- **Interleaving**: the models are measured in blocks: the baseline of the block's depth plus up to
+  {cfg.get('block_size', 3)} other models (a model with SDPA on and off always in the same block). A block's models
+  are measured in turn, {cfg['repeats']} rounds, the order rotated each round. Each ratio divides two measurements of
+  the same round, a few seconds apart at most, so a background load that slows a round slows both sides; the median
+  over rounds is reported. The baseline's own throughput is the median over all its rounds.
+- **Intervals**: 95% percentile-bootstrap intervals of the median ratio (2,000 resamples of the rounds, seeded).
 - **FLOPs**: `torch.utils.flop_counter.FlopCounterMode` over one forward of one image. It counts matrix products
   (linear layers, the patch-embedding convolution, the `bmm` of the explicit attention and the fused SDPA kernels,
   the CPU kernel `_scaled_dot_product_flash_attention_for_cpu` included) as 2 x multiply-accumulates; softmax,
   LayerNorm, GELU and additions are not counted. SDPA on and off count the same.
-- **Memory (CPU)**: peak RSS is a per-process high-water mark, so every model is measured in a fresh process,
-  forked from a server that has imported torch and timm once. The child builds the model, its optimizer and the
-  input batch, runs one unmeasured step of each kind (lazy initialisation; the AdamW state now exists), then for
-  inference and for training: frees what it can (`gc.collect`, `malloc_trim`), resets the kernel's peak-RSS
-  counter (`/proc/self/clear_refs`), notes the RSS, runs the measured step and reads the peak (`VmHWM`). Peak
-  minus RSS before is the step's working memory: activations and saved tensors, temporaries and library
-  workspaces. The persistent state is outside it: weights, gradients (their memory is freed by `zero_grad` and
-  reused) and the AdamW state, 4 x parameters x 4 bytes in all (4.3 MiB for the baseline). Allocator granularity
-  makes small values coarse (a few hundred KiB). **Memory (CUDA)**: `torch.cuda.max_memory_allocated` minus
-  `torch.cuda.memory_allocated` before the measured step, after an unmeasured one.
+{memory}
 """
 
 
 # -- plots -----------------------------------------------------------------------------------------
+
+def matplotlib_ticker():
+    import matplotlib.ticker
+    return matplotlib.ticker
+
 
 def _pyplot():
     import matplotlib
@@ -1038,25 +1167,25 @@ def _pyplot():
 
 
 def _plot_speedups(points: List[Dict[str, Any]], path: str) -> str:
+    """Per variant: the speed-up FLOPs predict, and the measured inference and training speed-ups."""
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(7.5, 5.5))
-    xs = [1 / p['flops'] for p in points]
-    lim = (min(xs + [p['infer'] for p in points] + [p['train'] for p in points] + [1.]) * 0.8,
-           max(xs + [p['infer'] for p in points] + [p['train'] for p in points] + [1.]) * 1.2)
-    ax.plot(lim, lim, color='gray', ls='--', lw=1, label='speed follows FLOPs')
-    ax.axhline(1, color='gray', lw=0.5)
-    ax.scatter(xs, [p['infer'] for p in points], marker='o', label='inference', zorder=3)
-    ax.scatter(xs, [p['train'] for p in points], marker='s', label='training', zorder=3)
-    for x, p in zip(xs, points):
-        ax.annotate(p['label'], (x, p['infer']), textcoords='offset points', xytext=(4, 3), fontsize=7)
-    ax.set_xscale('log')
-    ax.set_yscale('log')
-    ax.set_xlim(*lim)
-    ax.set_ylim(*lim)
-    ax.set_xlabel('FLOP reduction (baseline FLOPs / variant FLOPs)')
-    ax.set_ylabel('measured speed-up over std_mlp (throughput ratio)')
-    ax.set_title('Minimal variants against the baseline')
-    ax.legend(fontsize=8)
+    import numpy as np
+    points = sorted(points, key=lambda p: p['flops'], reverse=True)
+    y = np.arange(len(points))
+    h = 0.27
+    fig, ax = plt.subplots(figsize=(8, 0.42 * len(points) + 1.6))
+    ax.barh(y - h, [1 / p['flops'] for p in points], h, color='lightgray', edgecolor='gray',
+            label='FLOP-predicted (baseline FLOPs / variant FLOPs)')
+    ax.barh(y, [p['infer'] for p in points], h, color='tab:blue', label='inference, measured')
+    ax.barh(y + h, [p['train'] for p in points], h, color='tab:orange', label='training, measured')
+    ax.axvline(1, color='black', lw=0.8)
+    ax.set_yticks(y)
+    ax.set_yticklabels([p['label'] for p in points])
+    ax.invert_yaxis()
+    ax.set_xlabel('speed-up over the baseline std_mlp (throughput ratio, median)')
+    ax.set_title('Minimal variants against the baseline: do they get faster as FLOPs predict?', fontsize=10)
+    ax.grid(True, axis='x', alpha=0.3)
+    ax.legend(fontsize=8, loc='lower right')
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -1085,6 +1214,9 @@ def _plot_scaling(points: List[Dict[str, Any]], axis: str, path: str) -> str:
                     label=f'{name.replace("vit_minimal_", "")}{"" if fused else " (SDPA off)"}')
         ax.set_xscale('log', base=2)
         ax.set_yscale('log')
+        ax.set_xticks(sorted({p['value'] for p in points}))
+        ax.get_xaxis().set_major_formatter(matplotlib_ticker().ScalarFormatter())
+        ax.minorticks_off()
         ax.set_xlabel('tokens' if axis == 'tokens' else 'depth (blocks)')
         ax.set_ylabel(label)
         ax.grid(True, which='both', alpha=0.3)
@@ -1102,9 +1234,9 @@ def _plot_accuracy(repro: Optional[List[Dict[str, Any]]], path: str) -> str:
     paper = PAPER_TABLE2
     ax.scatter([p['params'] for p in paper], [p['val_acc'] for p in paper], marker='x', color='black',
                label='paper, Table 2 (MNIST, 6 layers)', zorder=3)
-    for p in paper:
-        ax.annotate(p['model'].replace('vit_minimal_', ''), (p['params'], p['val_acc']),
-                    textcoords='offset points', xytext=(4, -8), fontsize=7, color='dimgray')
+    for i, p in enumerate(sorted(paper, key=lambda p: p['params'])):
+        ax.annotate(p['model'].replace('vit_minimal_', ''), (p['params'], p['val_acc']), textcoords='offset points',
+                    xytext=(-4, 6 if i % 2 else -11), ha='right', fontsize=7, color='dimgray')
     if repro:
         datasets = sorted({str(r.get('dataset', '')) for r in repro})
         for ds in datasets:
@@ -1118,6 +1250,9 @@ def _plot_accuracy(repro: Optional[List[Dict[str, Any]]], path: str) -> str:
     else:
         title = 'Validation accuracy against parameters (paper only: no reproduction results yet)'
     ax.set_xscale('log')
+    ax.get_xaxis().set_major_formatter(matplotlib_ticker().FuncFormatter(lambda v, _: f'{v / 1000:g}k'))
+    ax.get_xaxis().set_minor_formatter(matplotlib_ticker().FuncFormatter(
+        lambda v, _: f'{v / 1000:g}k' if str(int(v))[0] in '25' else ''))
     ax.set_xlabel('parameters')
     ax.set_ylabel('validation accuracy (%)')
     ax.set_title(title, fontsize=10)
@@ -1144,10 +1279,10 @@ def summary_lines(results: Dict[str, Any]) -> List[str]:
                                 if 'copy' in e[mode] else ''))
     for r in results.get('models', []):
         b = by_key.get(r.get('baseline') or '')
-        if r['fused'] and b is not None and b['key'] != r['key']:
+        if r['fused'] and r['name'] != TIMM_REF and b is not None and b['key'] != r['key']:
             lines.append(f'{_label(r)}: params x{r["params"] / b["params"]:.3f}, FLOPs x{r["flops"] / b["flops"]:.3f}, '
-                         f'infer speed-up {median(ratios(r["infer"], b["infer"])):.2f}, '
-                         f'train speed-up {median(ratios(r["train"], b["train"])):.2f}')
+                         f'infer speed-up {_ratio_cell(ratios(r["infer"], _paired(r, b, "infer")))}, '
+                         f'train speed-up {_ratio_cell(ratios(r["train"], _paired(r, b, "train")))}')
     return lines
 
 
@@ -1184,6 +1319,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument('--no-timm', action='store_true', help='skip the comparison with timm VisionTransformer')
     p.add_argument('--timm-pairs', type=int, default=None, help=f'alternated repeats ours vs timm (default {d.timm_pairs})')
     p.add_argument('--no-memory', action='store_true', help='skip the peak-memory measurement')
+    p.add_argument('--memory-method', default=d.memory_method, choices=('tensors', 'rss'),
+                   help='tensors: peak of torch allocations (profiler on CPU, allocator on CUDA), in process; '
+                        'rss: CPU peak RSS growth, one fresh process per model (default tensors)')
+    p.add_argument('--block-size', type=int, default=None,
+                   help=f'models measured together with the baseline in one block (default {d.block_size})')
     p.add_argument('--no-scaling', action='store_true', help='skip the token/depth scaling sweep')
     p.add_argument('--scaling-tokens', type=_csv_ints, default=None,
                    help=f'token counts of the sweep, squares (default {",".join(map(str, d.scaling_tokens))})')
@@ -1209,7 +1349,8 @@ def config_from_args(args: argparse.Namespace) -> BenchmarkConfig:
     overrides: Dict[str, Any] = {}
     for arg, key in (('batch_size', 'batch_size'), ('repeats', 'repeats'), ('warmup', 'warmup'),
                      ('target_time', 'target_time'), ('timm_pairs', 'timm_pairs'), ('scaling_tokens', 'scaling_tokens'),
-                     ('scaling_depths', 'scaling_depths'), ('scaling_tokens_per_batch', 'scaling_tokens_per_batch')):
+                     ('scaling_depths', 'scaling_depths'), ('scaling_tokens_per_batch', 'scaling_tokens_per_batch'),
+                     ('block_size', 'block_size')):
         if getattr(args, arg) is not None:
             overrides[key] = getattr(args, arg)
     if args.models:
@@ -1223,6 +1364,7 @@ def config_from_args(args: argparse.Namespace) -> BenchmarkConfig:
     overrides.update(
         dataset=args.dataset, device=args.device, threads=args.threads or None, amp=args.amp,
         amp_dtype=args.amp_dtype, timm_compare=not args.no_timm, memory=not args.no_memory,
+        memory_method=args.memory_method,
         scaling=not args.no_scaling, output=args.output, results_path=args.results, plots=not args.no_plots,
     )
     plots_dir = os.path.normpath(args.plots_dir or os.path.join(os.path.dirname(args.output) or '.', 'benchmarks'))
