@@ -1211,7 +1211,7 @@ def _plot_scaling(points: List[Dict[str, Any]], axis: str, path: str) -> str:
         ax.set_yscale('log')
         ax.set_xticks(sorted({p['value'] for p in points}))
         ax.get_xaxis().set_major_formatter(matplotlib_ticker().ScalarFormatter())
-        ax.minorticks_off()
+        ax.get_xaxis().set_minor_locator(matplotlib_ticker().NullLocator())
         ax.set_xlabel('tokens' if axis == 'tokens' else 'depth (blocks)')
         ax.set_ylabel(label)
         ax.grid(True, which='both', alpha=0.3)
@@ -1229,9 +1229,11 @@ def _plot_accuracy(repro: Optional[List[Dict[str, Any]]], path: str) -> str:
     paper = PAPER_TABLE2
     ax.scatter([p['params'] for p in paper], [p['val_acc'] for p in paper], marker='x', color='black',
                label='paper, Table 2 (MNIST, 6 layers)', zorder=3)
+    right = {'vit_minimal_std_mlp_6x1': 5, 'vit_minimal_std_mlp_6x4': -10}  # label beside the point, dy
     for i, p in enumerate(sorted(paper, key=lambda p: p['params'])):
+        dx, dy, ha = (5, right[p['model']], 'left') if p['model'] in right else (-4, 6 if i % 2 else -11, 'right')
         ax.annotate(p['model'].replace('vit_minimal_', ''), (p['params'], p['val_acc']), textcoords='offset points',
-                    xytext=(-4, 6 if i % 2 else -11), ha='right', fontsize=7, color='dimgray')
+                    xytext=(dx, dy), ha=ha, fontsize=7, color='dimgray')
     if repro:
         datasets = sorted({str(r.get('dataset', '')) for r in repro})
         for ds in datasets:
@@ -1245,9 +1247,12 @@ def _plot_accuracy(repro: Optional[List[Dict[str, Any]]], path: str) -> str:
     else:
         title = 'Validation accuracy against parameters (paper only: no reproduction results yet)'
     ax.set_xscale('log')
-    ax.get_xaxis().set_major_formatter(matplotlib_ticker().FuncFormatter(lambda v, _: f'{v / 1000:g}k'))
-    ax.get_xaxis().set_minor_formatter(matplotlib_ticker().FuncFormatter(
-        lambda v, _: f'{v / 1000:g}k' if str(int(v))[0] in '25' else ''))
+    xs = [p['params'] for p in paper] + [float(r['params']) for r in (repro or [])]
+    ax.set_xlim(min(xs) / 1.5, max(xs) * 1.6)
+    ticks = [t for t in (1e4, 2e4, 5e4, 1e5, 2e5, 5e5, 1e6, 2e6, 5e6) if min(xs) / 1.5 <= t <= max(xs) * 1.6]
+    ax.set_xticks(ticks)
+    ax.set_xticklabels([f'{t / 1000:g}k' for t in ticks])
+    ax.get_xaxis().set_minor_formatter(matplotlib_ticker().NullFormatter())
     ax.set_xlabel('parameters')
     ax.set_ylabel('validation accuracy (%)')
     ax.set_title(title, fontsize=10)
