@@ -130,7 +130,7 @@ class BenchmarkConfig:
     scaling_tokens: Tuple[int, ...] = (16, 64, 256, 1024)
     scaling_depths: Tuple[int, ...] = (3, 6, 12, 24)
     scaling_tokens_per_batch: int = 2048
-    scaling_repeats: int = 3
+    scaling_repeats: int = 4
     output: str = 'BENCHMARKS.md'
     plots_dir: str = 'benchmarks'
     json_path: Optional[str] = None
@@ -755,37 +755,48 @@ def _run(config: BenchmarkConfig, server: '_MemoryServer') -> Dict[str, Any]:
                 results['timm'].append(entry)
                 del trio
 
-    # 3. scaling with the token count and the depth, at a fixed number of tokens per batch
+    # 3. scaling with the token count and the depth, at a fixed number of tokens per batch. All points of
+    #    a sweep are measured in turn in every round, so a burst of background load spoils one round of
+    #    many points rather than every round of one point.
     if config.scaling:
         results['scaling'] = dict(tokens_per_batch=config.scaling_tokens_per_batch, tokens=[], depth=[])
         geo = geometry(config.dataset)
-        sweeps = [('tokens', t, dict(img_size=geometry(config.dataset, t)['img_size'])) for t in config.scaling_tokens]
-        sweeps += [('depth', d, dict(depth=d)) for d in config.scaling_depths]
-        for axis, value, override in sweeps:
-            tokens = value if axis == 'tokens' else geo['tokens']
-            batch = max(1, config.scaling_tokens_per_batch // tokens)
-            specs = []
-            for name in config.scaling_models:
-                fused_modes = (True, False) if axis == 'tokens' and config.sdpa_models else (True,)
-                for fused in fused_modes:
-                    key = f'{name}[{axis}={value}{"" if fused else ",sdpa off"}]'
-                    specs.append(ModelSpec(key, name, config.dataset, fused, seed=config.seed, **override))
-            _log(f'[benchmark] scaling {axis}={value}, batch {batch}')
-            runners = [Runner(s, device, batch, config.amp, config.amp_dtype) for s in specs]
-            out = {s.key: dict(key=s.key, name=s.name, fused=s.fused, axis=axis, value=value, tokens=tokens,
-                               depth=value if axis == 'depth' else parse_name(s.name)['depth'], batch_size=batch,
-                               params=count_params(r.model), flops=count_flops(r.model, s.input_shape()))
-                   for s, r in zip(specs, runners)}
+        sweeps = {
+            'tokens': [(t, dict(img_size=geometry(config.dataset, t)['img_size'])) for t in config.scaling_tokens],
+            'depth': [(d, dict(depth=d)) for d in config.scaling_depths],
+        }
+        for axis, points in sweeps.items():
+            if not points:
+                continue
+            runners, out = [], {}
+            for value, override in points:
+                tokens = value if axis == 'tokens' else geo['tokens']
+                batch = max(1, config.scaling_tokens_per_batch // tokens)
+                for name in config.scaling_models:
+                    for fused in ((True, False) if axis == 'tokens' and config.sdpa_models else (True,)):
+                        key = f'{name}[{axis}={value}{"" if fused else ",sdpa off"}]'
+                        r = Runner(ModelSpec(key, name, config.dataset, fused, seed=config.seed, **override), device,
+                                   batch, config.amp, config.amp_dtype)
+                        runners.append(r)
+                        out[key] = dict(key=key, name=name, fused=fused, axis=axis, value=value, tokens=tokens,
+                                        depth=value if axis == 'depth' else parse_name(name)['depth'],
+                                        batch_size=batch, params=count_params(r.model),
+                                        flops=count_flops(r.model, r.spec.input_shape()))
+            _log(f'[benchmark] scaling with {axis}: {", ".join(str(v) for v, _ in points)}; '
+                 f'{len(runners)} models, {config.scaling_repeats} rounds')
             for mode in ('infer', 'train'):
                 tp = measure_throughput(runners, mode, config.scaling_repeats, config.warmup, config.target_time)
                 for key, vals in tp.items():
                     out[key][mode] = vals
             if config.memory:
-                mem = measure_memory(specs, device, batch, config.threads, config.memory_steps, config.amp,
-                                     config.amp_dtype, {r.spec.key: r for r in runners}, config.memory_method, server)
-                for key, res in mem.items():
-                    out[key]['mem_infer'] = res['infer']
-                    out[key]['mem_train'] = res['train']
+                for value, _ in points:
+                    group = [r for r in runners if out[r.spec.key]['value'] == value]
+                    mem = measure_memory([r.spec for r in group], device, group[0].batch_size, config.threads,
+                                         config.memory_steps, config.amp, config.amp_dtype,
+                                         {r.spec.key: r for r in group}, config.memory_method, server)
+                    for key, res in mem.items():
+                        out[key]['mem_infer'] = res['infer']
+                        out[key]['mem_train'] = res['train']
             results['scaling'][axis].extend(out.values())
             del runners
             gc.collect()
@@ -938,7 +949,9 @@ def render_report(results: Dict[str, Any], output: str, plots_dir: Optional[str]
     md.append(f'Batch {cfg["batch_size"]}, SDPA on. Throughput: images/s, median over repeats. FLOPs: one forward '
               'of one image, matrix products only. "infer GFLOP/s" is FLOPs x inference throughput: how busy the '
               'model keeps the CPU. Memory: peak working memory of one step in MiB, above the weights '
-              '(see *Method*).\n')
+              '(see *Method*). Absolute throughputs come from different blocks and drift with the load on the '
+              'machine; compare models through the ratios of the next table, which pair measurements taken '
+              'together.\n')
     header = ['model', 'attention', 'MLP', 'params', 'fwd MFLOPs/img', 'infer img/s', 'train img/s', 'infer GFLOP/s']
     if has_mem:
         header += ['infer mem MiB', 'train mem MiB']
