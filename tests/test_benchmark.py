@@ -44,6 +44,15 @@ def test_timm_reference_is_the_same_function(fused):
         torch.testing.assert_close(ref(x), ours(x), rtol=1e-5, atol=1e-5)
 
 
+def test_clock_choice():
+    cpu = torch.device('cpu')
+    assert B.BenchmarkConfig().resolved_clock(cpu) == 'cpu'  # the tests run with one thread
+    assert B.BenchmarkConfig(clock='wall').resolved_clock(cpu) == 'wall'
+    assert B.BenchmarkConfig().resolved_clock(torch.device('cuda')) == 'wall'
+    with pytest.raises(ValueError):
+        B.BenchmarkConfig(clock='cpu').resolved_clock(torch.device('cuda'))
+
+
 def test_flops_match_the_architecture():
     model = B.build_model('vit_minimal_std_mlp_6x1')
     assert B.count_flops(model, (1, 28, 28)) == _analytic_flops()
@@ -107,7 +116,8 @@ def test_quick_report_files(quick_run):
     for png in ('speedup_vs_flops.png', 'scaling_tokens.png', 'scaling_depth.png', 'accuracy_vs_params.png'):
         assert (out / 'benchmarks' / png).stat().st_size > 1000, png
     saved = json.loads((out / 'benchmarks' / 'results.json').read_text())
-    assert saved['env']['torch'] == torch.__version__
+    assert saved['env']['torch'] == torch.__version__ and saved['env']['clock'] == 'cpu'
+    assert all(len(r['infer_wall']) == len(r['infer']) for r in saved['models'])
     for heading in ('## Setup', '## Per model', '## Minimal variants against the paper\'s baseline',
                     '## Implementation overhead', '## Fused SDPA on against off', '## Scaling', '## Accuracy', '## Method'):
         assert heading in md, heading

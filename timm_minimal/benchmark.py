@@ -114,6 +114,9 @@ class BenchmarkConfig:
     target_time: float = 0.25
     device: str = 'auto'
     threads: Optional[int] = 1
+    # 'cpu': images per second of process CPU time (needs one thread), 'wall', or 'auto': 'cpu' on a CPU
+    # with one thread, else 'wall'
+    clock: str = 'auto'
     amp: bool = False
     amp_dtype: str = 'bfloat16'
     # SDPA on against off for the selected models matching these globs
@@ -152,6 +155,15 @@ class BenchmarkConfig:
         )
         quick.update(overrides)
         return cls(**quick)
+
+    def resolved_clock(self, device: torch.device) -> str:
+        if self.clock not in ('auto', 'cpu', 'wall'):
+            raise ValueError(f"Unknown clock '{self.clock}'; choose 'auto', 'cpu' or 'wall'.")
+        if self.clock == 'cpu' and (device.type != 'cpu' or torch.get_num_threads() != 1):
+            raise ValueError("clock='cpu' needs device cpu and one thread (--threads 1).")
+        if self.clock == 'auto':
+            return 'cpu' if device.type == 'cpu' and torch.get_num_threads() == 1 else 'wall'
+        return self.clock
 
     def resolved_device(self) -> torch.device:
         if self.device == 'auto':
@@ -335,13 +347,14 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _time(fn: Callable[[], None], iters: int, device: torch.device) -> float:
+def _time(fn: Callable[[], None], iters: int, device: torch.device) -> Tuple[float, float]:
+    """Process CPU time and wall time of ``iters`` calls of ``fn``."""
     _sync(device)
-    start = time.perf_counter()
+    wall, cpu = time.perf_counter(), time.process_time()
     for _ in range(iters):
         fn()
     _sync(device)
-    return time.perf_counter() - start
+    return time.process_time() - cpu, time.perf_counter() - wall
 
 
 def calibrate(runners: Sequence[Runner], mode: str, warmup: int, target_time: float) -> Dict[str, int]:
@@ -351,26 +364,34 @@ def calibrate(runners: Sequence[Runner], mode: str, warmup: int, target_time: fl
         fn = r.step(mode)
         for _ in range(max(warmup, 1)):
             fn()
-        one = _time(fn, 1, r.device)
+        one = _time(fn, 1, r.device)[1]
         iters[r.spec.key] = max(1, min(1000, round(target_time / max(one, 1e-6))))
     return iters
 
 
-def measure_rounds(runners: Sequence[Runner], mode: str, repeats: int, iters: Dict[str, int]) -> Dict[str, List[float]]:
-    """Images/s of every runner per repeat; each repeat visits every runner once, the order rotated."""
+def measure_rounds(runners: Sequence[Runner], mode: str, repeats: int, iters: Dict[str, int], clock: str = 'wall',
+                   wall: Optional[Dict[str, List[float]]] = None) -> Dict[str, List[float]]:
+    """Images/s of every runner per repeat; each repeat visits every runner once, the order rotated.
+
+    ``clock='cpu'`` divides by the process CPU time instead of the wall time; the wall-time
+    throughputs are added to ``wall`` if given.
+    """
     out: Dict[str, List[float]] = {r.spec.key: [] for r in runners}
     n = len(runners)
     for rep in range(repeats):
         for r in [runners[(i + rep) % n] for i in range(n)]:
             k = iters[r.spec.key]
-            out[r.spec.key].append(k * r.batch_size / _time(r.step(mode), k, r.device))
+            cpu_s, wall_s = _time(r.step(mode), k, r.device)
+            out[r.spec.key].append(k * r.batch_size / max(cpu_s if clock == 'cpu' else wall_s, 1e-9))
+            if wall is not None:
+                wall.setdefault(r.spec.key, []).append(k * r.batch_size / wall_s)
     return out
 
 
-def measure_throughput(runners: Sequence[Runner], mode: str, repeats: int, warmup: int,
-                       target_time: float) -> Dict[str, List[float]]:
+def measure_throughput(runners: Sequence[Runner], mode: str, repeats: int, warmup: int, target_time: float,
+                       clock: str = 'wall', wall: Optional[Dict[str, List[float]]] = None) -> Dict[str, List[float]]:
     """Calibrate, then images/s of every runner per repeat (see ``measure_rounds``)."""
-    return measure_rounds(runners, mode, repeats, calibrate(runners, mode, warmup, target_time))
+    return measure_rounds(runners, mode, repeats, calibrate(runners, mode, warmup, target_time), clock, wall)
 
 
 def ratios(num: Sequence[float], den: Sequence[float]) -> List[float]:
@@ -661,7 +682,9 @@ def _run(config: BenchmarkConfig, server: '_MemoryServer') -> Dict[str, Any]:
         base = baseline_of(name)
         if base not in names:
             names.insert(0, base)
+    clock = config.resolved_clock(device)
     env = _environment(config, device)
+    env['clock'] = clock
     results: Dict[str, Any] = dict(config=_config_dict(config), env=env)
 
     # 1. every model, and SDPA off for some. Measured in blocks:
@@ -709,13 +732,17 @@ def _run(config: BenchmarkConfig, server: '_MemoryServer') -> Dict[str, Any]:
     for mode in ('infer', 'train'):
         _log(f'[benchmark] {mode} throughput, {config.repeats} repeats per block')
         iters = calibrate(list(runners.values()), mode, config.warmup, config.target_time)
+        wall: Dict[str, List[float]] = {}
         for b, (base, block) in enumerate(blocks):
-            tp = measure_rounds([runners[base]] + [runners[s.key] for s in block], mode, config.repeats, iters)
+            tp = measure_rounds([runners[base]] + [runners[s.key] for s in block], mode, config.repeats, iters,
+                                clock, wall)
             rows[base].setdefault(f'{mode}_blocks', []).append(tp[base])
             rows[base].setdefault(mode, []).extend(tp[base])
             for s in block:
                 rows[s.key][mode] = tp[s.key]
                 rows[s.key]['block'] = len(rows[base][f'{mode}_blocks']) - 1
+        for key, vals in wall.items():
+            rows[key][f'{mode}_wall'] = vals
     if config.memory:
         _log(f'[benchmark] peak memory ({config.memory_method})')
         mem = measure_memory([r.spec for r in runners.values()], device, config.batch_size, config.threads,
@@ -750,7 +777,7 @@ def _run(config: BenchmarkConfig, server: '_MemoryServer') -> Dict[str, Any]:
                              params_ours=count_params(trio[0].model), params_ref=count_params(trio[1].model),
                              params_ref_total=count_params(trio[1].model, trainable_only=False), max_abs_diff=max_diff)
                 for mode in modes:
-                    tp = measure_throughput(trio, mode, config.timm_pairs, config.warmup, config.target_time / 2)
+                    tp = measure_throughput(trio, mode, config.timm_pairs, config.warmup, config.target_time / 2, clock)
                     entry[mode] = dict(ours=tp[specs[0].key], ref=tp[specs[1].key], copy=tp[specs[2].key])
                 results['timm'].append(entry)
                 del trio
@@ -785,7 +812,8 @@ def _run(config: BenchmarkConfig, server: '_MemoryServer') -> Dict[str, Any]:
             _log(f'[benchmark] scaling with {axis}: {", ".join(str(v) for v, _ in points)}; '
                  f'{len(runners)} models, {config.scaling_repeats} rounds')
             for mode in ('infer', 'train'):
-                tp = measure_throughput(runners, mode, config.scaling_repeats, config.warmup, config.target_time)
+                tp = measure_throughput(runners, mode, config.scaling_repeats, config.warmup, config.target_time,
+                                        clock)
                 for key, vals in tp.items():
                     out[key][mode] = vals
             if config.memory:
@@ -896,6 +924,19 @@ def _name_cell(row: Dict[str, Any]) -> str:
     return _label(row) if row['name'] == TIMM_REF else f'`{_label(row)}`'
 
 
+def _clock_text(env: Dict[str, Any], results: Dict[str, Any]) -> str:
+    if env.get('clock') != 'cpu':
+        return 'wall time (`time.perf_counter`)'
+    shares = [median(r['infer_wall']) / median(r['infer']) for r in results.get('models', []) if r.get('infer_wall')]
+    shares += [median(r['train_wall']) / median(r['train']) for r in results.get('models', []) if r.get('train_wall')]
+    text = ('process CPU time (`time.process_time`): throughput per second of CPU time the benchmark got, which '
+            'leaves out the time the scheduler gave to other jobs on the shared cores (see *Method*)')
+    if shares:
+        text += (f'; wall-clock throughput was {median(shares):.0%} of it (median over models), so the machine '
+                 f'gave this run about {median(shares):.0%} of a core')
+    return text
+
+
 def render_report(results: Dict[str, Any], output: str, plots_dir: Optional[str] = None,
                   results_path: Optional[str] = None) -> str:
     """Write the markdown report (and the PNG plots into ``plots_dir``); returns the markdown."""
@@ -922,6 +963,7 @@ def render_report(results: Dict[str, Any], output: str, plots_dir: Optional[str]
         ('device', env['device'] + (f' ({env["gpu"]})' if env.get('gpu') else '')),
         ('CPU', f'{env["cpu"]}, {env["cpu_count"]} cores{shared}'),
         ('torch threads', f'{env["threads"]} (`torch.set_num_threads`)'),
+        ('clock', _clock_text(env, results)),
         ('torch / timm / Python', f'{env["torch"]} / {env["timm"]} / {env["python"]}'),
         ('dtype', env['dtype']),
         ('geometry', f'`.{cfg["dataset"]}`: {geo["in_chans"]}x{geo["img_size"]}x{geo["img_size"]} images, '
@@ -1111,7 +1153,7 @@ def render_report(results: Dict[str, Any], output: str, plots_dir: Optional[str]
         _plot_accuracy(repro, os.path.join(plots_dir, 'accuracy_vs_params.png'))
         md.append(f'![accuracy against parameters]({plots_rel}/accuracy_vs_params.png)\n')
 
-    md.append(_method_text(cfg))
+    md.append(_method_text(cfg, env))
     text = '\n'.join(md)
     os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
     with open(output, 'w') as f:
@@ -1119,7 +1161,7 @@ def render_report(results: Dict[str, Any], output: str, plots_dir: Optional[str]
     return text
 
 
-def _method_text(cfg: Dict[str, Any]) -> str:
+def _method_text(cfg: Dict[str, Any], env: Dict[str, Any]) -> str:
     rss = cfg.get('memory_method') == 'rss'
     memory = (
         """- **Memory** (`--memory-method rss`, CPU): peak RSS is a per-process high-water mark, so every model is
@@ -1140,13 +1182,24 @@ def _method_text(cfg: Dict[str, Any]) -> str:
   4 bytes with the gradients: 4.3 MiB for the baseline), nor memory that BLAS or oneDNN allocate outside torch.
   It is deterministic and independent of the allocator, and so comparable between models; the process RSS is
   higher (`--memory-method rss` measures that, one fresh process per model).""")
+    if env.get('clock') == 'cpu':
+        clock = """- **Clock**: the throughputs divide images by the CPU time of the benchmark process (`time.process_time`,
+  which counts every thread of the process; torch runs one thread here), not by wall time. On a machine shared
+  with other jobs the wall time of a step also holds the time the scheduler gave to those jobs, which comes and
+  goes with their load; CPU time leaves it out and is close to what the wall time would be on an idle core. It does not
+  remove every effect of a loaded machine (shared caches, memory bandwidth, a busy hyper-thread sibling), hence
+  the repeats and intervals. The wall-clock throughputs are kept in the JSON (`*_wall`); `--clock wall` reports
+  them instead, and runs with more than one thread or on CUDA use wall time.
+"""
+    else:
+        clock = """- **Clock**: wall time (`time.perf_counter`); on CUDA synchronised before and after the timed steps.
+"""
     return f"""## Method
 
-- **Throughput**: `time.perf_counter` around back-to-back steps (CUDA: synchronised before and after), their
-  number calibrated per model after warm-up so that one timed repeat lasts about the target time (at least one
-  step). Inference: `model.eval()` under `torch.inference_mode()`. Training: `zero_grad(set_to_none=True)`,
-  forward, cross-entropy, backward and an AdamW step (lr 1e-3, weight decay 1e-4). Random inputs and labels.
-- **Interleaving**: the models are measured in blocks: the baseline of the block's depth plus up to
+- **Throughput**: images per second over back-to-back steps, their number calibrated per model after warm-up so
+  that one timed repeat lasts about the target time (at least one step). Inference: `model.eval()` under
+  `torch.inference_mode()`. Training: `zero_grad(set_to_none=True)`, forward, cross-entropy, backward and an AdamW step (lr 1e-3, weight decay 1e-4). Random inputs and labels.
+{clock}- **Interleaving**: the models are measured in blocks: the baseline of the block's depth plus up to
   {cfg.get('block_size', 3)} other models (a model with SDPA on and off always in the same block). A block's models
   are measured in turn, {cfg['repeats']} rounds, the order rotated each round. Each ratio divides two measurements of
   the same round, a few seconds apart at most, so a background load that slows a round slows both sides; the median
@@ -1323,6 +1376,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f'seconds per timed repeat and model (default {d.target_time})')
     p.add_argument('--device', default='auto', help='cpu, cuda or auto (default: cuda when available)')
     p.add_argument('--threads', type=int, default=d.threads, help=f'torch.set_num_threads (default {d.threads}; 0: leave)')
+    p.add_argument('--clock', default=d.clock, choices=('auto', 'cpu', 'wall'),
+                   help='cpu: images per second of process CPU time, immune to other jobs on a shared machine '
+                        '(needs --threads 1); wall: wall time; auto (default): cpu on a CPU with one thread, else wall')
     p.add_argument('--amp', action='store_true', help='autocast (CUDA, or CPU bfloat16)')
     p.add_argument('--amp-dtype', default=d.amp_dtype, choices=('bfloat16', 'float16'))
     p.add_argument('--sdpa-models', nargs='+', default=None,
@@ -1375,7 +1431,7 @@ def config_from_args(args: argparse.Namespace) -> BenchmarkConfig:
     if args.no_sdpa:
         overrides['sdpa_models'] = ()
     overrides.update(
-        dataset=args.dataset, device=args.device, threads=args.threads or None, amp=args.amp,
+        dataset=args.dataset, device=args.device, threads=args.threads or None, clock=args.clock, amp=args.amp,
         amp_dtype=args.amp_dtype, timm_compare=not args.no_timm, memory=not args.no_memory,
         memory_method=args.memory_method,
         scaling=not args.no_scaling, output=args.output, results_path=args.results, plots=not args.no_plots,
