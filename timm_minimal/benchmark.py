@@ -924,6 +924,17 @@ def _name_cell(row: Dict[str, Any]) -> str:
     return _label(row) if row['name'] == TIMM_REF else f'`{_label(row)}`'
 
 
+def _drift_note(results: Dict[str, Any]) -> str:
+    """How far the baseline's absolute throughput moved between two sections of the same run."""
+    by_key = {r['key']: r for r in results.get('models', [])}
+    for e in results.get('timm', []):
+        base = by_key.get(e['ours'])
+        if base is not None and 'infer' in e and e['batch_size'] == base.get('batch_size'):
+            return (f' (in this run the baseline\'s inference measured {_fmt_tp(median(base["infer"]))} img/s here '
+                    f'and {_fmt_tp(median(e["infer"]["ours"]))} img/s in the comparison with timm below)')
+    return ''
+
+
 def _clock_text(env: Dict[str, Any], results: Dict[str, Any]) -> str:
     if env.get('clock') != 'cpu':
         return 'wall time (`time.perf_counter`)'
@@ -992,8 +1003,8 @@ def render_report(results: Dict[str, Any], output: str, plots_dir: Optional[str]
               'of one image, matrix products only. "infer GFLOP/s" is FLOPs x inference throughput: how busy the '
               'model keeps the CPU. Memory: peak working memory of one step in MiB, above the weights '
               '(see *Method*). Absolute throughputs come from different blocks and drift with the load on the '
-              'machine; compare models through the ratios of the next table, which pair measurements taken '
-              'together.\n')
+              'machine' + _drift_note(results) + '; compare models through the ratios of the next table, which '
+              'pair measurements taken together.\n')
     header = ['model', 'attention', 'MLP', 'params', 'fwd MFLOPs/img', 'infer img/s', 'train img/s', 'infer GFLOP/s']
     if has_mem:
         header += ['infer mem MiB', 'train mem MiB']
@@ -1173,23 +1184,25 @@ def _method_text(cfg: Dict[str, Any], env: Dict[str, Any]) -> str:
   and allocator slack included; weights, gradients (freed by `zero_grad` and reused) and the AdamW state are
   outside it. Allocator behaviour makes it coarse (a few MiB).""" if rss else
         """- **Memory** (default `--memory-method tensors`): the peak of memory allocated through torch's allocator during
-  the measured step, above what was live before it; the step runs after the throughput measurement and one more
+  the measured step, above what was live before it. The step runs after the throughput measurement and one more
   unmeasured step, so gradients and the AdamW state already exist. On CPU the profiler records every allocation
   and free with its size (`torch.profiler.profile(profile_memory=True)`) and the running sum's maximum is the
-  peak; on CUDA it is `torch.cuda.max_memory_allocated` minus `torch.cuda.memory_allocated` before the step. It
-  counts activations and saved tensors, temporaries inside ops and the new gradients of the backward pass
-  (`zero_grad(set_to_none=True)` frees the old ones first); not the weights or the AdamW state (4 x parameters x
-  4 bytes with the gradients: 4.3 MiB for the baseline), nor memory that BLAS or oneDNN allocate outside torch.
-  It is deterministic and independent of the allocator, and so comparable between models; the process RSS is
-  higher (`--memory-method rss` measures that, one fresh process per model).""")
+  peak; on CUDA it is `torch.cuda.max_memory_allocated` minus `torch.cuda.memory_allocated` before the step.
+  `zero_grad(set_to_none=True)` frees the old gradients before the backward pass makes new ones, so gradients
+  cancel out: what is counted is activations, saved tensors and temporaries inside ops. Not counted: the
+  weights, gradients and AdamW state (4 x parameters x 4 bytes: 4.3 MiB for the MNIST baseline) and memory that BLAS
+  or oneDNN allocate outside torch. It reproduces to about 1% and does not depend on the allocator, so models
+  compare fairly; the process RSS is higher (`--memory-method rss` measures that, one fresh process per
+  model).""")
     if env.get('clock') == 'cpu':
         clock = """- **Clock**: the throughputs divide images by the CPU time of the benchmark process (`time.process_time`,
   which counts every thread of the process; torch runs one thread here), not by wall time. On a machine shared
-  with other jobs the wall time of a step also holds the time the scheduler gave to those jobs, which comes and
-  goes with their load; CPU time leaves it out and is close to what the wall time would be on an idle core. It does not
-  remove every effect of a loaded machine (shared caches, memory bandwidth, a busy hyper-thread sibling), hence
-  the repeats and intervals. The wall-clock throughputs are kept in the JSON (`*_wall`); `--clock wall` reports
-  them instead, and runs with more than one thread or on CUDA use wall time.
+  with other jobs the wall time of a step also holds the time the scheduler gave to those jobs, which comes
+  and goes with their load; CPU time leaves it out and is close to what the wall time would be on an idle
+  core. It does not remove every effect of a loaded machine (shared caches, memory bandwidth, a busy
+  hyper-thread sibling), hence the interleaving, the repeats and the intervals. The wall-clock throughputs are
+  kept in the JSON (`*_wall`); `--clock wall` reports them instead; runs with more than one thread or on CUDA
+  use wall time.
 """
     else:
         clock = """- **Clock**: wall time (`time.perf_counter`); on CUDA synchronised before and after the timed steps.
@@ -1198,12 +1211,15 @@ def _method_text(cfg: Dict[str, Any], env: Dict[str, Any]) -> str:
 
 - **Throughput**: images per second over back-to-back steps, their number calibrated per model after warm-up so
   that one timed repeat lasts about the target time (at least one step). Inference: `model.eval()` under
-  `torch.inference_mode()`. Training: `zero_grad(set_to_none=True)`, forward, cross-entropy, backward and an AdamW step (lr 1e-3, weight decay 1e-4). Random inputs and labels.
+  `torch.inference_mode()`. Training: `zero_grad(set_to_none=True)`, forward, cross-entropy, backward and an
+  AdamW step (lr 1e-3, weight decay 1e-4). Random inputs and labels.
 {clock}- **Interleaving**: the models are measured in blocks: the baseline of the block's depth plus up to
-  {cfg.get('block_size', 3)} other models (a model with SDPA on and off always in the same block). A block's models
-  are measured in turn, {cfg['repeats']} rounds, the order rotated each round. Each ratio divides two measurements of
-  the same round, a few seconds apart at most, so a background load that slows a round slows both sides; the median
-  over rounds is reported. The baseline's own throughput is the median over all its rounds.
+  {cfg.get('block_size', 3)} other models (a model with SDPA on and off always in the same block). A block's
+  models are measured in turn, {cfg['repeats']} rounds, the order rotated each round. Each ratio divides two
+  measurements of the same round, a few seconds apart at most, so a background load that slows a round slows
+  both sides; the median over rounds is reported. The baseline's own throughput is the median over all its
+  rounds. The comparison with timm alternates its three models the same way; the scaling sweeps measure all
+  points of a sweep in turn in every round.
 - **Intervals**: 95% percentile-bootstrap intervals of the median ratio (2,000 resamples of the rounds, seeded).
 - **FLOPs**: `torch.utils.flop_counter.FlopCounterMode` over one forward of one image. It counts matrix products
   (linear layers, the patch-embedding convolution, the `bmm` of the explicit attention and the fused SDPA kernels,
@@ -1246,7 +1262,7 @@ def _plot_speedups(points: List[Dict[str, Any]], path: str) -> str:
     ax.set_xlabel('speed-up over the baseline std_mlp (throughput ratio, median)')
     ax.set_title('Minimal variants against the baseline: do they get faster as FLOPs predict?', fontsize=10)
     ax.grid(True, axis='x', alpha=0.3)
-    ax.legend(fontsize=8, loc='lower right')
+    ax.legend(fontsize=8, loc='upper right')
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
