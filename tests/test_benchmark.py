@@ -2,13 +2,12 @@
 the paper's architecture implies, and ``--quick`` produces a sane report (a smoke test, not a speed test)."""
 import json
 import math
-import os
 import re
 
 import pytest
 import torch
 
-import timm_minimal  # noqa: F401  (registers the architectures)
+import timm_minimal
 from timm_minimal import benchmark as B
 
 torch.set_num_threads(1)

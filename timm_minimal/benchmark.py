@@ -18,18 +18,18 @@ raw measurements (``render_report`` rebuilds the report and plots from it withou
 
 Method notes (also written into the report):
 
-- Timing: ``time.perf_counter`` around ``iters`` back-to-back steps (CUDA: synchronised), ``iters``
-  calibrated per model after warm-up so that one timed repeat lasts about ``target_time`` seconds.
-  Each repeat visits every model once, in an order rotated from repeat to repeat; a ratio is
-  taken between two models *within* a repeat and the median over repeats is reported, so a
-  background load that slows one repeat slows both sides of its ratios.
-- Training step: forward, cross-entropy, ``zero_grad``, backward, AdamW step.
-- CPU memory: each model runs in a fresh process (a fork server that has imported torch and timm
-  once); the Linux peak-RSS counter (``VmHWM``) is reset after the model, its optimizer and the
-  input batch exist and the runtime is warmed up on a single image, and the peak is read after
-  the steps: peak RSS minus RSS before the steps, i.e. the working memory of the step
-  (activations, gradients, optimizer state, library workspaces), excluding the model's weights.
-  CUDA memory: ``torch.cuda.max_memory_allocated`` minus the allocation before the steps.
+- Timing: back-to-back steps, their number calibrated per model after warm-up so that one timed repeat
+  lasts about ``target_time`` seconds. On a CPU with one torch thread the clock is the process CPU time
+  (``time.process_time``), which leaves out the time the scheduler gives other jobs on a shared machine;
+  otherwise wall time (CUDA: synchronised).
+- Interleaving: models are measured in blocks (the baseline plus a few others), in turn, for several
+  rounds with the order rotated; a ratio is taken between two models *within* a round and the median over
+  rounds is reported with a bootstrap interval, so a background load that slows one round slows both
+  sides of its ratios.
+- Training step: ``zero_grad``, forward, cross-entropy, backward, AdamW step.
+- Memory: the peak of torch allocations during a step above what was live before it (CPU: profiler memory
+  events; CUDA: ``max_memory_allocated``); ``memory_method='rss'`` measures peak RSS growth instead, one
+  fresh process per model (forked from a server that has imported torch and timm once).
 """
 import argparse
 import fnmatch
@@ -42,7 +42,7 @@ import re
 import statistics
 import sys
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import timm
@@ -1075,7 +1075,9 @@ def render_report(results: Dict[str, Any], output: str, plots_dir: Optional[str]
             for mode in ('infer', 'train'):
                 if mode not in e:
                     continue
-                rows.append([f'{"inference" if mode == "infer" else "training"}, batch {e["batch_size"]}',
+                depths = {x['depth'] for x in results['timm']}
+                rows.append([(f'depth {e["depth"]}, ' if len(depths) > 1 else '')
+                             + f'{"inference" if mode == "infer" else "training"}, batch {e["batch_size"]}',
                              _fmt_tp(median(e[mode]['ours'])), _fmt_tp(median(e[mode]['ref'])),
                              _ratio_cell(ratios(e[mode]['ours'], e[mode]['ref'])),
                              _ratio_cell(ratios(e[mode]['ours'], e[mode]['copy'])) if 'copy' in e[mode] else 'n/a'])
