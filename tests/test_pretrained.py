@@ -1,0 +1,47 @@
+"""The checkpoints that ship inside the package: they load offline with pretrained=True, point at
+their Hub repos, have a committed model card, and classify real MNIST digits."""
+from pathlib import Path
+
+import pytest
+import timm
+import torch
+from huggingface_hub import ModelCard
+
+import timm_minimal  # noqa: F401
+from timm_minimal.demo import evaluate, load_mnist_sample
+from timm_minimal.vit_minimal import HUB_ORG, WEIGHTS_DIR
+
+torch.set_num_threads(1)
+ROOT = Path(__file__).resolve().parent.parent
+SHIPPED = sorted(p.name[:-len('.safetensors')] for p in WEIGHTS_DIR.glob('*.safetensors'))
+
+
+def test_pretrained_list_is_the_shipped_weights():
+    assert sorted(timm.list_pretrained('vit_minimal*')) == SHIPPED
+
+
+@pytest.mark.parametrize('name', SHIPPED)
+def test_shipped_checkpoint_loads_offline_and_has_a_card(name):
+    model = timm.create_model(name, pretrained=True).eval()
+    cfg = model.pretrained_cfg
+    assert Path(cfg['file']).is_file() and cfg['hf_hub_id'] == f'{HUB_ORG}/{name}'
+    x = torch.randn(2, *cfg['input_size'])
+    with torch.no_grad():
+        assert torch.isfinite(model(x)).all()
+
+    card = ModelCard.load(ROOT / 'model_cards' / f'{name}.md')
+    result = card.data.to_dict()['model-index'][0]['results'][0]
+    assert result['metrics'][0]['type'] == 'accuracy' and 0 < result['metrics'][0]['value'] <= 100
+    assert f'hf-hub:{HUB_ORG}/{name}' in card.text
+    assert f'model_cards/{name}.md' in (ROOT / 'README.md').read_text()
+
+
+@pytest.mark.parametrize('name', [n for n in SHIPPED if n.endswith('.mnist')])
+def test_shipped_mnist_checkpoint_classifies_real_digits(name):
+    """The 1,000 bundled test digits are part of the MNIST test split each card reports on."""
+    model = timm.create_model(name, pretrained=True)
+    x_test, y_test = load_mnist_sample()[2:]
+    card = ModelCard.load(ROOT / 'model_cards' / f'{name}.md')
+    reported = card.data.to_dict()['model-index'][0]['results'][0]['metrics'][0]['value']
+    accuracy = 100 * evaluate(model, x_test, y_test)
+    assert abs(accuracy - reported) < 5, (accuracy, reported)
