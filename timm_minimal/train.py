@@ -378,6 +378,16 @@ def plot_curves(metrics: List[Dict[str, Any]], path: Path, title: str = '') -> N
     os.replace(tmp, path)
 
 
+class _ConvertThen:
+    """Convert a PIL image to a mode ('L' or 'RGB'), then apply a transform."""
+
+    def __init__(self, mode: str, transform: Any) -> None:
+        self.mode, self.transform = mode, transform
+
+    def __call__(self, img):
+        return self.transform(img.convert(self.mode) if img.mode != self.mode else img)
+
+
 def _len_or_none(ds: Any) -> Optional[int]:
     try:
         return len(ds)
@@ -491,8 +501,9 @@ def train(args: argparse.Namespace, provenance: Optional[Dict[str, Any]] = None,
     train_base = subset(data.train, args.train_subset, mix_seed(args.seed, 1))
     eval_base = subset(data.eval, args.eval_subset, mix_seed(args.seed, 2))
     iterable = isinstance(train_base, torch.utils.data.IterableDataset)
-    if iterable:
-        train_base.transform, eval_base.transform = train_tf, eval_tf
+    if iterable:  # streaming datasets (wds/, hfids/, tfds/) apply the transform themselves; not seeded per sample
+        train_base.transform = _ConvertThen(img_mode, train_tf)
+        eval_base.transform = _ConvertThen(img_mode, eval_tf)
         train_ds, eval_ds = train_base, eval_base
     else:
         train_ds = TransformDataset(train_base, train_tf, img_mode, seed=args.seed)
