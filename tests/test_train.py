@@ -259,6 +259,8 @@ def test_fine_tune_from_checkpoint_with_another_number_of_classes(reference, tmp
     w, w0 = weights(out), load_file(str(src))
     assert w['head.weight'].shape == (3, 60)
     assert torch.equal(w['blocks.0.attn.qkv.weight'], w0['blocks.0.attn.qkv.weight'])  # lr 0: kept as loaded
+    cfg = json.loads((out / 'checkpoints' / 'last' / 'config.json').read_text())
+    assert 'file' not in cfg['pretrained_cfg'] and cfg['num_classes'] == 3
 
 
 @pytest.mark.parametrize('argv, message', [
