@@ -282,6 +282,12 @@ def write_markdown(results: List[Dict[str, Any]], path: Path, setup: Dict[str, A
         lines.append(f"- Parameter counts equal to the paper's: {len(same)} of "
                      f"{sum(1 for r in uniq if r['paper_params'])} rows with a stated count "
                      f"({', '.join('`' + r['architecture'] + '`' for r in same) or 'none'}).")
+        short = lambda r: r['architecture'].replace('vit_minimal_', '')  # noqa: E731
+        ours_rank = sorted(uniq, key=lambda r: -r['val_acc'])
+        paper_rank = sorted(uniq, key=lambda r: -r['paper_val_acc'])
+        lines.append('- Ranked by validation accuracy, ours: ' +
+                     ' > '.join(f"`{short(r)}` {r['val_acc']:.2f}" for r in ours_rank) + '; the paper\'s: ' +
+                     ' > '.join(f"`{short(r)}` {r['paper_val_acc']:.2f}" for r in paper_rank) + '.')
         differ = [r for r in uniq if r['paper_params'] and r['params'] != r['paper_params']]
         if differ:
             lines.append('- Parameter counts that differ from the paper\'s stated ones (ours minus the paper\'s): ' +
@@ -319,6 +325,13 @@ def write_markdown(results: List[Dict[str, Any]], path: Path, setup: Dict[str, A
             lines.append(f"- Training time (train + evaluation, all epochs) per model: {min(times) / 60:.1f} to "
                          f"{max(times) / 60:.1f} min, {sum(times) / 60:.1f} min in all.")
         lines.append('')
+        most = max(r['epochs'] for r in uniq)
+        lines += [f"These runs had {most} epoch(s) each, {100 * most / PAPER_EPOCHS:.1f}% of the paper's {PAPER_EPOCHS}, "
+                  f"so the gaps above are dominated by the short training and say little yet about whether our "
+                  f"models match the paper's after {PAPER_EPOCHS} epochs; the paper publishes no learning curves to "
+                  f"compare at equal epochs. Rerunning the command with a larger `--epochs` resumes and extends every run folder (the "
+                  f"learning-rate schedule is then recomputed for the new length, which is not the same as a fresh "
+                  f"run of that length; use a new `--runs-dir` for that).", '']
     if plot is not None:
         lines += [f'![validation accuracy vs parameters]({os.path.relpath(plot, path.parent)})', '']
     lines += ['Reproduce: the command above; `--report-only` rebuilds this file from the run folders. '
@@ -354,6 +367,8 @@ def write_plot(results: List[Dict[str, Any]], path: Path) -> None:
            title=f'filled: ours ({max(r["epochs"] for r in done)} epochs max), hollow: paper (500 epochs)')
     ax.legend(fontsize=7, loc='lower right')
     ax.grid(alpha=.3, which='both')
+    from matplotlib.ticker import MaxNLocator
+    ax2.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax2.set(xlabel='epoch', ylabel='validation accuracy (%)',
             title="ours per epoch; dashed: the paper's value after 500 epochs")
     ax2.legend(fontsize=7, loc='lower right')
