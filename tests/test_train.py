@@ -144,6 +144,10 @@ def test_kill_while_writing_a_checkpoint_keeps_the_previous_one(reference, tmp_p
     assert run_inprocess(['--resume', '--output', out, '--model', 'vit_minimal_std_mlp_6x1']) == 0
     assert not (out / 'checkpoints' / '.last.tmp').exists()
     assert_same_run(reference, out)
+    # a finished run is extended by resuming it with more epochs
+    assert run_inprocess(['--resume', out, '--epochs', '3']) == 0
+    assert [m['epoch'] for m in metrics(out)] == [1, 2, 3] and metrics(out)[2]['update'] == 36
+    assert json.loads((out / 'run.json').read_text())['epochs_completed'] == 3
 
 
 def test_diverging_run_stops_with_clear_message_and_keeps_last_good_checkpoint(tmp_path, capsys):
@@ -259,6 +263,8 @@ def test_fine_tune_from_checkpoint_with_another_number_of_classes(reference, tmp
     w, w0 = weights(out), load_file(str(src))
     assert w['head.weight'].shape == (3, 60)
     assert torch.equal(w['blocks.0.attn.qkv.weight'], w0['blocks.0.attn.qkv.weight'])  # lr 0: kept as loaded
+    cfg = json.loads((out / 'checkpoints' / 'last' / 'config.json').read_text())
+    assert 'file' not in cfg['pretrained_cfg'] and cfg['num_classes'] == 3
 
 
 @pytest.mark.parametrize('argv, message', [

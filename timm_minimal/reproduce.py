@@ -282,6 +282,20 @@ def write_markdown(results: List[Dict[str, Any]], path: Path, setup: Dict[str, A
         lines.append(f"- Parameter counts equal to the paper's: {len(same)} of "
                      f"{sum(1 for r in uniq if r['paper_params'])} rows with a stated count "
                      f"({', '.join('`' + r['architecture'] + '`' for r in same) or 'none'}).")
+        short = lambda r: r['architecture'].replace('vit_minimal_', '')  # noqa: E731
+        ours_rank = sorted(uniq, key=lambda r: -r['val_acc'])
+        paper_rank = sorted(uniq, key=lambda r: -r['paper_val_acc'])
+        lines.append('- Ranked by validation accuracy, ours: ' +
+                     ' > '.join(f"`{short(r)}` {r['val_acc']:.2f}" for r in ours_rank) + '; the paper\'s: ' +
+                     ' > '.join(f"`{short(r)}` {r['paper_val_acc']:.2f}" for r in paper_rank) + '.')
+        differ = [r for r in uniq if r['paper_params'] and r['params'] != r['paper_params']]
+        if differ:
+            lines.append('- Parameter counts that differ from the paper\'s stated ones (ours minus the paper\'s): ' +
+                         ', '.join(f"`{r['architecture']}` {r['params'] - r['paper_params']:+,}" for r in differ) +
+                         '. Our models follow the architecture the paper\'s counts imply (width 60, MLP 256, sin-cos '
+                         'positions without parameters); the paper\'s 4-head rows carry 8,640 more (a 144 x 60 table that '
+                         'fits no 16-token input), its Wqk row with MLP 720 more (Q and K biases) and its symmetry rows '
+                         'a count no natural parameterisation gives (`../shared/paper.md` has the arithmetic).')
         first_reach = []
         for r in uniq:
             curve = r.get('val_acc_per_epoch') or []
@@ -291,15 +305,37 @@ def write_markdown(results: List[Dict[str, Any]], path: Path, setup: Dict[str, A
         if reached:
             lines.append('- First epoch at which our validation accuracy reached the paper\'s 500-epoch value: ' +
                          ', '.join(f"`{r['architecture']}` {e}" for r, e in reached) + '.')
+        for mlp in (True, False):
+            group = [r for r in uniq if r['mlp'] == mlp]
+            if group:
+                ours = sum(r['val_acc'] for r in group) / len(group)
+                paper = sum(r['paper_val_acc'] for r in group) / len(group)
+                lines.append(f"- {'With' if mlp else 'Without'} MLP ({len(group)} models): mean validation accuracy "
+                             f"{ours:.2f}% (paper {paper:.2f}%).")
+        gains = [r['val_acc_per_epoch'][-1] - r['val_acc_per_epoch'][-2] for r in uniq
+                 if len(r.get('val_acc_per_epoch') or []) >= 2]
+        if gains:
+            lines.append(f"- Still rising: in the last epoch the validation accuracy changed by {sum(gains) / len(gains):+.2f} "
+                         f"pp on average ({min(gains):+.2f} to {max(gains):+.2f}); training accuracy at the end is "
+                         f"{min(r['train_acc'] for r in uniq):.2f} to {max(r['train_acc'] for r in uniq):.2f}% "
+                         f"(paper {min(r['paper_train_acc'] for r in uniq):.2f} to "
+                         f"{max(r['paper_train_acc'] for r in uniq):.2f}%): these runs are far from converged.")
         times = [r['train_time_s'] for r in uniq if r['train_time_s']]
         if times:
             lines.append(f"- Training time (train + evaluation, all epochs) per model: {min(times) / 60:.1f} to "
                          f"{max(times) / 60:.1f} min, {sum(times) / 60:.1f} min in all.")
         lines.append('')
+        most = max(r['epochs'] for r in uniq)
+        lines += [f"These runs had {most} epoch(s) each, {100 * most / PAPER_EPOCHS:.1f}% of the paper's {PAPER_EPOCHS}, "
+                  f"so the gaps above are dominated by the short training and say little yet about whether our "
+                  f"models match the paper's after {PAPER_EPOCHS} epochs; the paper publishes no learning curves to "
+                  f"compare at equal epochs. Rerunning the command with a larger `--epochs` resumes and extends every run folder (the "
+                  f"learning-rate schedule is then recomputed for the new length, which is not the same as a fresh "
+                  f"run of that length; use a new `--runs-dir` for that).", '']
     if plot is not None:
         lines += [f'![validation accuracy vs parameters]({os.path.relpath(plot, path.parent)})', '']
     lines += ['Reproduce: the command above; `--report-only` rebuilds this file from the run folders. '
-              'The machine-readable rows are in `results/reproduce_paper.json`.', '']
+              f"The machine-readable rows are in `{setup.get('json', 'results/reproduce_paper.json')}`.", '']
     text = '\n'.join(lines)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
@@ -331,6 +367,8 @@ def write_plot(results: List[Dict[str, Any]], path: Path) -> None:
            title=f'filled: ours ({max(r["epochs"] for r in done)} epochs max), hollow: paper (500 epochs)')
     ax.legend(fontsize=7, loc='lower right')
     ax.grid(alpha=.3, which='both')
+    from matplotlib.ticker import MaxNLocator
+    ax2.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax2.set(xlabel='epoch', ylabel='validation accuracy (%)',
             title="ours per epoch; dashed: the paper's value after 500 epochs")
     ax2.legend(fontsize=7, loc='lower right')
@@ -398,9 +436,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         run_json = Path(r['run_dir']) / 'run.json'
         if run_json.is_file():
             run = json.loads(run_json.read_text())
+            launch = (run.get('launches') or [{}])[0]
             recipe = dict(name=run.get('recipe'), values=run.get('recipe_values'), versions=run.get('versions'),
-                          device=(run.get('launches') or [{}])[0].get('device'),
-                          processes=(run.get('launches') or [{}])[0].get('num_processes'))
+                          device=launch.get('device'), processes=launch.get('num_processes'),
+                          threads=launch.get('torch_threads'), workers=launch.get('num_workers'),
+                          overrides={k: v for k, v in (run.get('args') or {}).items()
+                                     if k in (run.get('recipe_values') or {}) and run['recipe_values'][k] != v
+                                     and k != 'epochs'})
             break
     epochs = sorted({r['epochs'] for r in results if r['epochs']})
     setup_text = (f"Epochs per model: {', '.join(map(str, epochs)) or '–'} (the paper: {PAPER_EPOCHS}). ")
@@ -412,7 +454,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                        f"random resized crop scale {v.get('scale')} ratio {v.get('ratio')}, horizontal flip "
                        f"{v.get('hflip')}, RandAugment {v.get('aa')}, mixup {v.get('mixup')}, label smoothing "
                        f"{v.get('smoothing')}; seed {args.seed}. "
-                       f"Trained on {recipe['device']} with {recipe['processes']} process(es); "
+                       + (f"Changed from the recipe: {recipe['overrides']}. " if recipe['overrides'] else '')
+                       + f"Trained on {recipe['device']} with {recipe['processes']} process(es)"
+                       + (f", {recipe['threads']} torch thread(s)" if recipe['threads'] else '')
+                       + (f" and {recipe['workers']} data-loading worker(s)" if recipe['workers'] is not None else '')
+                       + '; '
                        f"torch {recipe['versions'].get('torch')}, timm {recipe['versions'].get('timm')}, "
                        f"accelerate {recipe['versions'].get('accelerate')}. ")
     walls = [r['wall_time_s'] for r in {r['model']: r for r in results}.values() if r.get('wall_time_s')]
@@ -422,7 +468,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                        + (f' on {os.cpu_count()} CPU cores.' if recipe and recipe['device'] == 'cpu' else '.'))
     cmd_argv = [a for a in argv if a not in ('--report-only', '--dry-run')]
     command = 'timm-minimal-reproduce ' + shlex.join(cmd_argv) + (' -- ' + shlex.join(extra) if extra else '')
-    write_markdown(results, Path(args.results), dict(command=command, text=setup_text), plot)
+    write_markdown(results, Path(args.results), dict(command=command, text=setup_text, json=args.json), plot)
     print(f'[reproduce] wrote {args.results}, {args.json}' + (f', {plot}' if plot else ''), flush=True)
     return 0
 

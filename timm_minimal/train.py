@@ -378,6 +378,16 @@ def plot_curves(metrics: List[Dict[str, Any]], path: Path, title: str = '') -> N
     os.replace(tmp, path)
 
 
+class _ConvertThen:
+    """Convert a PIL image to a mode ('L' or 'RGB'), then apply a transform."""
+
+    def __init__(self, mode: str, transform: Any) -> None:
+        self.mode, self.transform = mode, transform
+
+    def __call__(self, img):
+        return self.transform(img.convert(self.mode) if img.mode != self.mode else img)
+
+
 def _len_or_none(ds: Any) -> Optional[int]:
     try:
         return len(ds)
@@ -441,7 +451,11 @@ def train(args: argparse.Namespace, provenance: Optional[Dict[str, Any]] = None,
     if args.output is None:
         stamp = datetime.now().strftime('%Y%m%d-%H%M%S')
         ds_short = Path(args.dataset).name if kind == 'folder' else args.dataset.replace('/', '_')
-        args.output = str(Path('runs') / f'{ds_short}-{args.model.replace(".", "_")}-{stamp}')
+        name = [str(Path('runs') / f'{ds_short}-{args.model.replace(".", "_")}-{stamp}')]
+        if world > 1:  # one folder for all processes: the main process's time stamp
+            from accelerate.utils import broadcast_object_list
+            broadcast_object_list(name)
+        args.output = name[0]
     out = Path(args.output)
     resuming = args.resume is not None
     last_dir = ckpt.find_checkpoint(out) if resuming else None
@@ -476,8 +490,9 @@ def train(args: argparse.Namespace, provenance: Optional[Dict[str, Any]] = None,
         create_kwargs['pretrained_cfg_overlay'] = dict(file=str(args.pretrained_path))
     try:
         model = timm.create_model(model_name, pretrained=bool(args.pretrained or args.pretrained_path), **create_kwargs)
-    except TypeError as e:
-        raise UsageError(f'Cannot build {model_name} with {model_kwargs}: {e}') from e
+    except (TypeError, RuntimeError, ValueError) as e:
+        raise UsageError(f'Cannot build {model_name} (model arguments {model_kwargs}'
+                         f'{", pretrained" if args.pretrained or args.pretrained_path else ""}): {e}') from e
     num_params = sum(p.numel() for p in model.parameters())
     data_cfg = _data_config(model, args)
     in_chans = data_cfg['input_size'][0]
@@ -491,8 +506,9 @@ def train(args: argparse.Namespace, provenance: Optional[Dict[str, Any]] = None,
     train_base = subset(data.train, args.train_subset, mix_seed(args.seed, 1))
     eval_base = subset(data.eval, args.eval_subset, mix_seed(args.seed, 2))
     iterable = isinstance(train_base, torch.utils.data.IterableDataset)
-    if iterable:
-        train_base.transform, eval_base.transform = train_tf, eval_tf
+    if iterable:  # streaming datasets (wds/, hfids/, tfds/) apply the transform themselves; not seeded per sample
+        train_base.transform = _ConvertThen(img_mode, train_tf)
+        eval_base.transform = _ConvertThen(img_mode, eval_tf)
         train_ds, eval_ds = train_base, eval_base
     else:
         train_ds = TransformDataset(train_base, train_tf, img_mode, seed=args.seed)
@@ -642,7 +658,8 @@ def train(args: argparse.Namespace, provenance: Optional[Dict[str, Any]] = None,
 
     def model_config() -> Dict[str, Any]:
         cfg = dict(getattr(unwrapped, 'pretrained_cfg', {}) or {})
-        cfg = {k: (list(v) if isinstance(v, tuple) else v) for k, v in cfg.items() if not callable(v)}
+        cfg = {k: (list(v) if isinstance(v, tuple) else v) for k, v in cfg.items()
+               if not callable(v) and k not in ('file', 'source', 'state_dict')}  # where it came from, not what it is
         cfg.update(num_classes=data.num_classes, input_size=list(data_cfg['input_size']),
                    mean=list(data_cfg['mean']), std=list(data_cfg['std']), label_names=data.classes)
         return dict(architecture=split_model_name(model_name)[0], num_classes=data.num_classes,
