@@ -434,22 +434,22 @@ def _malloc_trim() -> None:
         pass
 
 
-def _rss_kb() -> int:
-    rss = _read_status_kb('VmRSS')
-    if rss is not None:
-        return rss
-    import resource  # not Linux: the peak so far is the best available baseline
+def _max_rss_kb() -> int:
+    """The process's peak RSS from getrusage, in KiB (macOS reports bytes)."""
+    import resource
     maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return maxrss // 1024 if sys.platform == 'darwin' else maxrss
+
+
+def _rss_kb() -> int:
+    rss = _read_status_kb('VmRSS')
+    # not Linux: the peak so far is the best available baseline
+    return rss if rss is not None else _max_rss_kb()
 
 
 def _peak_rss_kb() -> int:
     peak = _read_status_kb('VmHWM')
-    if peak is not None:
-        return peak
-    import resource
-    maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return maxrss // 1024 if sys.platform == 'darwin' else maxrss
+    return peak if peak is not None else _max_rss_kb()
 
 
 def _cpu_memory_worker(job: Dict[str, Any]) -> Dict[str, float]:
