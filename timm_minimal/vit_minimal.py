@@ -153,12 +153,8 @@ class VisionTransformerMinimal(nn.Module):
             self.pos_embed = nn.Parameter(torch.randn(1, grid_size[0] * grid_size[1], embed_dim) * .02)
         else:
             self.pos_embed = None
-        self.register_buffer(
-            'pos_embed_sincos',
-            sincos_2d_pos_embed(grid_size[0], grid_size[1], embed_dim) if pos_embed == 'sincos'
-            else torch.zeros(1, 0, embed_dim),
-            persistent=False,
-        )
+        self.register_buffer('pos_embed_sincos', torch.zeros(1, 0, embed_dim), persistent=False)
+        self.init_non_persistent_buffers()
         self.pos_drop = nn.Dropout(p=pos_drop_rate)
 
         dpr = [x.item() for x in torch.linspace(0, drop_path_rate, depth)]
