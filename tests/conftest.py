@@ -1,3 +1,7 @@
+import struct
+from importlib import resources
+
+import numpy as np
 import pytest
 
 from hub_server import HubServer, configure_client
@@ -11,3 +15,22 @@ def hub_server(tmp_path, monkeypatch):
         configure_client(server, tmp_path / "hf-home", monkeypatch)
         yield server
     assert not server.errors, "hub test server failed:\n" + "\n".join(server.errors)
+
+
+def _write_idx(path, array):
+    """An MNIST idx file: magic (0x08 = unsigned bytes, number of dimensions), big-endian sizes, the bytes."""
+    header = struct.pack('>I', 0x0800 | array.ndim) + b''.join(struct.pack('>I', n) for n in array.shape)
+    path.write_bytes(header + np.ascontiguousarray(array, dtype=np.uint8).tobytes())
+
+
+@pytest.fixture(scope='session')
+def mnist_dir(tmp_path_factory):
+    """The MNIST sample shipped with the package (5,000 train / 1,000 test digits) as the four idx files
+    the trainer reads with ``--dataset mnist --data-dir``."""
+    with resources.files('timm_minimal').joinpath('data/mnist_sample.npz').open('rb') as f, np.load(f) as d:
+        sample = {k: d[k] for k in d.files}
+    root = tmp_path_factory.mktemp('mnist-sample')
+    for prefix, split in (('train', 'train'), ('t10k', 'test')):
+        _write_idx(root / f'{prefix}-images-idx3-ubyte', sample[f'{split}_images'])
+        _write_idx(root / f'{prefix}-labels-idx1-ubyte', sample[f'{split}_labels'])
+    return root

@@ -33,14 +33,14 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 import numpy as np
 import torch
 from PIL import Image
-from torch.utils.data import Dataset, IterableDataset, Sampler
+from torch.utils.data import DataLoader, Dataset, IterableDataset, Sampler
 
 _logger = logging.getLogger(__name__)
 
 __all__ = [
     'BUILTIN_DATASETS', 'TIMM_FACTORY_PREFIXES', 'DEFAULT_TAGS', 'DatasetError', 'ImageData', 'ArrayImageDataset',
     'TransformDataset', 'EpochSampler', 'load_dataset', 'load_mnist', 'load_cifar10', 'find_image_folder_splits',
-    'build_transforms', 'mix_seed', 'default_cache_dir',
+    'build_transforms', 'mix_seed', 'default_cache_dir', 'epoch_order', 'subset_indices', 'LoaderDataPath', 'RankBatchSampler',
 ]
 
 BUILTIN_DATASETS = ('mnist', 'cifar10', 'imagenet')
@@ -153,6 +153,12 @@ class TransformDataset(Dataset):
         return img, target
 
 
+def epoch_order(size: int, seed: int, epoch: int) -> torch.Tensor:
+    """The training order of an epoch: a permutation of ``range(size)`` that depends on (seed, epoch) only."""
+    g = torch.Generator().manual_seed(mix_seed(seed, 0x5A3D, epoch))
+    return torch.randperm(size, generator=g)
+
+
 class EpochSampler(Sampler):
     """Yields ``(epoch, index)`` keys: a seeded permutation per epoch (or the identity), from a position.
 
@@ -179,8 +185,7 @@ class EpochSampler(Sampler):
 
     def __iter__(self) -> Iterator[Tuple[int, int]]:
         if self.shuffle:
-            g = torch.Generator().manual_seed(mix_seed(self.seed, 0x5A3D, self.epoch))
-            order = torch.randperm(self.size, generator=g)[:self.num_samples].tolist()
+            order = epoch_order(self.size, self.seed, self.epoch)[:self.num_samples].tolist()
         else:
             order = range(self.num_samples)
         epoch = self.epoch
@@ -527,11 +532,18 @@ def load_dataset(
                              download, img_mode, seed, batch_size, num_classes)
 
 
+def subset_indices(size: int, n: Optional[int], seed: int) -> np.ndarray:
+    """The sorted indices of a seeded random subset of ``n`` of ``size`` samples (all when ``n`` is None or not smaller)."""
+    if n is None or n >= size:
+        return np.arange(size)
+    return np.sort(np.random.default_rng(seed).permutation(size)[:n])
+
+
 def subset(ds: Dataset, n: Optional[int], seed: int) -> Dataset:
     """A seeded random subset of ``n`` samples (all when ``n`` is None or not smaller)."""
     if n is None or isinstance(ds, IterableDataset) or n >= len(ds):
         return ds
-    idx = np.sort(np.random.default_rng(seed).permutation(len(ds))[:n])
+    idx = subset_indices(len(ds), n, seed)
     if isinstance(ds, ArrayImageDataset):
         return ds.subset(idx)
     return IndexSubset(ds, idx)
@@ -553,18 +565,107 @@ def build_transforms(
         color_jitter: Optional[float] = None,
         auto_augment: Optional[str] = None,
         train_interpolation: Optional[str] = None,
+        translate: float = 0.,
+        rotate: float = 0.,
 ) -> Tuple[Any, Any]:
     """timm's training and evaluation transforms, ending in uint8 tensors (C, H, W).
 
     Normalisation and random erasing are left to the batch (``use_prefetcher=True`` in timm's terms).
+    ``translate`` (a fraction of the image size) and ``rotate`` (degrees) put torchvision's
+    ``RandomAffine`` in front of timm's transform, as the device data path's batched affine does.
     """
     from timm.data import create_transform
+    from torchvision import transforms
     train_tf = create_transform(
         input_size, is_training=True, no_aug=no_aug, scale=tuple(scale) if scale else None,
         ratio=tuple(ratio) if ratio else None, hflip=hflip, vflip=vflip,
         color_jitter=color_jitter if color_jitter else None, auto_augment=auto_augment or None,
         interpolation=train_interpolation or interpolation, mean=tuple(mean), std=tuple(std), use_prefetcher=True)
+    if (translate or rotate) and not no_aug:
+        affine = transforms.RandomAffine(degrees=rotate, translate=(translate, translate) if translate else None)
+        train_tf = transforms.Compose([affine, *train_tf.transforms])
     eval_tf = create_transform(
         input_size, is_training=False, interpolation=interpolation, mean=tuple(mean), std=tuple(std),
         crop_pct=crop_pct, use_prefetcher=True)
     return train_tf, eval_tf
+
+
+# -- the loader data path --------------------------------------------------------------------------
+
+class RankBatchSampler(Sampler):
+    """This process's share of every global batch: batches of ``EpochSampler`` keys, sliced by rank."""
+
+    def __init__(self, sampler: EpochSampler, batch_size: int, world: int = 1, rank: int = 0) -> None:
+        self.sampler, self.batch_size, self.world, self.rank = sampler, batch_size, world, rank
+        self.per_process = batch_size // world
+
+    def __len__(self) -> int:
+        return len(self.sampler) // self.batch_size
+
+    def __iter__(self) -> Iterator[List[Tuple[int, int]]]:
+        keys = list(self.sampler)
+        lo = self.rank * self.per_process
+        for b in range(len(keys) // self.batch_size):
+            yield keys[b * self.batch_size + lo:b * self.batch_size + lo + self.per_process]
+
+
+class LoaderDataPath:
+    """Training and evaluation batches from a ``DataLoader``: per-image timm transforms in worker processes.
+
+    For datasets that do not fit the device (ImageNet) or need per-image transforms (RandAugment,
+    colour jitter), and for streaming datasets. Batches arrive as uint8 and are normalised (and
+    randomly erased) on the device. ``train_batches(epoch, start)`` yields this process's share of
+    every global batch from batch ``start`` on; ``eval_batches()`` this process's part of the
+    evaluation split (a contiguous shard; streaming datasets: every ``world``-th batch).
+    """
+    name = 'loader'
+
+    def __init__(self, train: Dataset, evaluation: Dataset, normalize: Any, eraser: Any, device: torch.device,
+                 seed: int, batch_size: int, batches_per_epoch: int, eval_batch_size: int, num_workers: int,
+                 world: int = 1, rank: int = 0) -> None:
+        self.train, self.evaluation = train, evaluation
+        self.normalize, self.eraser, self.device = normalize, eraser, device
+        self.batch_size, self.batches_per_epoch, self.world, self.rank = batch_size, batches_per_epoch, world, rank
+        self.eval_batch_size = max(1, eval_batch_size // world)
+        self.loader_kw = dict(num_workers=num_workers, pin_memory=device.type == 'cuda')
+        self.iterable = isinstance(train, IterableDataset)
+        self.sampler = None if self.iterable else EpochSampler(
+            len(train), seed=seed, shuffle=True, num_samples=batches_per_epoch * batch_size)
+
+    def _to_device(self, x: torch.Tensor, y: Any, training: bool) -> Tuple[torch.Tensor, torch.Tensor]:
+        x = self.normalize(x.to(self.device, non_blocking=True))
+        if training and self.eraser is not None:
+            x = self.eraser(x)
+        return x, torch.as_tensor(y).to(self.device, non_blocking=True)
+
+    def train_batches(self, epoch: int, start: int = 0) -> Iterator[Tuple[torch.Tensor, torch.Tensor]]:
+        if self.iterable:  # streaming: every process reads the stream and keeps its slice of each global batch
+            if hasattr(self.train, 'set_epoch'):
+                self.train.set_epoch(epoch)
+            loader = DataLoader(self.train, batch_size=self.batch_size, drop_last=True, **self.loader_kw)
+            lo, per = self.rank * (self.batch_size // self.world), self.batch_size // self.world
+            for b, (x, y) in enumerate(loader):
+                if b >= self.batches_per_epoch:
+                    break
+                yield self._to_device(x[lo:lo + per], y[lo:lo + per], True)
+            return
+        self.sampler.set_position(epoch, start * self.batch_size)
+        loader = DataLoader(self.train, batch_sampler=RankBatchSampler(
+            self.sampler, self.batch_size, self.world, self.rank), **self.loader_kw)
+        for x, y in loader:
+            yield self._to_device(x, y, True)
+
+    def eval_batches(self) -> Iterator[Tuple[torch.Tensor, torch.Tensor]]:
+        ds = self.evaluation
+        if isinstance(ds, IterableDataset):
+            loader = DataLoader(ds, batch_size=self.eval_batch_size, **self.loader_kw)
+            batches = (b for i, b in enumerate(loader) if i % self.world == self.rank)
+        else:
+            n = len(ds)
+            shard = torch.utils.data.Subset(ds, range(n * self.rank // self.world, n * (self.rank + 1) // self.world))
+            batches = iter(DataLoader(shard, batch_size=self.eval_batch_size, shuffle=False, **self.loader_kw))
+        for x, y in batches:
+            yield self._to_device(x, y, False)
+
+    def describe(self) -> Dict[str, Any]:
+        return dict(path=self.name, num_workers=self.loader_kw['num_workers'])

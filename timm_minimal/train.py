@@ -1,8 +1,8 @@
 """Train a minimal transformer (or any timm model) with accelerate: MNIST, CIFAR-10, ImageNet, image folders.
 
-    timm-minimal-train --model vit_minimal_std_mlp_6x1 --dataset mnist --data-dir ../shared/data --output runs/mnist_std
+    timm-minimal-train --model vit_minimal_sym_6x4 --dataset mnist --data-dir data --output runs/mnist_sym
     accelerate launch --num_processes 8 -m timm_minimal.train --model vit_minimal_sym_6x4 --dataset imagenet ...
-    timm-minimal-train --resume runs/mnist_std          # continue an interrupted run where it stopped
+    timm-minimal-train --resume runs/mnist_sym          # continue an interrupted run where it stopped
 
 The same command runs on one CPU, one GPU, several GPUs or several nodes (launched by
 ``accelerate launch`` or ``torchrun``). ``--batch-size`` is the global batch: it is split between
@@ -12,62 +12,64 @@ Options come from three places, later ones winning: built-in defaults, the datas
 (``timm_minimal/recipes/<dataset>.yaml`` or ``--recipe``), the command line. A resumed run takes
 its options from its own ``args.yaml`` and the command line.
 
-The run folder (``--output``) holds ``run.json`` (command line, resolved options, model, dataset,
-parameter count, library versions, status), ``args.yaml``, ``metrics.jsonl`` (one line per epoch),
-``curves.png`` and ``checkpoints/{last,best}`` (see ``timm_minimal.checkpoint``).
+Two data paths (``--data-path``): a dataset that fits (MNIST, CIFAR-10, small image folders) lives
+on the training device as uint8 and is augmented there in whole batches
+(``timm_minimal.device_data``); the others go through a ``DataLoader`` with timm's per-image
+transforms. On a CUDA GPU the model is compiled (``torch.compile``) and runs in bf16 autocast by
+default, AdamW is the fused kernel, and the step never waits for the host: losses, accuracies and
+the non-finite check stay on the device until the loop synchronises anyway.
+
+The run folder (``--output``) holds ``run.json``, ``args.yaml``, ``metrics.jsonl`` (one line per
+epoch), ``curves.png`` and ``checkpoints/{last,best}`` (see ``timm_minimal.run_folder``).
 
 Randomness is a function of the seed: the model is initialised from ``--seed``, data order and
 augmentation of a sample depend on (seed, epoch, index), and the RNGs used by the training step
-(dropout, random erasing, mixup) are reseeded at every step from (seed, epoch, step, rank). A run
-resumed from a checkpoint therefore ends where the uninterrupted run would.
+(dropout, random erasing noise, mixup) are reseeded at every step from (seed, epoch, step, rank). A
+run resumed from a checkpoint therefore ends where the uninterrupted run would.
 
-Exit status: 0 when training finished, 2 for a bad command line or dataset, 3 when the loss became
-NaN or infinite (the last good checkpoint is kept).
-
-Test hooks (environment variables, for the test suite): ``TIMM_MINIMAL_TEST_KILL_AT_UPDATE=N``
-kills the process with SIGKILL right after optimizer update N (and its checkpoint, if one is due);
-and ``TIMM_MINIMAL_TEST_KILL_IN_SAVE=N`` kills it in the middle of writing its N-th checkpoint.
+Exit status: 0 when training finished, 2 for a bad command line or dataset, 3 when the loss, the
+gradients or the weights became NaN or infinite (the last good checkpoint is kept).
 """
 import argparse
-import hashlib
-import json
 import logging
 import math
 import os
 import platform
-import random
 import shlex
-import signal
 import sys
 import time
 from datetime import datetime, timezone
 from importlib import resources
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 import yaml
 
 from . import checkpoint as ckpt
+from .batch_augment import BatchAugmentConfig
 from .data import (
-    DatasetError, EpochSampler, ImageData, TransformDataset, build_transforms, dataset_kind, load_dataset, mix_seed,
+    DatasetError, ImageData, LoaderDataPath, TransformDataset, build_transforms, dataset_kind, load_dataset, mix_seed,
     subset,
 )
+from .device_data import DeviceDataPath, cache_file, dataset_bytes, device_budget_bytes, images_to_array
+from .engine import (
+    Diverged, FiniteGuard, Run, TrainHooks, TrainState, check_finite, epoch_row, evaluate, save_checkpoint,
+    set_rng_state, train_one_epoch, weights_hash,
+)
+from .run_folder import RUN_FORMAT, RunFolder
 
 _logger = logging.getLogger('timm_minimal.train')
 
-__all__ = ['build_parser', 'parse_args', 'train', 'main', 'Diverged', 'RECIPES', 'load_recipe']
+__all__ = ['build_parser', 'parse_args', 'train', 'main', 'Diverged', 'UsageError', 'TrainHooks', 'RECIPES',
+           'load_recipe']
 
 RECIPES = {'mnist': 'mnist', 'cifar10': 'cifar10', 'imagenet': 'imagenet', 'folder': 'default', 'timm': 'default'}
+DATA_PATHS = ('auto', 'device', 'loader')
 EXIT_BAD_INPUT = 2
 EXIT_DIVERGED = 3
-
-
-class Diverged(RuntimeError):
-    """The training loss became NaN or infinite."""
 
 
 class UsageError(ValueError):
@@ -154,8 +156,20 @@ def build_parser(suppress: bool = False) -> argparse.ArgumentParser:
     g.add_argument('--model-ema-decay', type=float, **d(0.9998))
     g.add_argument('--model-ema-warmup', action=argparse.BooleanOptionalAction, **d(True))
 
-    g = p.add_argument_group('augmentation (timm)')
+    g = p.add_argument_group('data path')
+    g.add_argument('--data-path', choices=DATA_PATHS, **d('auto'),
+                   help='device: the dataset lives on the training device as uint8 and is augmented there in batches '
+                        '(MNIST, CIFAR-10, small image folders); loader: a DataLoader with per-image timm transforms '
+                        '(ImageNet, streaming datasets, RandAugment, colour jitter); auto: device wherever the data '
+                        'fit and the augmentation allows it')
+    g.add_argument('--device-data-limit', type=float, **d(4.0), metavar='GB',
+                   help='largest dataset (train + evaluation, uint8 at the input size) the device path holds; '
+                        'on a GPU also at most half its free memory')
+
+    g = p.add_argument_group('augmentation')
     g.add_argument('--no-aug', action='store_true', **d(False), help='no training augmentation')
+    g.add_argument('--translate', type=float, **d(0.0), help='random shift, at most this fraction of the image size')
+    g.add_argument('--rotate', type=float, **d(0.0), help='random rotation, at most this many degrees')
     g.add_argument('--scale', **_floats(2), **d(None), help='random resized crop area range')
     g.add_argument('--ratio', **_floats(2), **d(None), help='random resized crop aspect range')
     g.add_argument('--hflip', type=float, **d(0.5))
@@ -176,8 +190,10 @@ def build_parser(suppress: bool = False) -> argparse.ArgumentParser:
 
     g = p.add_argument_group('system')
     g.add_argument('--mixed-precision', choices=('no', 'fp16', 'bf16'), **d(None),
-                   help="default: accelerate's configuration (accelerate launch --mixed_precision)")
-    g.add_argument('--compile', action=argparse.BooleanOptionalAction, **d(False), help='torch.compile the model')
+                   help="default: accelerate's configuration (accelerate launch --mixed_precision) if one is set, "
+                        "else bf16 on a GPU that supports it and no elsewhere")
+    g.add_argument('--compile', action=argparse.BooleanOptionalAction, **d(None),
+                   help='torch.compile the model (default: on a CUDA GPU; a failure falls back to eager with a warning)')
     g.add_argument('--compile-mode', **d(None), help='torch.compile mode, e.g. max-autotune')
     g.add_argument('--cpu', action='store_true', **d(False), help='train on the CPU even if a GPU is present')
     return p
@@ -301,83 +317,6 @@ def _data_config(model: nn.Module, args: argparse.Namespace) -> Dict[str, Any]:
     return cfg
 
 
-def _rng_state() -> Dict[str, Any]:
-    py = random.getstate()
-    np_state = np.random.get_state()
-    state = dict(
-        python=[py[0], list(py[1]), py[2]],
-        numpy=[np_state[0], torch.from_numpy(np_state[1].astype(np.int64)), int(np_state[2]), int(np_state[3]),
-               float(np_state[4])],
-        torch=torch.get_rng_state(),
-    )
-    if torch.cuda.is_available():
-        state['cuda'] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def _set_rng_state(state: Dict[str, Any]) -> None:
-    py = state['python']
-    random.setstate((py[0], tuple(py[1]), py[2]))
-    n = state['numpy']
-    np.random.set_state((n[0], n[1].numpy().astype(np.uint32), n[2], n[3], n[4]))
-    torch.set_rng_state(state['torch'])
-    if 'cuda' in state and torch.cuda.is_available() and len(state['cuda']) == torch.cuda.device_count():
-        torch.cuda.set_rng_state_all(state['cuda'])
-
-
-def _seed_step(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed % (1 << 32))
-    torch.manual_seed(seed)
-
-
-def _weights_hash(state_dict: Dict[str, torch.Tensor]) -> str:
-    h = hashlib.sha256()
-    for k in sorted(state_dict):
-        h.update(k.encode())
-        h.update(state_dict[k].detach().cpu().contiguous().numpy().tobytes())
-    return h.hexdigest()
-
-
-def _env_int(name: str) -> Optional[int]:
-    v = os.environ.get(name)
-    return int(v) if v else None
-
-
-def plot_curves(metrics: List[Dict[str, Any]], path: Path, title: str = '') -> None:
-    """Loss, accuracy and learning rate per epoch as a PNG (written atomically)."""
-    import matplotlib
-    matplotlib.use('Agg')
-    import matplotlib.pyplot as plt
-    if not metrics:
-        return
-    ep = [m['epoch'] for m in metrics]
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
-    axes[0].plot(ep, [m['train_loss'] for m in metrics], 'o-', label='train')
-    axes[0].plot(ep, [m['test_loss'] for m in metrics], 's-', label='test')
-    if 'ema_test_loss' in metrics[0]:
-        axes[0].plot(ep, [m['ema_test_loss'] for m in metrics], '^--', label='test (EMA)')
-    axes[0].set(xlabel='epoch', ylabel='loss', title='loss')
-    axes[1].plot(ep, [m['train_acc'] for m in metrics], 'o-', label='train')
-    axes[1].plot(ep, [m['test_acc'] for m in metrics], 's-', label='test')
-    if 'ema_test_acc' in metrics[0]:
-        axes[1].plot(ep, [m['ema_test_acc'] for m in metrics], '^--', label='test (EMA)')
-    axes[1].set(xlabel='epoch', ylabel='accuracy (%)', title='accuracy')
-    axes[2].plot(ep, [m['lr'] for m in metrics], 'o-')
-    axes[2].set(xlabel='epoch', ylabel='learning rate', title='learning rate (end of epoch)')
-    for ax in axes[:2]:
-        ax.legend()
-    for ax in axes:
-        ax.grid(alpha=.3)
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout()
-    tmp = path.with_name(f'.{path.name}.{os.getpid()}.tmp.png')
-    fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    os.replace(tmp, path)
-
-
 class _ConvertThen:
     """Convert a PIL image to a mode ('L' or 'RGB'), then apply a transform."""
 
@@ -395,87 +334,72 @@ def _len_or_none(ds: Any) -> Optional[int]:
         return None
 
 
-def _read_json(path: Path) -> Dict[str, Any]:
-    return json.loads(path.read_text()) if path.is_file() else {}
+def _process_elapsed() -> float:
+    """Seconds since this process started (imports, data loading and compilation included)."""
+    import psutil
+    return time.time() - psutil.Process().create_time()
 
 
-# -- training --------------------------------------------------------------------------------------
+# -- set-up ----------------------------------------------------------------------------------------
 
-def train(args: argparse.Namespace, provenance: Optional[Dict[str, Any]] = None,
-          argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
-    """Run (or resume) one training run; returns the run summary written to run.json."""
-    import timm
-    from accelerate import Accelerator, DataLoaderConfiguration
-    from accelerate.utils import TorchDynamoPlugin
-    from timm.data import Mixup
-    from timm.data.random_erasing import RandomErasing
-    from timm.loss import LabelSmoothingCrossEntropy, SoftTargetCrossEntropy
-    from timm.optim import create_optimizer_v2
-    from timm.scheduler import create_scheduler_v2
-    from timm.utils import ModelEmaV3
+def check_numbers(args: argparse.Namespace) -> None:
+    """Options that must be positive (or non-negative), with what is allowed."""
+    for name, low in (('epochs', 1), ('batch_size', 1), ('grad_accum_steps', 1), ('num_workers', 0),
+                      ('checkpoint_interval', 0), ('log_interval', 0)):
+        value = getattr(args, name)
+        if value < low:
+            raise UsageError(f'--{name.replace("_", "-")} must be at least {low}, got {value}.')
+    if args.eval_batch_size is not None and args.eval_batch_size < 1:
+        raise UsageError(f'--eval-batch-size must be at least 1, got {args.eval_batch_size}.')
+    if args.device_data_limit <= 0:
+        raise UsageError(f'--device-data-limit must be a positive number of GB, got {args.device_data_limit}.')
 
-    from . import vit_minimal  # noqa: F401  (registers the architectures)
 
-    provenance = provenance or {}
-    dynamo = None
-    if args.compile:
-        dynamo = TorchDynamoPlugin(backend='inductor', mode=args.compile_mode)
-    # Several processes without a GPU (torchrun, accelerate launch --multi_gpu on a CPU machine): accelerate
-    # only sets up CPU data parallelism (gloo) when told to use the CPU.
+def make_accelerator(args: argparse.Namespace):
+    """accelerate's Accelerator: CPU, one or several GPUs; bf16 autocast by default where the GPU supports it."""
+    from accelerate import Accelerator
     has_gpu = torch.cuda.is_available() or (hasattr(torch, 'xpu') and torch.xpu.is_available())
+    # several processes without a GPU (torchrun, accelerate launch on a CPU machine): accelerate only
+    # sets up CPU data parallelism (gloo) when told to use the CPU
     multi_cpu = not has_gpu and int(os.environ.get('WORLD_SIZE', '1')) > 1
-    accelerator = Accelerator(
-        mixed_precision=args.mixed_precision,
-        gradient_accumulation_steps=args.grad_accum_steps,
-        cpu=args.cpu or multi_cpu,
-        dataloader_config=DataLoaderConfiguration(split_batches=True, even_batches=True),
-        dynamo_plugin=dynamo,
-        step_scheduler_with_optimizer=False,
-    )
-    world, rank = accelerator.num_processes, accelerator.process_index
-    is_main = accelerator.is_main_process
-    log = accelerator.print
+    precision = args.mixed_precision
+    if precision is None and 'ACCELERATE_MIXED_PRECISION' not in os.environ:
+        on_cuda = torch.cuda.is_available() and not args.cpu
+        precision = 'bf16' if on_cuda and torch.cuda.is_bf16_supported() else 'no'
+    return Accelerator(mixed_precision=precision, gradient_accumulation_steps=args.grad_accum_steps,
+                       cpu=args.cpu or multi_cpu, step_scheduler_with_optimizer=False)
 
-    if args.batch_size % world:
-        raise UsageError(f'--batch-size {args.batch_size} must be a multiple of the number of processes ({world}).')
-    if args.grad_accum_steps < 1:
-        raise UsageError('--grad-accum-steps must be at least 1.')
-    eval_bs = args.eval_batch_size or 2 * args.batch_size
-    eval_bs = int(math.ceil(eval_bs / world) * world)
-    mixup_active = args.mixup > 0 or args.cutmix > 0 or args.cutmix_minmax is not None
-    if mixup_active and (args.batch_size // world) % 2:
-        raise UsageError(f'mixup/cutmix needs an even batch per process; got {args.batch_size // world}.')
 
-    # -- run folder ----------------------------------------------------------------------------
-    kind = dataset_kind(args.dataset)
+def prepare_folder(args: argparse.Namespace, accelerator: Any) -> Tuple[RunFolder, Optional[Path]]:
+    """The run folder (named by the main process when --output is not given) and the checkpoint to resume."""
     if args.output is None:
+        kind = dataset_kind(args.dataset)
         stamp = datetime.now().strftime('%Y%m%d-%H%M%S')
         ds_short = Path(args.dataset).name if kind == 'folder' else args.dataset.replace('/', '_')
         name = [str(Path('runs') / f'{ds_short}-{args.model.replace(".", "_")}-{stamp}')]
-        if world > 1:  # one folder for all processes: the main process's time stamp
+        if accelerator.num_processes > 1:  # one folder for all processes: the main process's time stamp
             from accelerate.utils import broadcast_object_list
             broadcast_object_list(name)
         args.output = name[0]
-    out = Path(args.output)
+    folder = RunFolder(args.output)
     resuming = args.resume is not None
-    last_dir = ckpt.find_checkpoint(out) if resuming else None
-    if not resuming and out.exists() and any(out.iterdir()):
-        raise UsageError(f'Run folder {out} already exists and is not empty; pass --resume to continue that run, '
+    last_dir = folder.find_checkpoint() if resuming else None
+    if not resuming and not folder.is_empty():
+        raise UsageError(f'Run folder {folder} already exists and is not empty; pass --resume to continue that run, '
                          f'or choose another --output.')
     accelerator.wait_for_everyone()
-    if is_main:
-        out.mkdir(parents=True, exist_ok=True)
-        ckpt.clean_stale_temp(out / 'checkpoints')
+    if accelerator.is_main_process:
+        folder.prepare()
     accelerator.wait_for_everyone()
     if resuming and last_dir is None:
-        log(f'No checkpoint in {out} yet: starting the run from the beginning.')
+        accelerator.print(f'No checkpoint in {folder} yet: starting the run from the beginning.')
+    return folder, last_dir
 
-    # -- data and model ------------------------------------------------------------------------
-    with accelerator.main_process_first():
-        data = load_dataset(
-            args.dataset, args.data_dir, download=not args.no_download, cache_dir=args.cache_dir,
-            train_split=args.train_split, eval_split=args.val_split, num_classes=args.num_classes, seed=args.seed,
-            batch_size=args.batch_size // world)
+
+def build_model(args: argparse.Namespace, data: ImageData) -> Tuple[nn.Module, str, Dict[str, Any]]:
+    """The timm model (seeded), its full name with tag, and the model arguments given."""
+    import timm
+    from . import vit_minimal  # noqa: F401  (registers the architectures)
     model_name = resolve_model_name(args.model, data)
     torch.manual_seed(args.seed)
     model_kwargs = dict(args.model_kwargs or {})
@@ -493,399 +417,364 @@ def train(args: argparse.Namespace, provenance: Optional[Dict[str, Any]] = None,
     except (TypeError, RuntimeError, ValueError) as e:
         raise UsageError(f'Cannot build {model_name} (model arguments {model_kwargs}'
                          f'{", pretrained" if args.pretrained or args.pretrained_path else ""}): {e}') from e
-    num_params = sum(p.numel() for p in model.parameters())
-    data_cfg = _data_config(model, args)
-    in_chans = data_cfg['input_size'][0]
-    img_mode = 'L' if in_chans == 1 else 'RGB'
+    return model, model_name, model_kwargs
 
-    train_tf, eval_tf = build_transforms(
+
+def model_config(model: nn.Module, model_name: str, model_kwargs: Dict[str, Any], data: ImageData,
+                 data_cfg: Dict[str, Any]) -> Dict[str, Any]:
+    """A checkpoint's config.json: timm's Hub layout (architecture, num_classes, model_args, pretrained_cfg)."""
+    cfg = dict(getattr(model, 'pretrained_cfg', {}) or {})
+    cfg = {k: (list(v) if isinstance(v, tuple) else v) for k, v in cfg.items()
+           if not callable(v) and k not in ('file', 'source', 'state_dict')}  # where it came from, not what it is
+    cfg.update(num_classes=data.num_classes, input_size=list(data_cfg['input_size']),
+               mean=list(data_cfg['mean']), std=list(data_cfg['std']), label_names=data.classes)
+    return dict(architecture=split_model_name(model_name)[0], num_classes=data.num_classes,
+                num_features=getattr(model, 'num_features', None), model_args=model_kwargs, pretrained_cfg=cfg)
+
+
+# -- data paths ------------------------------------------------------------------------------------
+
+def _batch_augment_config(args: argparse.Namespace) -> BatchAugmentConfig:
+    if args.no_aug:
+        return BatchAugmentConfig()
+    try:
+        return BatchAugmentConfig(
+            scale=tuple(args.scale or (0.08, 1.0)), ratio=tuple(args.ratio or (3 / 4, 4 / 3)),
+            translate=args.translate, rotate=args.rotate, hflip=args.hflip, vflip=args.vflip, reprob=args.reprob,
+            remode=args.remode)
+    except ValueError as e:
+        raise UsageError(str(e)) from e
+
+
+def device_path_blockers(args: argparse.Namespace, data: ImageData, input_size: Sequence[int],
+                         device: torch.device) -> list:
+    """Why the device data path cannot take this run (empty when it can)."""
+    from .batch_augment import ERASE_MODES
+    reasons = []
+    if isinstance(data.train, torch.utils.data.IterableDataset):
+        reasons.append('the dataset is streamed (an iterable dataset)')
+    for opt, value in (('aa', args.aa), ('color-jitter', args.color_jitter)):
+        if value and not args.no_aug:
+            reasons.append(f'--{opt} {value} is a per-image transform')
+    if args.reprob > 0 and (args.remode not in ERASE_MODES or args.recount != 1):
+        reasons.append(f'random erasing with --remode {args.remode} --recount {args.recount} (the device path '
+                       f'erases one rectangle, --remode {" or ".join(ERASE_MODES)})')
+    if not reasons:
+        size = dataset_bytes(len(data.train) + len(data.eval), input_size)
+        budget = device_budget_bytes(device, args.device_data_limit)
+        if size > budget:
+            reasons.append(f'the data need {size / 2 ** 30:.2f} GiB at the input size, more than the device path '
+                           f'holds ({budget / 2 ** 30:.2f} GiB: --device-data-limit'
+                           f'{", at most half the free GPU memory" if device.type == "cuda" else ""})')
+    return reasons
+
+
+def _device_arrays(args, data: ImageData, split: str, indices: np.ndarray, eval_tf, data_cfg, img_mode: str):
+    from .data import default_cache_dir
+    ds = data.train if split == 'train' else data.eval
+    cache = None
+    if data.kind in ('folder', 'imagenet', 'timm'):
+        cache_dir = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
+        cache = cache_file(cache_dir, data.source, split, len(ds), data_cfg['input_size'], img_mode, eval_tf)
+    images, labels = images_to_array(ds, eval_tf, data_cfg['input_size'], img_mode, cache)
+    return images[indices], labels[indices]
+
+
+def build_data_path(args: argparse.Namespace, data: ImageData, data_cfg: Dict[str, Any], accelerator: Any,
+                    batches_per_epoch: int) -> Any:
+    """The device data path where it can run (``--data-path auto``), else the loader path."""
+    from .data import subset_indices
+    device, world, rank = accelerator.device, accelerator.num_processes, accelerator.process_index
+    input_size = data_cfg['input_size']
+    img_mode = 'L' if input_size[0] == 1 else 'RGB'
+    blockers = device_path_blockers(args, data, input_size, device)
+    if args.data_path == 'device' and blockers:
+        raise UsageError('--data-path device cannot take this run: ' + '; '.join(blockers) + '. Use --data-path loader.')
+    _, eval_tf = build_transforms(input_size, data_cfg['mean'], data_cfg['std'],
+                                  interpolation=data_cfg['interpolation'], crop_pct=data_cfg['crop_pct'])
+    eval_bs = args.eval_batch_size or 2 * args.batch_size
+    common = dict(device=device, seed=args.seed, batch_size=args.batch_size, batches_per_epoch=batches_per_epoch,
+                  eval_batch_size=eval_bs, world=world, rank=rank)
+    if args.data_path == 'loader' or blockers:
+        if args.data_path == 'auto':
+            accelerator.print('Data path: loader (' + '; '.join(blockers) + ').')
+        return _loader_path(args, data, data_cfg, img_mode, eval_tf, common)
+    with accelerator.main_process_first():
+        train = _device_arrays(args, data, 'train', subset_indices(len(data.train), args.train_subset,
+                                                                    mix_seed(args.seed, 1)), eval_tf, data_cfg, img_mode)
+        evaluation = _device_arrays(args, data, 'eval', subset_indices(len(data.eval), args.eval_subset,
+                                                                        mix_seed(args.seed, 2)), eval_tf, data_cfg, img_mode)
+    return DeviceDataPath(train, evaluation, _batch_augment_config(args), data_cfg['mean'], data_cfg['std'], **common)
+
+
+def _loader_path(args, data: ImageData, data_cfg, img_mode: str, eval_tf, common: Dict[str, Any]) -> LoaderDataPath:
+    from timm.data.random_erasing import RandomErasing
+    device = common['device']
+    train_tf, _ = build_transforms(
         data_cfg['input_size'], data_cfg['mean'], data_cfg['std'], interpolation=data_cfg['interpolation'],
         crop_pct=data_cfg['crop_pct'], no_aug=args.no_aug, scale=args.scale, ratio=args.ratio, hflip=args.hflip,
         vflip=args.vflip, color_jitter=args.color_jitter, auto_augment=args.aa,
-        train_interpolation=args.train_interpolation)
+        train_interpolation=args.train_interpolation, translate=args.translate, rotate=args.rotate)
     train_base = subset(data.train, args.train_subset, mix_seed(args.seed, 1))
     eval_base = subset(data.eval, args.eval_subset, mix_seed(args.seed, 2))
-    iterable = isinstance(train_base, torch.utils.data.IterableDataset)
-    if iterable:  # streaming datasets (wds/, hfids/, tfds/) apply the transform themselves; not seeded per sample
+    if isinstance(train_base, torch.utils.data.IterableDataset):  # streaming: the dataset applies the transform
         train_base.transform = _ConvertThen(img_mode, train_tf)
         eval_base.transform = _ConvertThen(img_mode, eval_tf)
         train_ds, eval_ds = train_base, eval_base
     else:
         train_ds = TransformDataset(train_base, train_tf, img_mode, seed=args.seed)
         eval_ds = TransformDataset(eval_base, eval_tf, img_mode, seed=None)
+    mean = torch.tensor(data_cfg['mean'], device=device).view(1, -1, 1, 1) * 255
+    std = torch.tensor(data_cfg['std'], device=device).view(1, -1, 1, 1) * 255
 
-    accum = args.grad_accum_steps
-    if iterable:
-        n_train = len(train_ds) if hasattr(train_ds, '__len__') else None
-        if n_train is None:
-            raise UsageError('An iterable dataset without a length cannot be scheduled; use a map-style dataset.')
-        updates_per_epoch = n_train // (args.batch_size * accum)
-        sampler = None
-    else:
-        n_train = len(train_ds)
-        updates_per_epoch = n_train // (args.batch_size * accum)
-        sampler = EpochSampler(n_train, seed=args.seed, shuffle=True,
-                               num_samples=updates_per_epoch * accum * args.batch_size)
-    if updates_per_epoch < 1:
-        raise UsageError(f'{n_train} training samples make no full batch of {args.batch_size} x {accum} '
-                         f'accumulation steps; lower --batch-size.')
-    batches_per_epoch = updates_per_epoch * accum
-    loader_kw = dict(num_workers=args.num_workers, pin_memory=torch.cuda.is_available() and not args.cpu,
-                     persistent_workers=False)
-    train_loader = torch.utils.data.DataLoader(
-        train_ds, batch_size=args.batch_size, sampler=sampler, drop_last=True, **loader_kw)
-    eval_loader = torch.utils.data.DataLoader(eval_ds, batch_size=eval_bs, shuffle=False, drop_last=False, **loader_kw)
+    def normalize(x: torch.Tensor) -> torch.Tensor:
+        return x.float().sub_(mean).div_(std)
 
-    optimizer = create_optimizer_v2(
-        model, opt=args.opt, lr=args.lr, weight_decay=args.weight_decay, momentum=args.momentum,
-        **({'eps': args.opt_eps} if args.opt_eps is not None else {}),
-        **({'betas': tuple(args.opt_betas)} if args.opt_betas else {}))
+    eraser = None
+    if args.reprob > 0 and not args.no_aug:
+        eraser = RandomErasing(args.reprob, mode=args.remode, max_count=args.recount, device=device)
+    return LoaderDataPath(train_ds, eval_ds, normalize, eraser, num_workers=args.num_workers, **common)
+
+
+def count_batches(args: argparse.Namespace, data: ImageData) -> Tuple[int, int, int]:
+    """Training samples used, optimizer updates per epoch and batches per epoch (whole global batches only)."""
+    n_train = len(data.train) if args.train_subset is None else min(args.train_subset, len(data.train))
+    updates = n_train // (args.batch_size * args.grad_accum_steps)
+    if updates < 1:
+        raise UsageError(f'{n_train} training samples make no full batch of {args.batch_size} x '
+                         f'{args.grad_accum_steps} accumulation steps; lower --batch-size.')
+    return n_train, updates, updates * args.grad_accum_steps
+
+
+# -- optimisation ----------------------------------------------------------------------------------
+
+def build_optimization(args: argparse.Namespace, model: nn.Module, updates_per_epoch: int, device: torch.device):
+    """timm's optimizer (the fused kernel for Adam/AdamW on CUDA) and scheduler, stepped per update."""
+    from timm.optim import create_optimizer_v2
+    from timm.scheduler import create_scheduler_v2
+    extra: Dict[str, Any] = {}
+    if args.opt_eps is not None:
+        extra['eps'] = args.opt_eps
+    if args.opt_betas:
+        extra['betas'] = tuple(args.opt_betas)
+    if device.type == 'cuda' and args.opt.lower() in ('adam', 'adamw'):
+        extra['fused'] = True
+    try:
+        optimizer = create_optimizer_v2(model, opt=args.opt, lr=args.lr, weight_decay=args.weight_decay,
+                                        momentum=args.momentum, **extra)
+    except (AssertionError, ValueError, TypeError) as e:
+        raise UsageError(f"Cannot build the optimizer --opt {args.opt}: {e}") from e
     scheduler = None
     if args.sched and args.sched != 'none':
         scheduler, _ = create_scheduler_v2(
             optimizer, sched=args.sched, num_epochs=args.epochs, warmup_epochs=args.warmup_epochs,
             warmup_lr=args.warmup_lr, min_lr=args.min_lr, step_on_epochs=False, updates_per_epoch=updates_per_epoch)
+    return optimizer, scheduler
 
-    model, optimizer, train_loader, eval_loader = accelerator.prepare(model, optimizer, train_loader, eval_loader)
-    unwrapped = accelerator.unwrap_model(model, keep_torch_compile=False)
-    device = accelerator.device
-    ema = ModelEmaV3(unwrapped, decay=args.model_ema_decay, use_warmup=args.model_ema_warmup) if args.model_ema else None
 
-    mixup_fn = None
-    if mixup_active:
-        mixup_fn = Mixup(mixup_alpha=args.mixup, cutmix_alpha=args.cutmix, cutmix_minmax=args.cutmix_minmax,
-                         prob=args.mixup_prob, switch_prob=args.mixup_switch_prob, mode=args.mixup_mode,
-                         label_smoothing=args.smoothing, num_classes=data.num_classes)
-        train_loss_fn = SoftTargetCrossEntropy()
-    elif args.smoothing > 0:
-        train_loss_fn = LabelSmoothingCrossEntropy(smoothing=args.smoothing)
-    else:
-        train_loss_fn = nn.CrossEntropyLoss()
-    eraser = RandomErasing(args.reprob, mode=args.remode, max_count=args.recount, device=device) if args.reprob > 0 else None
-    mean = torch.tensor(data_cfg['mean'], device=device).view(1, -1, 1, 1) * 255
-    std = torch.tensor(data_cfg['std'], device=device).view(1, -1, 1, 1) * 255
+def build_loss(args: argparse.Namespace, num_classes: int, per_process_batch: int):
+    """The training loss and timm's batch mixup/cutmix (None when off)."""
+    from timm.data import Mixup
+    from timm.loss import LabelSmoothingCrossEntropy, SoftTargetCrossEntropy
+    if args.mixup > 0 or args.cutmix > 0 or args.cutmix_minmax is not None:
+        if per_process_batch % 2:
+            raise UsageError(f'mixup/cutmix needs an even batch per process; got {per_process_batch}.')
+        mixup = Mixup(mixup_alpha=args.mixup, cutmix_alpha=args.cutmix, cutmix_minmax=args.cutmix_minmax,
+                      prob=args.mixup_prob, switch_prob=args.mixup_switch_prob, mode=args.mixup_mode,
+                      label_smoothing=args.smoothing, num_classes=num_classes)
+        return SoftTargetCrossEntropy(), mixup
+    if args.smoothing > 0:
+        return LabelSmoothingCrossEntropy(smoothing=args.smoothing), None
+    return nn.CrossEntropyLoss(), None
 
-    def normalize(x: torch.Tensor) -> torch.Tensor:
-        return x.to(device, non_blocking=True).float().sub_(mean).div_(std)
 
-    # -- state: fresh or resumed ---------------------------------------------------------------
-    start_epoch, start_batch, update = 0, 0, 0
-    history: List[Dict[str, Any]] = []
-    best = dict(test_acc=-1.0, epoch=None)
-    partial = dict(loss_sum=0.0, correct=0.0, count=0.0, train_time=0.0)
-    if last_dir is not None:
-        state = torch.load(last_dir / ckpt.STATE_FILE, map_location='cpu', weights_only=True)
-        unwrapped.load_state_dict(ckpt.load_weights(last_dir / ckpt.MODEL_FILE), strict=True)
-        optimizer.load_state_dict(state['optimizer'])
-        if scheduler is not None and state.get('scheduler') is not None:
-            if state.get('epochs') == args.epochs:
-                scheduler.load_state_dict(state['scheduler'])
-            else:
-                log(f"--epochs changed from {state.get('epochs')} to {args.epochs}: the schedule follows the new length.")
-        if accelerator.scaler is not None and state.get('scaler') is not None:
-            accelerator.scaler.load_state_dict(state['scaler'])
-        if ema is not None:
-            if (last_dir / ckpt.EMA_FILE).is_file():
-                ema.module.load_state_dict(ckpt.load_weights(last_dir / ckpt.EMA_FILE))
-            else:
-                ema.module.load_state_dict(unwrapped.state_dict())
-        _set_rng_state(state['rng'])
-        start_epoch, start_batch, update = state['epoch'], state['batch'], state['update']
-        history = list(state['history'])
-        best = dict(state['best'])
-        partial = dict(state['partial']) if start_batch else partial
-        if state.get('batch_size') not in (None, args.batch_size):
-            raise UsageError(f"The run was trained with --batch-size {state['batch_size']}; resume it with the same.")
-        log(f'Resumed {out} from {last_dir} at epoch {start_epoch + 1}, batch {start_batch}/{batches_per_epoch} '
-            f'(optimizer update {update}).')
-    if scheduler is not None:
-        scheduler.step_update(update)
+# -- resume and the run record ---------------------------------------------------------------------
 
-    # -- run.json, args.yaml, metrics.jsonl ------------------------------------------------------
-    run_file = out / 'run.json'
-    metrics_file = out / 'metrics.jsonl'
-    if is_main:
-        saved_args = {k: v for k, v in vars(args).items() if k != 'resume'}
-        saved_args['output'] = str(out)
-        ckpt.write_text_atomic(out / 'args.yaml', yaml.safe_dump(saved_args, sort_keys=True))
-        run = _read_json(run_file) if resuming else {}
-        command = 'timm-minimal-train ' + ' '.join(shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
-        launch = dict(command=command, started=datetime.now(timezone.utc).isoformat(timespec='seconds'),
-                      num_processes=world, device=str(device), mixed_precision=accelerator.mixed_precision,
-                      torch_threads=torch.get_num_threads(), num_workers=args.num_workers,
-                      resumed_from=str(last_dir) if last_dir else None)
-        if run:
-            run.setdefault('launches', []).append(launch)
-            run['status'] = 'running'
+def restore(run: Run, state: TrainState, last_dir: Path) -> None:
+    """Load a checkpoint's weights, optimizer, scheduler, scaler, EMA, RNG states and position."""
+    args, acc = run.args, run.accelerator
+    training_state = torch.load(last_dir / ckpt.STATE_FILE, map_location='cpu', weights_only=True)
+    if training_state.get('batch_size') not in (None, args.batch_size):
+        raise UsageError(f"The run was trained with --batch-size {training_state['batch_size']}; resume it with the same.")
+    run.unwrapped.load_state_dict(ckpt.load_weights(last_dir / ckpt.MODEL_FILE), strict=True)
+    run.optimizer.load_state_dict(training_state['optimizer'])
+    if run.scheduler is not None and training_state.get('scheduler') is not None:
+        if training_state.get('epochs') == args.epochs:
+            run.scheduler.load_state_dict(training_state['scheduler'])
         else:
-            run = dict(
-                format='timm-minimal-run/1',
-                status='running',
-                command=command,
-                model=model_name,
-                architecture=split_model_name(model_name)[0],
-                model_kwargs=model_kwargs,
-                num_params=num_params,
-                num_classes=data.num_classes,
-                dataset=dict(data.describe(), train_samples_used=_len_or_none(train_base),
-                             eval_samples_used=_len_or_none(eval_base)),
-                data_config={k: (list(v) if isinstance(v, tuple) else v) for k, v in data_cfg.items()},
-                recipe=provenance.get('recipe', args.recipe),
-                recipe_values=provenance.get('recipe_values'),
-                args={k: v for k, v in vars(args).items() if k != 'resume'},
-                distributed=dict(num_processes=world, global_batch_size=args.batch_size,
-                                 per_process_batch_size=args.batch_size // world, grad_accum_steps=accum,
-                                 effective_batch_size=args.batch_size * accum),
-                updates_per_epoch=updates_per_epoch,
-                train_samples_per_epoch=batches_per_epoch * args.batch_size,
-                units=dict(accuracy='percent', loss='cross-entropy (nats)', throughput='training images per second',
-                           time='seconds'),
-                versions=_versions(),
-                launches=[launch],
-            )
-        ckpt.write_json_atomic(run_file, run)
-        ckpt.write_text_atomic(metrics_file, ''.join(json.dumps(m) + '\n' for m in history))
+            acc.print(f"--epochs changed from {training_state.get('epochs')} to {args.epochs}: the schedule follows "
+                      f"the new length.")
+    if acc.scaler is not None and training_state.get('scaler') is not None:
+        acc.scaler.load_state_dict(training_state['scaler'])
+    if run.ema is not None:
+        ema_file = last_dir / ckpt.EMA_FILE
+        run.ema.module.load_state_dict(ckpt.load_weights(ema_file) if ema_file.is_file() else run.unwrapped.state_dict())
+    set_rng_state(training_state['rng'])
+    state.load_state_dict(training_state)
+    acc.print(f'Resumed {run.folder} from {last_dir} at epoch {state.epoch + 1}, batch {state.batch}/'
+              f'{run.batches_per_epoch} (optimizer update {state.update}).')
 
-    log(f'{model_name}: {num_params:,} parameters; {data.name}: {n_train:,} train / {len(eval_ds):,} '
-        f'{data.eval_split} images, {data.num_classes} classes; {world} process(es) on {device}, '
-        f'batch {args.batch_size} ({args.batch_size // world} per process) x {accum}, '
-        f'{updates_per_epoch} updates/epoch, mixed precision {accelerator.mixed_precision}.')
 
-    # -- checkpointing -------------------------------------------------------------------------
-    kill_at = _env_int('TIMM_MINIMAL_TEST_KILL_AT_UPDATE')
-    kill_in_save = _env_int('TIMM_MINIMAL_TEST_KILL_IN_SAVE')
-    saves = [0]
+def write_run_record(run: Run, state: TrainState, info: Dict[str, Any], last_dir: Optional[Path]) -> None:
+    """args.yaml, run.json (a new record, or a new launch of a resumed one) and the metrics kept so far."""
+    args, acc, folder = run.args, run.accelerator, run.folder
+    saved_args = {k: v for k, v in vars(args).items() if k != 'resume'}
+    saved_args['output'] = str(folder)
+    folder.write_args(saved_args)
+    command = 'timm-minimal-train ' + ' '.join(shlex.quote(a) for a in info['argv'])
+    launch = dict(command=command, started=datetime.now(timezone.utc).isoformat(timespec='seconds'),
+                  num_processes=run.world, device=str(run.device), mixed_precision=acc.mixed_precision,
+                  compiled=run.compiled, data_path=run.data.describe(), torch_threads=torch.get_num_threads(),
+                  num_workers=args.num_workers, resumed_from=str(last_dir) if last_dir else None)
+    record = folder.read_run() if args.resume is not None else {}
+    if record:
+        record.setdefault('launches', []).append(launch)
+        record['status'] = 'running'
+    else:
+        record = dict(
+            format=RUN_FORMAT, status='running', command=command, model=run.model_name,
+            architecture=split_model_name(run.model_name)[0], model_kwargs=info['model_kwargs'],
+            num_params=info['num_params'], num_classes=run.model_config['num_classes'], dataset=info['dataset'],
+            data_config={k: (list(v) if isinstance(v, tuple) else v) for k, v in info['data_cfg'].items()},
+            recipe=info['provenance'].get('recipe', args.recipe), recipe_values=info['provenance'].get('recipe_values'),
+            args=saved_args,
+            distributed=dict(num_processes=run.world, global_batch_size=args.batch_size,
+                             per_process_batch_size=args.batch_size // run.world,
+                             grad_accum_steps=args.grad_accum_steps,
+                             effective_batch_size=args.batch_size * args.grad_accum_steps),
+            updates_per_epoch=run.batches_per_epoch // args.grad_accum_steps,
+            train_samples_per_epoch=run.batches_per_epoch * args.batch_size,
+            units=dict(accuracy='percent', loss='cross-entropy (nats)', throughput='training images per second',
+                       time='seconds', elapsed='seconds since the launch\'s process started'),
+            versions=_versions(), launches=[launch])
+    folder.write_run(record)
+    folder.write_metrics(state.history)
 
-    def model_config() -> Dict[str, Any]:
-        cfg = dict(getattr(unwrapped, 'pretrained_cfg', {}) or {})
-        cfg = {k: (list(v) if isinstance(v, tuple) else v) for k, v in cfg.items()
-               if not callable(v) and k not in ('file', 'source', 'state_dict')}  # where it came from, not what it is
-        cfg.update(num_classes=data.num_classes, input_size=list(data_cfg['input_size']),
-                   mean=list(data_cfg['mean']), std=list(data_cfg['std']), label_names=data.classes)
-        return dict(architecture=split_model_name(model_name)[0], num_classes=data.num_classes,
-                    num_features=getattr(unwrapped, 'num_features', None), model_args=model_kwargs,
-                    pretrained_cfg=cfg)
 
-    def save(epoch: int, batch: int, part: Dict[str, float], is_best: bool) -> None:
-        """Write checkpoints/last (and best) at a position; collective-free, main process only."""
-        if not is_main:
-            return
-        saves[0] += 1
-        weights = unwrapped.state_dict()
-        ema_weights = ema.module.state_dict() if ema is not None else None
-        position = dict(epoch=epoch, batch=batch, update=update, epochs=args.epochs,
-                        batches_per_epoch=batches_per_epoch, completed_epochs=len(history))
-        meta = dict(model=model_name, epoch=str(epoch), batch=str(batch), update=str(update))
-        state = dict(
-            optimizer=optimizer.state_dict(),
-            scheduler=scheduler.state_dict() if scheduler is not None else None,
-            scaler=accelerator.scaler.state_dict() if accelerator.scaler is not None else None,
-            rng=_rng_state(), history=history, best=best, partial=part, batch_size=args.batch_size,
-            **position)
+def finish_run(run: Run, state: TrainState, status: str, message: Optional[str], launch_time: float) -> Dict[str, Any]:
+    """Close run.json (status, wall time, final and best metrics) and the curves; main process only."""
+    folder = run.folder
+    record = folder.read_run()
+    record.update(status=status, finished=datetime.now(timezone.utc).isoformat(timespec='seconds'))
+    if record.get('launches'):
+        record['launches'][-1]['wall_time'] = launch_time
+    record['wall_time'] = sum(la.get('wall_time', 0.0) for la in record.get('launches', []))
+    record.update(epochs_completed=len(state.history), final=state.history[-1] if state.history else None,
+                  best=state.best if state.best.get('epoch') else None)
+    if message:
+        record['message'] = message
+    folder.write_run(record)
+    folder.plot_curves(state.history, title=f'{run.model_name} on {record.get("dataset", {}).get("name")}')
+    return record
 
-        def write(tmp: Path) -> None:
-            ckpt.save_weights(weights, tmp / ckpt.MODEL_FILE, meta)
-            if kill_in_save == saves[0]:
-                os.kill(os.getpid(), signal.SIGKILL)
-            if ema_weights is not None:
-                ckpt.save_weights(ema_weights, tmp / ckpt.EMA_FILE, meta)
-            torch.save(state, tmp / ckpt.STATE_FILE)
-            (tmp / ckpt.STATE_JSON).write_text(json.dumps(dict(
-                model=model_name, **position, best=best,
-                saved=datetime.now(timezone.utc).isoformat(timespec='seconds')), indent=2) + '\n')
-            (tmp / ckpt.CONFIG_FILE).write_text(json.dumps(model_config(), indent=2, default=str) + '\n')
 
-        ckpt.atomic_write_dir(out / 'checkpoints' / 'last', write)
-        if is_best:
-            def write_best(tmp: Path) -> None:
-                ckpt.save_weights(weights, tmp / ckpt.MODEL_FILE, meta)
-                if ema_weights is not None:
-                    ckpt.save_weights(ema_weights, tmp / ckpt.EMA_FILE, meta)
-                (tmp / ckpt.STATE_JSON).write_text(json.dumps(dict(
-                    model=model_name, **position, metrics=history[-1] if history else None), indent=2) + '\n')
-                (tmp / ckpt.CONFIG_FILE).write_text(json.dumps(model_config(), indent=2, default=str) + '\n')
-            ckpt.atomic_write_dir(out / 'checkpoints' / 'best', write_best)
+def _rank_report(run: Run, status: str, samples: int) -> None:
+    ckpt.write_json_atomic(run.folder.path / f'rank{run.rank}.json', dict(
+        rank=run.rank, num_processes=run.world, weights_sha256=weights_hash(run.unwrapped.state_dict()),
+        per_process_batch_size=run.args.batch_size // run.world, local_train_samples=samples, status=status))
 
-    def global_partial(loss_sum, correct, count, train_time) -> Dict[str, float]:
-        t = torch.tensor([loss_sum, correct, count], dtype=torch.float64, device=device)
-        t = accelerator.reduce(t, reduction='sum')
-        return dict(loss_sum=float(t[0]), correct=float(t[1]), count=float(t[2]), train_time=train_time)
 
-    @torch.no_grad()
-    def evaluate(net: nn.Module) -> Dict[str, float]:
-        net.eval()
-        loss_sum = torch.zeros((), dtype=torch.float64, device=device)
-        correct = torch.zeros((), dtype=torch.float64, device=device)
-        correct5 = torch.zeros((), dtype=torch.float64, device=device)
-        count = 0
-        k = min(5, data.num_classes)
-        for x, y in eval_loader:
-            with accelerator.autocast():
-                out_ = net(normalize(x))
-            out_ = out_.float()
-            loss = F.cross_entropy(out_, y, reduction='none')
-            top = out_.topk(k, dim=-1).indices
-            hit1 = (top[:, 0] == y)
-            hit5 = (top == y[:, None]).any(-1)
-            loss, hit1, hit5 = accelerator.gather_for_metrics((loss, hit1, hit5))
-            loss_sum += loss.double().sum()
-            correct += hit1.double().sum()
-            correct5 += hit5.double().sum()
-            count += len(loss)
-        res = dict(loss=float(loss_sum) / count, acc=100. * float(correct) / count, count=count)
-        if data.num_classes > 5:
-            res['acc5'] = 100. * float(correct5) / count
-        return res
+# -- the run ---------------------------------------------------------------------------------------
 
-    # -- the loop ------------------------------------------------------------------------------
-    from tqdm.auto import tqdm
-    samples_seen_local = 0
-    status, message = 'finished', None
-    t_run = time.perf_counter()
+def setup(args: argparse.Namespace, provenance: Dict[str, Any], argv: Sequence[str],
+          hooks: TrainHooks) -> Tuple[Run, TrainState, Dict[str, Any], Optional[Path]]:
+    """Everything a run needs: accelerator, run folder, data, model, optimizer, data path, state."""
+    from timm.utils import ModelEmaV3
+    check_numbers(args)
+    accelerator = make_accelerator(args)
+    world = accelerator.num_processes
+    if args.batch_size % world:
+        raise UsageError(f'--batch-size {args.batch_size} must be a multiple of the number of processes ({world}).')
+    folder, last_dir = prepare_folder(args, accelerator)
+    with accelerator.main_process_first():
+        data = load_dataset(
+            args.dataset, args.data_dir, download=not args.no_download, cache_dir=args.cache_dir,
+            train_split=args.train_split, eval_split=args.val_split, num_classes=args.num_classes, seed=args.seed,
+            batch_size=args.batch_size // world)
+    model, model_name, model_kwargs = build_model(args, data)
+    data_cfg = _data_config(model, args)
+    n_train, updates_per_epoch, batches_per_epoch = count_batches(args, data)
+    data_path = build_data_path(args, data, data_cfg, accelerator, batches_per_epoch)
+    optimizer, scheduler = build_optimization(args, model, updates_per_epoch, accelerator.device)
+    loss_fn, mixup_fn = build_loss(args, data.num_classes, args.batch_size // world)
+    prepared, optimizer = accelerator.prepare(model, optimizer)
+    unwrapped = accelerator.unwrap_model(prepared)
+    compiled = args.compile if args.compile is not None else accelerator.device.type == 'cuda'
+    train_model = torch.compile(prepared, mode=args.compile_mode, dynamic=False) if compiled else prepared
+    ema = ModelEmaV3(unwrapped, decay=args.model_ema_decay, use_warmup=args.model_ema_warmup) if args.model_ema else None
+    run = Run(args=args, accelerator=accelerator, model=train_model, unwrapped=unwrapped, optimizer=optimizer,
+              scheduler=scheduler, ema=ema, data=data_path, loss_fn=loss_fn, mixup_fn=mixup_fn, folder=folder,
+              model_name=model_name, model_config=model_config(unwrapped, model_name, model_kwargs, data, data_cfg),
+              batches_per_epoch=batches_per_epoch, hooks=hooks, compiled=compiled)
+    state = TrainState()
+    if last_dir is not None:
+        restore(run, state, last_dir)
+    if scheduler is not None:
+        scheduler.step_update(state.update)
+    run.guard = FiniteGuard(accelerator.device, state.epoch * batches_per_epoch + state.batch)
+    info = dict(argv=list(argv), model_kwargs=model_kwargs, data_cfg=data_cfg, provenance=provenance,
+                num_params=sum(p.numel() for p in unwrapped.parameters()),
+                dataset=dict(data.describe(), train_samples_used=n_train,
+                             eval_samples_used=len(data.eval) if args.eval_subset is None
+                             else min(args.eval_subset, _len_or_none(data.eval) or args.eval_subset)))
+    accelerator.print(
+        f'{model_name}: {info["num_params"]:,} parameters; {data.name}: {n_train:,} train / '
+        f'{info["dataset"]["eval_samples_used"]:,} {data.eval_split} images, {data.num_classes} classes; {world} '
+        f'process(es) on {accelerator.device}, batch {args.batch_size} ({args.batch_size // world} per process) x '
+        f'{args.grad_accum_steps}, {updates_per_epoch} updates/epoch, {data_path.name} data path, mixed precision '
+        f'{accelerator.mixed_precision}, {"compiled" if compiled else "eager"}.')
+    return run, state, info, last_dir
+
+
+def train(args: argparse.Namespace, provenance: Optional[Dict[str, Any]] = None,
+          argv: Optional[Sequence[str]] = None, hooks: Optional[TrainHooks] = None) -> Dict[str, Any]:
+    """Run (or resume) one training run; returns the run summary written to run.json."""
+    t_launch = time.perf_counter()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    run, state, info, last_dir = setup(args, provenance or {}, argv, hooks or TrainHooks())
+    acc = run.accelerator
+    if run.is_main:
+        write_run_record(run, state, info, last_dir)
+    status, message, local_samples = 'finished', None, 0
     try:
-        for epoch in range(start_epoch, args.epochs):
-            first = epoch == start_epoch
-            b0 = start_batch if first else 0
-            part = partial if (first and b0) else dict(loss_sum=0.0, correct=0.0, count=0.0, train_time=0.0)
-            if sampler is not None:
-                sampler.set_position(epoch, b0 * args.batch_size)
-            elif hasattr(train_ds, 'set_epoch'):
-                train_ds.set_epoch(epoch)
-            accelerator.step = 0
-            model.train()
-            loss_sum = torch.tensor(part['loss_sum'] if is_main else 0., dtype=torch.float64, device=device)
-            correct = torch.tensor(part['correct'] if is_main else 0., dtype=torch.float64, device=device)
-            count = torch.tensor(part['count'] if is_main else 0., dtype=torch.float64, device=device)
-            train_time = part['train_time']
-            bar = tqdm(total=batches_per_epoch, initial=b0, desc=f'epoch {epoch + 1}/{args.epochs}', leave=False,
-                       disable=(not is_main) or args.no_progress or None, dynamic_ncols=True, mininterval=1.0)
-            show_log = is_main and args.log_interval > 0 and bar.disable
-            t0 = time.perf_counter()
-            batch = b0
-            for x, y in train_loader:
-                if batch >= batches_per_epoch:  # iterable datasets: whole updates only
-                    break
-                with accelerator.accumulate(model):
-                    _seed_step(mix_seed(args.seed, 0xB47C, epoch, batch, rank))
-                    x = normalize(x)
-                    if eraser is not None:
-                        x = eraser(x)
-                    target = y
-                    if mixup_fn is not None:
-                        x, target = mixup_fn(x, y)
-                    output = model(x)
-                    loss = train_loss_fn(output.float(), target)
-                    loss_value = loss.detach()
-                    bad = (~torch.isfinite(loss_value)).float()
-                    if world > 1:
-                        bad = accelerator.reduce(bad, reduction='sum')
-                    if bad.item() > 0:
-                        raise Diverged(f'loss is {loss.item()} at epoch {epoch + 1}, batch {batch + 1}/'
-                                       f'{batches_per_epoch} (update {update + 1}, lr {optimizer.param_groups[0]["lr"]:.3g})')
-                    accelerator.backward(loss)
-                    if accelerator.sync_gradients and args.clip_grad is not None:
-                        if args.clip_mode == 'value':
-                            accelerator.clip_grad_value_(model.parameters(), args.clip_grad)
-                        else:
-                            accelerator.clip_grad_norm_(model.parameters(), args.clip_grad)
-                    optimizer.step()
-                    optimizer.zero_grad(set_to_none=True)
-                n = y.shape[0]
-                samples_seen_local += n
-                loss_sum += loss_value.double() * n
-                correct += (output.detach().argmax(-1) == y).double().sum()
-                count += n
-                batch += 1
-                bar.update(1)
-                if accelerator.sync_gradients:
-                    update += 1
-                    if scheduler is not None:
-                        scheduler.step_update(update)
-                    if ema is not None:
-                        ema.update(unwrapped, step=update)
-                    if args.checkpoint_interval and update % args.checkpoint_interval == 0 and batch < batches_per_epoch:
-                        g = global_partial(float(loss_sum), float(correct), float(count),
-                                           train_time + time.perf_counter() - t0)
-                        save(epoch, batch, g, is_best=False)
-                    if show_log and update % args.log_interval == 0:
-                        log(f'  epoch {epoch + 1} batch {batch}/{batches_per_epoch}: loss {loss_value.item():.4f}, '
-                            f'lr {optimizer.param_groups[0]["lr"]:.3g}', flush=True)
-                    elif not bar.disable and batch % 10 == 0:
-                        bar.set_postfix(loss=f'{loss_value.item():.4f}', lr=f'{optimizer.param_groups[0]["lr"]:.2e}')
-                    if kill_at is not None and update == kill_at:
-                        os.kill(os.getpid(), signal.SIGKILL)
-            bar.close()
-            train_time += time.perf_counter() - t0
-            g = global_partial(float(loss_sum), float(correct), float(count), train_time)
-            t1 = time.perf_counter()
-            ev = evaluate(model)
-            row = dict(epoch=epoch + 1, update=update, train_loss=g['loss_sum'] / g['count'],
-                       train_acc=100. * g['correct'] / g['count'], test_loss=ev['loss'], test_acc=ev['acc'])
-            if 'acc5' in ev:
-                row['test_acc5'] = ev['acc5']
-            if ema is not None:
-                ev_ema = evaluate(ema.module)
-                row.update(ema_test_loss=ev_ema['loss'], ema_test_acc=ev_ema['acc'])
-            eval_time = time.perf_counter() - t1
-            row.update(lr=optimizer.param_groups[0]['lr'], throughput=g['count'] / max(train_time, 1e-9),
-                       epoch_time=train_time + eval_time, train_time=train_time, eval_time=eval_time,
-                       train_samples=int(g['count']), test_samples=ev['count'])
-            history.append(row)
-            is_best = row['test_acc'] > best['test_acc']
-            if is_best:
-                best = dict(test_acc=row['test_acc'], test_loss=row['test_loss'], epoch=epoch + 1)
-            if is_main:
-                with open(metrics_file, 'a') as f:
-                    f.write(json.dumps(row) + '\n')
-            save(epoch + 1, 0, dict(loss_sum=0.0, correct=0.0, count=0.0, train_time=0.0), is_best=is_best)
-            if is_main:
-                plot_curves(history, out / 'curves.png', title=f'{model_name} on {data.name}')
-            log(f"epoch {epoch + 1}/{args.epochs}: train loss {row['train_loss']:.4f} acc {row['train_acc']:.2f}% | "
-                f"test loss {row['test_loss']:.4f} acc {row['test_acc']:.2f}% | lr {row['lr']:.2e} | "
-                f"{row['throughput']:.0f} img/s | {row['epoch_time']:.1f} s", flush=True)
+        for epoch in range(state.epoch, args.epochs):
+            local_samples += (run.batches_per_epoch - state.batch) * (args.batch_size // run.world)
+            part = train_one_epoch(run, state, epoch)
+            check_finite(run, state)
+            t_eval = time.perf_counter()
+            ev = evaluate(run, run.unwrapped)
+            ema_ev = evaluate(run, run.ema.module) if run.ema is not None else None
+            row = epoch_row(run, state, epoch, part, ev, ema_ev, time.perf_counter() - t_eval, _process_elapsed())
+            is_best = state.end_epoch(row)
+            save_checkpoint(run, state, is_best=is_best)  # before the metrics line: a logged epoch is a saved one
+            if run.is_main:
+                run.folder.append_metrics(row)
+                run.folder.plot_curves(state.history, title=f'{run.model_name} on {info["dataset"]["name"]}')
+            acc.print(f"epoch {epoch + 1}/{args.epochs}: train loss {row['train_loss']:.4f} acc {row['train_acc']:.2f}% | "
+                      f"test loss {row['test_loss']:.4f} acc {row['test_acc']:.2f}% | lr {row['lr']:.2e} | "
+                      f"{row['throughput']:.0f} img/s | {row['epoch_time']:.1f} s", flush=True)
     except Diverged as e:
         status = 'diverged'
-        kept = ckpt.find_checkpoint(out)
+        kept = run.folder.find_checkpoint()
         message = (f'Training diverged: {e}. Stopped without saving; the last good checkpoint is '
                    f'{kept if kept else "none (the run diverged before its first checkpoint)"}. Try a lower --lr, '
                    f'--clip-grad 1.0, a longer --warmup-epochs, or --mixed-precision no.')
-
-    accelerator.wait_for_everyone()
+    acc.wait_for_everyone()
     if args.rank_report:
-        sd = unwrapped.state_dict()
-        ckpt.write_json_atomic(out / f'rank{rank}.json', dict(
-            rank=rank, num_processes=world, weights_sha256=_weights_hash(sd),
-            per_process_batch_size=args.batch_size // world, local_train_samples=samples_seen_local,
-            status=status))
-    summary: Dict[str, Any] = {}
-    if is_main:
-        run = _read_json(run_file)
-        run['status'] = status
-        run['finished'] = datetime.now(timezone.utc).isoformat(timespec='seconds')
-        if run.get('launches'):
-            run['launches'][-1]['wall_time'] = time.perf_counter() - t_run
-        run['wall_time'] = sum(la.get('wall_time', 0.0) for la in run.get('launches', []))
-        run['epochs_completed'] = len(history)
-        run['final'] = history[-1] if history else None
-        run['best'] = best if best.get('epoch') else None
-        if message:
-            run['message'] = message
-        ckpt.write_json_atomic(run_file, run)
-        if history:
-            plot_curves(history, out / 'curves.png', title=f'{model_name} on {data.name}')
-        summary = run
-    accelerator.wait_for_everyone()
-    accelerator.end_training()
+        _rank_report(run, status, local_samples)
+    summary = finish_run(run, state, status, message, time.perf_counter() - t_launch) if run.is_main else {}
+    acc.wait_for_everyone()
+    acc.end_training()
     if status == 'diverged':
         raise Diverged(message)
     return summary
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Optional[Sequence[str]] = None, hooks: Optional[TrainHooks] = None) -> int:
     logging.basicConfig(level=logging.WARNING, format='%(message)s')
     try:
         args, provenance = parse_args(argv)
-        train(args, provenance, argv)
+        train(args, provenance, argv, hooks)
     except (UsageError, DatasetError) as e:
         print(f'timm-minimal-train: error: {e}', file=sys.stderr, flush=True)
         return EXIT_BAD_INPUT

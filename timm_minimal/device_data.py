@@ -1,0 +1,154 @@
+"""The device-resident data path: a dataset that fits in memory lives on the training device.
+
+The train and evaluation splits are held as uint8 tensors (N, C, H, W) on the training device, at
+the model's input size; a batch is an index into them, augmented there by ``BatchAugment`` (one
+affine sampling grid per batch, flips, random erasing). Nothing is decoded or transformed per image
+on the CPU during training, so small models train at the speed of the device.
+
+- MNIST and CIFAR-10 (held in memory as arrays at the input size) go to the device as they are.
+- Any other map-style dataset (an image folder, a timm factory dataset) goes through timm's
+  evaluation transform once (resize, centre crop, uint8), and image folders cache the result on disk
+  (``<cache-dir>/device-arrays/*.npz``), so the next run starts at once.
+
+The sample order is ``EpochSampler``'s (a permutation per (seed, epoch)), the augmentation a pure
+function of (seed, epoch, sample) (``batch_augment.epoch_uniforms``); every process of a
+multi-process run takes its own contiguous share of each global batch, and its own contiguous shard
+of the evaluation split.
+"""
+import hashlib
+import logging
+import os
+from pathlib import Path
+from typing import Any, Dict, Iterator, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from .batch_augment import BatchAugment, BatchAugmentConfig, epoch_uniforms
+from .data import ArrayImageDataset, IndexSubset, epoch_order
+
+_logger = logging.getLogger(__name__)
+
+__all__ = ['DeviceDataPath', 'dataset_bytes', 'images_to_array', 'device_budget_bytes']
+
+Batch = Tuple[torch.Tensor, torch.Tensor]
+
+
+def dataset_bytes(num_samples: int, input_size: Sequence[int]) -> int:
+    """Bytes of ``num_samples`` uint8 images of ``input_size`` (C, H, W)."""
+    return int(num_samples) * int(np.prod(input_size))
+
+
+def device_budget_bytes(device: torch.device, limit_gb: float) -> int:
+    """What the device path may hold: ``limit_gb``, and at most half of the free memory of a GPU."""
+    limit = int(limit_gb * 2 ** 30)
+    if device.type == 'cuda':
+        free, _ = torch.cuda.mem_get_info(device)
+        limit = min(limit, free // 2)
+    return limit
+
+
+def _array_fast_path(ds: Dataset, input_size: Sequence[int]) -> Optional[Tuple[np.ndarray, np.ndarray]]:
+    """The arrays of an in-memory dataset whose images already have the input size and channels."""
+    base, idx = ds, None
+    if isinstance(ds, IndexSubset) and isinstance(ds.dataset, ArrayImageDataset):
+        base, idx = ds.dataset, np.asarray(ds.indices)
+    if not isinstance(base, ArrayImageDataset):
+        return None
+    images = base.images if base.images.ndim == 4 else base.images[..., None]
+    c, h, w = input_size
+    if images.shape[1:] != (h, w, c):
+        return None
+    images, labels = (images, base.labels) if idx is None else (images[idx], base.labels[idx])
+    return np.ascontiguousarray(images.transpose(0, 3, 1, 2)), np.asarray(labels, dtype=np.int64)
+
+
+def _transform_all(ds: Dataset, transform: Any, img_mode: str) -> Tuple[np.ndarray, np.ndarray]:
+    from tqdm.auto import tqdm
+    images, labels = [], []
+    for i in tqdm(range(len(ds)), desc='decoding images once', mininterval=2.0, leave=False):
+        img, label = ds[i]
+        if img.mode != img_mode:
+            img = img.convert(img_mode)
+        images.append(np.asarray(transform(img), dtype=np.uint8))
+        labels.append(int(label))
+    return np.stack(images), np.asarray(labels, dtype=np.int64)
+
+
+def images_to_array(ds: Dataset, transform: Any, input_size: Sequence[int], img_mode: str,
+                    cache: Optional[Path] = None) -> Tuple[np.ndarray, np.ndarray]:
+    """A dataset of (PIL image, label) as uint8 (N, C, H, W) images at the input size and int64 labels.
+
+    ``transform`` is the deterministic evaluation transform ending in a uint8 tensor; ``cache`` an
+    .npz file that keeps the result between runs.
+    """
+    fast = _array_fast_path(ds, input_size)
+    if fast is not None:
+        return fast
+    if cache is not None and cache.is_file():
+        with np.load(cache) as d:
+            return d['images'], d['labels']
+    images, labels = _transform_all(ds, transform, img_mode)
+    if cache is not None:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache.with_name(f'.{cache.name}.{os.getpid()}.tmp.npz')
+        np.savez(tmp, images=images, labels=labels)
+        os.replace(tmp, cache)
+    return images, labels
+
+
+def cache_file(cache_dir: Path, source: str, split: str, num_samples: int, input_size: Sequence[int],
+               img_mode: str, transform: Any) -> Path:
+    """Where the decoded arrays of an image-folder split are kept; the key covers what shapes them."""
+    key = '|'.join(map(str, (os.path.abspath(source), split, num_samples, tuple(input_size), img_mode, transform)))
+    return cache_dir / 'device-arrays' / f'{split}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.npz'
+
+
+class DeviceDataPath:
+    """Training and evaluation batches drawn from uint8 tensors on the device.
+
+    ``train_batches(epoch, start)`` yields this process's share of every global batch of the epoch
+    from batch ``start`` on, augmented and normalised; ``eval_batches()`` this process's shard of the
+    evaluation split, normalised.
+    """
+    name = 'device'
+
+    def __init__(self, train: Tuple[np.ndarray, np.ndarray], evaluation: Tuple[np.ndarray, np.ndarray],
+                 augment: BatchAugmentConfig, mean: Sequence[float], std: Sequence[float], device: torch.device,
+                 seed: int, batch_size: int, batches_per_epoch: int, eval_batch_size: int,
+                 world: int = 1, rank: int = 0) -> None:
+        self.device = device
+        self.train_images = torch.from_numpy(train[0]).to(device)
+        self.train_labels = torch.from_numpy(train[1]).to(device)
+        n_eval = len(evaluation[0])
+        lo, hi = n_eval * rank // world, n_eval * (rank + 1) // world  # this process's shard
+        self.eval_images = torch.from_numpy(evaluation[0][lo:hi]).to(device)
+        self.eval_labels = torch.from_numpy(evaluation[1][lo:hi]).to(device)
+        self.augment = BatchAugment(augment, mean, std, device)
+        self.no_aug = BatchAugment(BatchAugmentConfig(), mean, std, device)
+        self.seed, self.batch_size, self.batches_per_epoch = seed, batch_size, batches_per_epoch
+        self.eval_batch_size = max(1, eval_batch_size // world)
+        self.world, self.rank = world, rank
+        self.per_process = batch_size // world
+
+    @property
+    def num_train(self) -> int:
+        return len(self.train_images)
+
+    def train_batches(self, epoch: int, start: int = 0) -> Iterator[Batch]:
+        order = epoch_order(self.num_train, self.seed, epoch).to(self.device)
+        uniforms = epoch_uniforms(self.seed, epoch, self.num_train).to(self.device)
+        for b in range(start, self.batches_per_epoch):
+            first = b * self.batch_size + self.rank * self.per_process
+            idx = order[first:first + self.per_process]
+            yield self.augment(self.train_images[idx], uniforms[idx]), self.train_labels[idx]
+
+    def eval_batches(self) -> Iterator[Batch]:
+        for i in range(0, len(self.eval_images), self.eval_batch_size):
+            x = self.eval_images[i:i + self.eval_batch_size]
+            yield self.no_aug(x, None), self.eval_labels[i:i + self.eval_batch_size]
+
+    def describe(self) -> Dict[str, Any]:
+        return dict(path=self.name, augment=self.augment.cfg.describe(),
+                    bytes_on_device=int(self.train_images.numel() + self.eval_images.numel()))

@@ -1,0 +1,398 @@
+"""The training loop's parts: the run's state, one epoch, the evaluation, checkpoints.
+
+``timm_minimal.train`` builds a ``Run`` (model, optimizer, scheduler, data path, ...) and a
+``TrainState`` (position, history, best) and calls ``train_one_epoch`` and ``evaluate`` epoch by
+epoch. The step waits for the host nowhere: losses and accuracies add up on the device, and a
+non-finite loss or gradient norm is recorded on the device by ``FiniteGuard`` and read at the
+synchronisations the loop has anyway (log lines, checkpoints, epoch ends).
+"""
+import hashlib
+import json
+import logging
+import math
+import random
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Callable, Dict, List, Optional
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from . import checkpoint as ckpt
+from .data import mix_seed
+from .run_folder import RunFolder
+
+_logger = logging.getLogger('timm_minimal.train')
+
+__all__ = ['TrainState', 'TrainHooks', 'FiniteGuard', 'Run', 'Diverged', 'train_one_epoch', 'evaluate',
+           'save_checkpoint', 'weights_hash']
+
+
+class Diverged(RuntimeError):
+    """The training loss (or the gradients, or the weights) became NaN or infinite."""
+
+
+def _zero_partial() -> Dict[str, float]:
+    return dict(loss_sum=0.0, correct=0.0, count=0.0, train_time=0.0)
+
+
+@dataclass
+class TrainState:
+    """Where a run is: the next (epoch, batch), optimizer updates so far, the epochs' metrics and the best."""
+    epoch: int = 0
+    batch: int = 0
+    update: int = 0
+    history: List[Dict[str, Any]] = field(default_factory=list)
+    best: Dict[str, Any] = field(default_factory=lambda: dict(test_acc=-1.0, epoch=None))
+    partial: Dict[str, float] = field(default_factory=_zero_partial)  # sums of the epoch so far (mid-epoch)
+
+    def state_dict(self) -> Dict[str, Any]:
+        return dict(epoch=self.epoch, batch=self.batch, update=self.update, history=list(self.history),
+                    best=dict(self.best), partial=dict(self.partial), completed_epochs=len(self.history))
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        self.epoch, self.batch, self.update = int(state['epoch']), int(state['batch']), int(state['update'])
+        self.history = list(state['history'])
+        self.best = dict(state['best'])
+        self.partial = dict(state['partial']) if self.batch else _zero_partial()
+
+    def end_epoch(self, row: Dict[str, Any]) -> bool:
+        """Record an epoch's metrics and move to the next epoch; True if it is the best so far."""
+        self.history.append(row)
+        self.epoch, self.batch, self.partial = row['epoch'], 0, _zero_partial()
+        if row['test_acc'] > self.best['test_acc']:
+            self.best = dict(test_acc=row['test_acc'], test_loss=row['test_loss'], epoch=row['epoch'])
+            return True
+        return False
+
+
+class TrainHooks:
+    """Callbacks into the loop (for tests and tools); the defaults do nothing."""
+
+    def after_update(self, update: int) -> None:
+        """Called after optimizer update ``update`` (and its checkpoint, if one was due)."""
+
+    def writing_checkpoint(self, count: int) -> None:
+        """Called in the middle of writing this process's ``count``-th checkpoint (weights written, state not)."""
+
+
+class FiniteGuard:
+    """Records on the device the first batch whose loss or gradient norm was not finite.
+
+    ``observe`` adds no host synchronisation; ``first_bad`` reads the record (one synchronisation),
+    agreed over all processes.
+    """
+
+    def __init__(self, device: torch.device, batches_done: int = 0) -> None:
+        self.count = torch.full((), batches_done, dtype=torch.int64, device=device)
+        self.bad_at = torch.full((), -1, dtype=torch.int64, device=device)
+
+    def observe(self, *values: Optional[torch.Tensor]) -> None:
+        self.count += 1
+        bad = torch.zeros((), dtype=torch.bool, device=self.count.device)
+        for v in values:
+            if v is not None:
+                bad = bad | ~torch.isfinite(v.detach()).all()
+        self.bad_at = torch.where((self.bad_at < 0) & bad, self.count, self.bad_at)
+
+    def first_bad(self, accelerator: Any) -> Optional[int]:
+        """The 1-based number of the first non-finite batch over all processes, or None."""
+        at = torch.where(self.bad_at < 0, torch.iinfo(torch.int64).max, self.bad_at)
+        if accelerator.num_processes > 1:
+            at = accelerator.gather(at[None]).min()
+        at = int(at)
+        return None if at == torch.iinfo(torch.int64).max else at
+
+
+@dataclass
+class Run:
+    """What the loop needs: built once by ``timm_minimal.train``."""
+    args: Any
+    accelerator: Any
+    model: nn.Module  # prepared (DDP) and possibly compiled: the training forward
+    unwrapped: nn.Module  # the plain model: evaluation, checkpoints, EMA
+    optimizer: Any
+    scheduler: Any
+    ema: Any
+    data: Any  # DeviceDataPath or LoaderDataPath
+    loss_fn: Callable
+    mixup_fn: Optional[Callable]
+    folder: RunFolder
+    model_name: str
+    model_config: Dict[str, Any]  # config.json of a checkpoint
+    batches_per_epoch: int
+    hooks: TrainHooks = field(default_factory=TrainHooks)
+    step_rng: bool = True  # whether the step draws random numbers (seed them per step)
+    compiled: bool = False
+    guard: Optional[FiniteGuard] = None
+    saves: int = 0
+
+    @property
+    def device(self) -> torch.device:
+        return self.accelerator.device
+
+    @property
+    def world(self) -> int:
+        return self.accelerator.num_processes
+
+    @property
+    def rank(self) -> int:
+        return self.accelerator.process_index
+
+    @property
+    def is_main(self) -> bool:
+        return self.accelerator.is_main_process
+
+    def lr(self) -> float:
+        return self.optimizer.param_groups[0]['lr']
+
+    def fall_back_to_eager(self, error: BaseException) -> None:
+        """torch.compile failed on the first step: warn once and train the uncompiled model."""
+        self.accelerator.print(f'WARNING: torch.compile failed ({type(error).__name__}: {str(error).strip()[:300]}); '
+                               f'training without compilation (pass --no-compile to skip the attempt).', flush=True)
+        self.model = getattr(self.model, '_orig_mod', self.model)
+        self.compiled = False
+        self.optimizer.zero_grad(set_to_none=True)
+
+
+def _seed_step(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % (1 << 32))
+    torch.manual_seed(seed)
+
+
+def weights_hash(state_dict: Dict[str, torch.Tensor]) -> str:
+    h = hashlib.sha256()
+    for k in sorted(state_dict):
+        h.update(k.encode())
+        h.update(state_dict[k].detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+# -- one step, one epoch -----------------------------------------------------------------------------
+
+def _forward_backward(run: Run, x: torch.Tensor, y: torch.Tensor):
+    target = y
+    if run.mixup_fn is not None:
+        x, target = run.mixup_fn(x, y)
+    output = run.model(x)
+    loss = run.loss_fn(output.float(), target)
+    run.accelerator.backward(loss)
+    return output, loss
+
+
+def _step(run: Run, x: torch.Tensor, y: torch.Tensor, seed: int):
+    """One batch: forward, backward, clipping and (when the accumulation is complete) the optimizer step."""
+    args, acc = run.args, run.accelerator
+    with acc.accumulate(run.model):
+        if run.step_rng:
+            _seed_step(seed)
+        try:
+            output, loss = _forward_backward(run, x, y)
+        except Exception as e:  # noqa: BLE001 (a compilation failure falls back to eager, once)
+            if not run.compiled:
+                raise
+            run.fall_back_to_eager(e)
+            if run.step_rng:
+                _seed_step(seed)
+            output, loss = _forward_backward(run, x, y)
+        grad_norm = None
+        if acc.sync_gradients and args.clip_grad is not None:
+            if args.clip_mode == 'value':
+                acc.clip_grad_value_(run.model.parameters(), args.clip_grad)
+            else:
+                grad_norm = acc.clip_grad_norm_(run.model.parameters(), args.clip_grad)
+        run.optimizer.step()
+        run.optimizer.zero_grad(set_to_none=True)
+    run.guard.observe(loss, grad_norm)
+    return output.detach(), loss.detach()
+
+
+def global_partial(run: Run, sums: torch.Tensor, train_time: float) -> Dict[str, float]:
+    """The epoch's sums so far over all processes (one synchronisation)."""
+    total = run.accelerator.reduce(sums.clone(), reduction='sum') if run.world > 1 else sums
+    loss_sum, correct, count = total.tolist()
+    return dict(loss_sum=loss_sum, correct=correct, count=count, train_time=train_time)
+
+
+def check_finite(run: Run, state: TrainState) -> None:
+    """Raise ``Diverged`` if a batch since the start had a non-finite loss or gradient norm."""
+    bad = run.guard.first_bad(run.accelerator)
+    if bad is None:
+        return
+    accum = run.args.grad_accum_steps
+    epoch, batch = divmod(bad - 1, run.batches_per_epoch)
+    raise Diverged(f'loss or gradient norm not finite at epoch {epoch + 1}, batch {batch + 1}/{run.batches_per_epoch} '
+                   f'(update {(bad - 1) // accum + 1}, lr {run.lr():.3g})')
+
+
+def train_one_epoch(run: Run, state: TrainState, epoch: int) -> Dict[str, float]:
+    """Train from (epoch, state.batch) to the epoch's end; returns the epoch's summed loss, hits, count, time."""
+    from tqdm.auto import tqdm
+    args, acc = run.args, run.accelerator
+    part = state.partial if state.batch else _zero_partial()
+    start = [part['loss_sum'], part['correct'], part['count']] if run.is_main else [0.0, 0.0, 0.0]
+    sums = torch.tensor(start, dtype=torch.float64, device=run.device)
+    train_time, batch = part['train_time'], state.batch
+    acc.step = 0
+    run.model.train()
+    bar = tqdm(total=run.batches_per_epoch, initial=batch, desc=f'epoch {epoch + 1}/{args.epochs}', leave=False,
+               disable=(not run.is_main) or args.no_progress or None, dynamic_ncols=True, mininterval=1.0)
+    show_log = run.is_main and args.log_interval > 0 and bar.disable
+    t0 = time.perf_counter()
+    for x, y in run.data.train_batches(epoch, batch):
+        output, loss = _step(run, x, y, mix_seed(args.seed, 0xB47C, epoch, batch, run.rank))
+        n = y.shape[0]
+        sums += torch.stack([loss.double() * n, (output.argmax(-1) == y).sum().double(),
+                             torch.full((), n, dtype=torch.float64, device=sums.device)])
+        batch += 1
+        bar.update(1)
+        if not acc.sync_gradients:
+            continue
+        state.update += 1
+        if run.scheduler is not None:
+            run.scheduler.step_update(state.update)
+        if run.ema is not None:
+            run.ema.update(run.unwrapped, step=state.update)
+        if args.checkpoint_interval and state.update % args.checkpoint_interval == 0 and batch < run.batches_per_epoch:
+            state.batch = batch
+            state.partial = global_partial(run, sums, train_time + time.perf_counter() - t0)
+            save_checkpoint(run, state, is_best=False)
+        if args.log_interval > 0 and state.update % args.log_interval == 0 and (show_log or not bar.disable):
+            loss_now = float(loss)
+            if show_log:
+                run.accelerator.print(f'  epoch {epoch + 1} batch {batch}/{run.batches_per_epoch}: loss {loss_now:.4f}, '
+                                      f'lr {run.lr():.3g}', flush=True)
+            else:
+                bar.set_postfix(loss=f'{loss_now:.4f}', lr=f'{run.lr():.2e}')
+        run.hooks.after_update(state.update)
+    bar.close()
+    result = global_partial(run, sums, 0.0)
+    result['train_time'] = train_time + time.perf_counter() - t0
+    return result
+
+
+@torch.no_grad()
+def evaluate(run: Run, net: nn.Module) -> Dict[str, float]:
+    """Loss, top-1 and top-5 accuracy (%) over the whole evaluation split (all processes' shards)."""
+    net.eval()
+    k = min(5, run.model_config['num_classes'])
+    sums = torch.zeros(4, dtype=torch.float64, device=run.device)
+    for x, y in run.data.eval_batches():
+        with run.accelerator.autocast():
+            out = net(x)
+        out = out.float()
+        top = out.topk(k, dim=-1).indices
+        sums += torch.stack([F.cross_entropy(out, y, reduction='sum').double(), (top[:, 0] == y).sum().double(),
+                             (top == y[:, None]).any(-1).sum().double(),
+                             torch.full((), y.shape[0], dtype=torch.float64, device=sums.device)])
+    if run.world > 1:
+        sums = run.accelerator.reduce(sums, reduction='sum')
+    loss_sum, hit1, hit5, count = sums.tolist()
+    res = dict(loss=loss_sum / max(count, 1), acc=100. * hit1 / max(count, 1), count=int(count))
+    if run.model_config['num_classes'] > 5:
+        res['acc5'] = 100. * hit5 / max(count, 1)
+    return res
+
+
+# -- checkpoints -------------------------------------------------------------------------------------
+
+def _finite_weights(model: nn.Module) -> bool:
+    flags = [torch.isfinite(t).all() for t in model.state_dict().values() if t.is_floating_point()]
+    return bool(torch.stack(flags).all()) if flags else True
+
+
+def save_checkpoint(run: Run, state: TrainState, is_best: bool) -> None:
+    """Write checkpoints/last (and best) at the state's position; never non-finite weights.
+
+    Raises ``Diverged`` (in every process) instead of saving when the guard saw a non-finite value or
+    the weights are not finite.
+    """
+    check_finite(run, state)
+    if not _finite_weights(run.unwrapped):
+        raise Diverged(f'the weights are not finite (update {state.update}, lr {run.lr():.3g})')
+    if not run.is_main:
+        return
+    run.saves += 1
+    weights = run.unwrapped.state_dict()
+    ema_weights = run.ema.module.state_dict() if run.ema is not None else None
+    acc = run.accelerator
+    position = dict(epoch=state.epoch, batch=state.batch, update=state.update, epochs=run.args.epochs,
+                    batches_per_epoch=run.batches_per_epoch, completed_epochs=len(state.history))
+    meta = dict(model=run.model_name, epoch=str(state.epoch), batch=str(state.batch), update=str(state.update))
+    training_state = dict(
+        optimizer=run.optimizer.state_dict(),
+        scheduler=run.scheduler.state_dict() if run.scheduler is not None else None,
+        scaler=acc.scaler.state_dict() if acc.scaler is not None else None,
+        rng=rng_state(), batch_size=run.args.batch_size, **state.state_dict(), epochs=run.args.epochs,
+        batches_per_epoch=run.batches_per_epoch)
+    config_text = json.dumps(run.model_config, indent=2, default=str) + '\n'
+    saved = datetime.now(timezone.utc).isoformat(timespec='seconds')
+
+    def write(tmp) -> None:
+        ckpt.save_weights(weights, tmp / ckpt.MODEL_FILE, meta)
+        run.hooks.writing_checkpoint(run.saves)
+        if ema_weights is not None:
+            ckpt.save_weights(ema_weights, tmp / ckpt.EMA_FILE, meta)
+        torch.save(training_state, tmp / ckpt.STATE_FILE)
+        (tmp / ckpt.STATE_JSON).write_text(json.dumps(dict(
+            model=run.model_name, **position, best=state.best, saved=saved), indent=2) + '\n')
+        (tmp / ckpt.CONFIG_FILE).write_text(config_text)
+
+    ckpt.atomic_write_dir(run.folder.checkpoint('last'), write)
+    if is_best:
+        def write_best(tmp) -> None:
+            ckpt.save_weights(weights, tmp / ckpt.MODEL_FILE, meta)
+            if ema_weights is not None:
+                ckpt.save_weights(ema_weights, tmp / ckpt.EMA_FILE, meta)
+            (tmp / ckpt.STATE_JSON).write_text(json.dumps(dict(
+                model=run.model_name, **position, metrics=state.history[-1] if state.history else None),
+                indent=2) + '\n')
+            (tmp / ckpt.CONFIG_FILE).write_text(config_text)
+        ckpt.atomic_write_dir(run.folder.checkpoint('best'), write_best)
+
+
+def rng_state() -> Dict[str, Any]:
+    """The host and device RNG states, as ``torch.load(weights_only=True)`` can read them back."""
+    py = random.getstate()
+    np_state = np.random.get_state()
+    state = dict(
+        python=[py[0], list(py[1]), py[2]],
+        numpy=[np_state[0], torch.from_numpy(np_state[1].astype(np.int64)), int(np_state[2]), int(np_state[3]),
+               float(np_state[4])],
+        torch=torch.get_rng_state(),
+    )
+    if torch.cuda.is_available():
+        state['cuda'] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: Dict[str, Any]) -> None:
+    py = state['python']
+    random.setstate((py[0], tuple(py[1]), py[2]))
+    n = state['numpy']
+    np.random.set_state((n[0], n[1].numpy().astype(np.uint32), n[2], n[3], n[4]))
+    torch.set_rng_state(state['torch'])
+    if 'cuda' in state and torch.cuda.is_available() and len(state['cuda']) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all(state['cuda'])
+
+
+def epoch_row(run: Run, state: TrainState, epoch: int, part: Dict[str, float], ev: Dict[str, float],
+              ema_ev: Optional[Dict[str, float]], eval_time: float, elapsed: float) -> Dict[str, Any]:
+    """The metrics.jsonl line of an epoch."""
+    row = dict(epoch=epoch + 1, update=state.update, train_loss=part['loss_sum'] / max(part['count'], 1),
+               train_acc=100. * part['correct'] / max(part['count'], 1), test_loss=ev['loss'], test_acc=ev['acc'])
+    if 'acc5' in ev:
+        row['test_acc5'] = ev['acc5']
+    if ema_ev is not None:
+        row.update(ema_test_loss=ema_ev['loss'], ema_test_acc=ema_ev['acc'])
+    train_time = part['train_time']
+    row.update(lr=run.lr(), throughput=part['count'] / max(train_time, 1e-9), epoch_time=train_time + eval_time,
+               train_time=train_time, eval_time=eval_time, elapsed=elapsed, train_samples=int(part['count']),
+               test_samples=ev['count'])
+    if not all(math.isfinite(v) for v in (row['train_loss'], row['test_loss'])):
+        raise Diverged(f'the loss is not finite at the end of epoch {epoch + 1} (lr {run.lr():.3g})')
+    return row

@@ -1,0 +1,160 @@
+"""The run folder of a training run: one class that writes and reads its files.
+
+A run folder holds
+
+- ``run.json``: what the run is (command, options, model, dataset, versions, launches, status, final
+  and best metrics),
+- ``args.yaml``: the resolved options (what ``--resume`` reads back),
+- ``metrics.jsonl``: one JSON line per finished epoch,
+- ``curves.png``: loss, accuracy and learning rate per epoch,
+- ``checkpoints/last`` and ``checkpoints/best`` (see ``timm_minimal.checkpoint``).
+
+Every file is written atomically (temporary file, then rename). The trainer writes through this
+class; ``timm_minimal.reproduce`` and ``timm_minimal.publish`` read through it.
+"""
+import json
+import os
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Union
+
+import yaml
+
+from . import checkpoint as ckpt
+
+__all__ = ['RunFolder', 'RUN_FORMAT']
+
+RUN_FORMAT = 'timm-minimal-run/1'
+
+
+class RunFolder:
+    """Paths and atomic reads and writes of one run folder."""
+
+    def __init__(self, path: Union[str, Path]) -> None:
+        self.path = Path(path)
+
+    def __repr__(self) -> str:
+        return f'RunFolder({str(self.path)!r})'
+
+    def __str__(self) -> str:
+        return str(self.path)
+
+    # -- paths --------------------------------------------------------------------------------
+    @property
+    def run_file(self) -> Path:
+        return self.path / 'run.json'
+
+    @property
+    def args_file(self) -> Path:
+        return self.path / 'args.yaml'
+
+    @property
+    def metrics_file(self) -> Path:
+        return self.path / 'metrics.jsonl'
+
+    @property
+    def curves_file(self) -> Path:
+        return self.path / 'curves.png'
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.path / 'checkpoints'
+
+    def checkpoint(self, name: str = 'last') -> Path:
+        return self.checkpoints / name
+
+    def find_checkpoint(self, name: str = 'last') -> Optional[Path]:
+        """The complete checkpoint folder ``name`` (or its ``.prev`` during a swap); None if there is none."""
+        return ckpt.find_checkpoint(self.path, name)
+
+    # -- state ----------------------------------------------------------------------------------
+    def exists(self) -> bool:
+        return self.path.is_dir()
+
+    def is_empty(self) -> bool:
+        return not self.path.exists() or not any(self.path.iterdir())
+
+    def is_run(self) -> bool:
+        """Whether the folder holds a run (its ``run.json`` and ``metrics.jsonl``)."""
+        return self.run_file.is_file() and self.metrics_file.is_file()
+
+    def prepare(self) -> None:
+        """Create the folder and remove temporary checkpoint folders a killed run left behind."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        ckpt.clean_stale_temp(self.checkpoints)
+
+    # -- run.json -------------------------------------------------------------------------------
+    def read_run(self) -> Dict[str, Any]:
+        """``run.json`` as a dict ({} when absent)."""
+        return json.loads(self.run_file.read_text()) if self.run_file.is_file() else {}
+
+    def write_run(self, run: Dict[str, Any]) -> None:
+        ckpt.write_json_atomic(self.run_file, run)
+
+    def update_run(self, **fields: Any) -> Dict[str, Any]:
+        run = self.read_run()
+        run.update(fields)
+        self.write_run(run)
+        return run
+
+    @property
+    def status(self) -> Optional[str]:
+        return self.read_run().get('status')
+
+    # -- args.yaml ------------------------------------------------------------------------------
+    def read_args(self) -> Dict[str, Any]:
+        """``args.yaml`` as a dict ({} when absent)."""
+        return (yaml.safe_load(self.args_file.read_text()) or {}) if self.args_file.is_file() else {}
+
+    def write_args(self, args: Dict[str, Any]) -> None:
+        ckpt.write_text_atomic(self.args_file, yaml.safe_dump(args, sort_keys=True))
+
+    # -- metrics.jsonl --------------------------------------------------------------------------
+    def read_metrics(self) -> List[Dict[str, Any]]:
+        """One dict per finished epoch ([] when absent)."""
+        if not self.metrics_file.is_file():
+            return []
+        return [json.loads(line) for line in self.metrics_file.read_text().splitlines() if line.strip()]
+
+    def write_metrics(self, rows: List[Dict[str, Any]]) -> None:
+        """Replace ``metrics.jsonl`` with these rows (a resumed run rewrites the epochs it keeps)."""
+        ckpt.write_text_atomic(self.metrics_file, ''.join(json.dumps(r) + '\n' for r in rows))
+
+    def append_metrics(self, row: Dict[str, Any]) -> None:
+        with open(self.metrics_file, 'a') as f:
+            f.write(json.dumps(row) + '\n')
+            f.flush()
+            os.fsync(f.fileno())
+
+    # -- curves.png -----------------------------------------------------------------------------
+    def plot_curves(self, rows: Optional[List[Dict[str, Any]]] = None, title: str = '') -> None:
+        """Loss, accuracy and learning rate per epoch as ``curves.png`` (written atomically)."""
+        rows = self.read_metrics() if rows is None else rows
+        if rows:
+            plot_curves(rows, self.curves_file, title=title)
+
+
+def plot_curves(metrics: List[Dict[str, Any]], path: Path, title: str = '') -> None:
+    """Loss, accuracy and learning rate per epoch as a PNG (written atomically)."""
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    ep = [m['epoch'] for m in metrics]
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    for ax, key, ylabel in ((axes[0], 'loss', 'loss'), (axes[1], 'acc', 'accuracy (%)')):
+        ax.plot(ep, [m[f'train_{key}'] for m in metrics], 'o-', label='train')
+        ax.plot(ep, [m[f'test_{key}'] for m in metrics], 's-', label='test')
+        if f'ema_test_{key}' in metrics[0]:
+            ax.plot(ep, [m[f'ema_test_{key}'] for m in metrics], '^--', label='test (EMA)')
+        ax.set(xlabel='epoch', ylabel=ylabel, title=key if key == 'loss' else 'accuracy')
+        ax.legend()
+    axes[2].plot(ep, [m['lr'] for m in metrics], 'o-')
+    axes[2].set(xlabel='epoch', ylabel='learning rate', title='learning rate (end of epoch)')
+    for ax in axes:
+        ax.grid(alpha=.3)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    tmp = path.with_name(f'.{path.name}.{os.getpid()}.tmp.png')
+    fig.savefig(tmp, dpi=100)
+    plt.close(fig)
+    os.replace(tmp, path)
