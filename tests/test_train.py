@@ -325,11 +325,11 @@ def test_existing_run_folder_needs_resume(reference, data, capsys):
 
 def test_recipe_then_command_line(tmp_path):
     args, prov = train_mod.parse_args(['--model', 'm', '--dataset', 'mnist'])
-    assert (args.lr, args.batch_size, args.hflip, args.recipe) == (1e-3, 64, 0.0, 'mnist')
+    assert (args.lr, args.batch_size, args.hflip, args.recipe) == (5e-3, 1024, 0.0, 'mnist')
     args, _ = train_mod.parse_args(['--model', 'm', '--dataset', 'mnist', '--lr', '5e-4', '--hflip', '0.5'])
-    assert (args.lr, args.hflip, args.batch_size) == (5e-4, 0.5, 64)
+    assert (args.lr, args.hflip, args.batch_size) == (5e-4, 0.5, 1024)
     args, _ = train_mod.parse_args(['--model', 'm', '--dataset', 'cifar10', '--no-aug'])
-    assert args.aa.startswith('rand-') and args.no_aug is True and args.recipe == 'cifar10'
+    assert args.hflip == 0.5 and args.no_aug is True and args.recipe == 'cifar10' and args.data_path == 'auto'
     custom = tmp_path / 'mine.yaml'
     custom.write_text('lr: 0.01\nepochs: 3\n')
     args, _ = train_mod.parse_args(['--model', 'm', '--dataset', 'mnist', '--recipe', str(custom)])

@@ -105,6 +105,10 @@ def cache_file(cache_dir: Path, source: str, split: str, num_samples: int, input
     return cache_dir / 'device-arrays' / f'{split}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.npz'
 
 
+def _to_device(array: np.ndarray, device: torch.device) -> torch.Tensor:
+    return torch.from_numpy(np.array(array, copy=not array.flags.writeable)).to(device)
+
+
 class DeviceDataPath:
     """Training and evaluation batches drawn from uint8 tensors on the device.
 
@@ -119,12 +123,10 @@ class DeviceDataPath:
                  seed: int, batch_size: int, batches_per_epoch: int, eval_batch_size: int,
                  world: int = 1, rank: int = 0) -> None:
         self.device = device
-        self.train_images = torch.from_numpy(train[0]).to(device)
-        self.train_labels = torch.from_numpy(train[1]).to(device)
         n_eval = len(evaluation[0])
         lo, hi = n_eval * rank // world, n_eval * (rank + 1) // world  # this process's shard
-        self.eval_images = torch.from_numpy(evaluation[0][lo:hi]).to(device)
-        self.eval_labels = torch.from_numpy(evaluation[1][lo:hi]).to(device)
+        self.train_images, self.train_labels = (_to_device(a, device) for a in train)
+        self.eval_images, self.eval_labels = (_to_device(a[lo:hi], device) for a in evaluation)
         self.augment = BatchAugment(augment, mean, std, device)
         self.no_aug = BatchAugment(BatchAugmentConfig(), mean, std, device)
         self.seed, self.batch_size, self.batches_per_epoch = seed, batch_size, batches_per_epoch

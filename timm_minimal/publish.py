@@ -11,7 +11,6 @@ in the card is read from the run's ``metrics.jsonl`` and ``run.json``; a run tha
 an epoch gets no card. Uploading uses ``HfApi`` and honours ``HF_ENDPOINT`` and ``HF_TOKEN``.
 """
 import argparse
-import json
 import shlex
 import shutil
 import sys
@@ -23,6 +22,7 @@ from typing import Any, Dict, List, Optional, Sequence
 import torch
 import yaml
 
+from .run_folder import RunFolder
 from .vit_minimal import DATASETS, WEIGHTS_DIR
 
 __all__ = ['RunInfo', 'read_run', 'export_run', 'render_card', 'push_folder', 'main']
@@ -88,12 +88,11 @@ class RunInfo:
 def read_run(run_dir: Path, checkpoint: str = 'last') -> RunInfo:
     """Read ``run.json``, ``metrics.jsonl`` and the chosen checkpoint of a run folder."""
     run_dir = Path(run_dir)
-    run_file, metrics_file = run_dir / 'run.json', run_dir / 'metrics.jsonl'
-    for f in (run_file, metrics_file):
+    folder = RunFolder(run_dir)
+    for f in (folder.run_file, folder.metrics_file):
         if not f.is_file():
             raise PublishError(f'{run_dir} is not a training run folder: {f.name} is missing.')
-    run = json.loads(run_file.read_text())
-    metrics = [json.loads(line) for line in metrics_file.read_text().splitlines() if line.strip()]
+    run, metrics = folder.read_run(), folder.read_metrics()
     if not metrics:
         raise PublishError(f'{run_dir} has no finished epoch in metrics.jsonl: nothing measured to publish.')
     if run.get('status') != 'finished':
@@ -101,7 +100,7 @@ def read_run(run_dir: Path, checkpoint: str = 'last') -> RunInfo:
                            f'(timm-minimal-train --resume {run_dir}) before publishing.')
     if checkpoint not in ('last', 'best'):
         raise PublishError(f"checkpoint must be 'last' or 'best', got '{checkpoint}'.")
-    ckpt = run_dir / 'checkpoints' / checkpoint
+    ckpt = folder.checkpoint(checkpoint)
     if not (ckpt / 'model.safetensors').is_file() or not (ckpt / 'config.json').is_file():
         raise PublishError(f'{ckpt} holds no complete checkpoint (model.safetensors + config.json).')
     return RunInfo(run_dir, run, metrics, ckpt)

@@ -1,12 +1,18 @@
 """Train the grid of the paper's Tables 1 and 2 and put our numbers next to the paper's.
 
     timm-minimal-reproduce --tables 2 --epochs 5 --data-dir ../shared/data --runs-dir runs/reproduce_mnist
-    timm-minimal-reproduce --tables 1 --datasets cifar10 --epochs 100 --launcher "accelerate launch --num_processes 4"
+    timm-minimal-reproduce --tables 2 --datasets mnist --epochs 5 --jobs 4 --runs-dir runs/reproduce_mnist
+    timm-minimal-reproduce --tables 1 --datasets cifar10 --epochs 100 --launcher "accelerate launch --num_processes 4 -m"
     timm-minimal-reproduce --tables 1 2 --report-only --runs-dir runs/reproduce_mnist   # rebuild the table only
 
 Each (model, dataset) of the selected rows is trained once with ``timm_minimal.train`` into
 ``<runs-dir>/<model>.<dataset>/`` (a run that finished is reused, an interrupted one resumed); the
 paper's numbers are data in this module (``TABLE1``, ``TABLE2``, from Bermeitinger et al., KDIR 2024).
+Every run is a subprocess whose output is appended to ``<runs-dir>/logs/<model>.<dataset>.log``.
+By default the runs go one after another with their output also on the console; ``--jobs N`` runs
+up to N of them at the same time on the same device (the models are small enough to leave a GPU
+mostly idle) and prints one line when each starts and one when it ends. ``run_commands`` is that
+pool, usable by any grid script.
 Outputs: a markdown report (``--results``), a PNG (``--plot``) and a JSON list of rows (``--json``)
 with our and the paper's parameters, epochs, train/validation loss and accuracy. Like the paper, the
 numbers are those of the last epoch and the validation set is the test split.
@@ -14,18 +20,22 @@ numbers are those of the last epoch and the validation set is the test split.
 import argparse
 import json
 import os
-import platform
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
-from dataclasses import asdict, dataclass
-from datetime import datetime, timezone
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, TextIO, Tuple
 
-__all__ = ['PaperRow', 'TABLE1', 'TABLE2', 'select_rows', 'collect', 'write_markdown', 'write_plot', 'main']
+from .run_folder import RunFolder
+
+__all__ = ['PaperRow', 'TABLE1', 'TABLE2', 'Command', 'CommandResult', 'run_commands', 'select_rows',
+           'train_command', 'train_rows', 'collect', 'write_markdown', 'write_plot', 'main']
 
 PAPER = 'Bermeitinger et al., "Reducing the Transformer Architecture to a Minimum", KDIR 2024 (arXiv:2410.13732)'
 PAPER_EPOCHS = 500
@@ -136,67 +146,194 @@ def _run_dir(runs_dir: Path, row: PaperRow) -> Path:
     return runs_dir / row.model
 
 
-def _read_run(run_dir: Path) -> Optional[Dict[str, Any]]:
-    run_file, metrics_file = run_dir / 'run.json', run_dir / 'metrics.jsonl'
-    if not run_file.is_file() or not metrics_file.is_file():
+# -- a pool of commands, N at a time ---------------------------------------------------------------
+@dataclass(frozen=True)
+class Command:
+    """One command for ``run_commands``: a name for the console, its argv, its log file and environment
+    (None: this process's)."""
+    name: str
+    argv: List[str]
+    log: Path
+    env: Optional[Dict[str, str]] = None
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """How a command of ``run_commands`` ended: its exit status (negative: killed by that signal; 127: it
+    could not be started), the seconds it ran and its wall-clock start and end (``time.time()``)."""
+    name: str
+    returncode: int
+    seconds: float
+    started: float
+    ended: float
+    log: Path
+
+
+_console_lock = threading.Lock()
+
+
+def _say(text: str, end: str = '\n') -> None:
+    with _console_lock:
+        print(text, end=end, flush=True)
+
+
+def _tee(proc: subprocess.Popen, log: TextIO) -> None:
+    """Copy the output of ``proc`` line by line to ``log`` and, indented, to the console."""
+    for line in proc.stdout:
+        log.write(line)
+        log.flush()
+        _say(f'  {line}', end='')
+
+
+class _Processes:
+    """The subprocesses a pool started; once stopped, it starts no more and terminates those still running."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._procs: List[subprocess.Popen] = []
+        self._stopped = False
+
+    def start(self, command: Command, stdout: Any) -> Optional[subprocess.Popen]:
+        """Start ``command`` (None once stopped); raises OSError when it cannot be started."""
+        with self._lock:
+            if self._stopped:
+                return None
+            proc = subprocess.Popen(command.argv, stdout=stdout, stderr=subprocess.STDOUT, text=True,
+                                    bufsize=1 if stdout is subprocess.PIPE else -1, env=command.env)
+            self._procs.append(proc)
+            return proc
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stopped = True
+            for proc in self._procs:
+                if proc.poll() is None:
+                    proc.terminate()
+
+
+def _execute(command: Command, stream: bool, log: TextIO, processes: _Processes) -> int:
+    """Start ``command`` with its output to ``log`` (and the console, when streaming); its exit status."""
+    try:
+        proc = processes.start(command, subprocess.PIPE if stream else log)
+    except OSError as e:
+        log.write(f'cannot start {shlex.join(command.argv)}: {e}\n')
+        return 127
+    if proc is None:
+        return -signal.SIGTERM  # the pool was stopped before this command started
+    if stream:
+        _tee(proc, log)
+    return proc.wait()
+
+
+def _run_command(command: Command, stream: bool, prefix: str, processes: _Processes) -> CommandResult:
+    """Run one command to its end with its output appended to its log; its result."""
+    command.log.parent.mkdir(parents=True, exist_ok=True)
+    _say(f'{prefix}{command.name}: {shlex.join(command.argv)}  (log: {command.log})')
+    started, t0 = time.time(), time.perf_counter()
+    with open(command.log, 'a') as log:
+        returncode = _execute(command, stream, log, processes)
+    seconds = time.perf_counter() - t0
+    if not stream or returncode != 0:
+        _say(f'{prefix}{command.name}: exit status {returncode} after {seconds:.1f} s  (log: {command.log})')
+    return CommandResult(command.name, returncode, seconds, started, started + seconds, command.log)
+
+
+def run_commands(commands: Sequence[Command], jobs: int = 1, stream: Optional[bool] = None,
+                 prefix: str = '') -> List[CommandResult]:
+    """Run ``commands`` as subprocesses, at most ``jobs`` of them at the same time, in the order given.
+
+    Each command's stdout and stderr are appended to its ``log`` file. With ``stream`` (default: when
+    ``jobs`` is 1) every output line also goes to the console, indented; otherwise the console gets
+    one line when a command starts (its argv and log) and one when it ends (exit status, seconds,
+    log). A command that fails does not stop the others. If this function is interrupted (e.g.
+    KeyboardInterrupt), commands not yet started are dropped and running ones are terminated.
+    Returns one ``CommandResult`` per command, in the order of ``commands``.
+    """
+    if jobs < 1:
+        raise ValueError(f'jobs must be >= 1, got {jobs}')
+    stream = jobs == 1 if stream is None else stream
+    processes = _Processes()
+    pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix='run_commands')
+    futures = [pool.submit(_run_command, c, stream, prefix, processes) for c in commands]
+    try:
+        return [f.result() for f in futures]
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)
+        processes.stop()
+        raise
+    finally:
+        pool.shutdown(wait=True)
+
+
+# -- the training runs of the grid -----------------------------------------------------------------
+def _thread_env(jobs: int) -> Optional[Dict[str, str]]:
+    """With several runs at once, split this machine's CPU cores among them (unless OMP_NUM_THREADS is set)."""
+    if jobs == 1 or 'OMP_NUM_THREADS' in os.environ:
         return None
-    run = json.loads(run_file.read_text())
-    metrics = [json.loads(line) for line in metrics_file.read_text().splitlines() if line.strip()]
-    return dict(run=run, metrics=metrics)
+    return dict(os.environ, OMP_NUM_THREADS=str(max(1, (os.cpu_count() or 1) // jobs)))
 
 
-def train_row(row: PaperRow, args: argparse.Namespace, extra: Sequence[str]) -> float:
-    """Train (or resume, or reuse) the run of one row; returns the seconds spent."""
-    run_dir = _run_dir(Path(args.runs_dir), row)
-    found = _read_run(run_dir)
-    if found and found['run'].get('status') == 'finished' and len(found['metrics']) >= args.epochs:
-        print(f'[reproduce] {row.model}: finished run in {run_dir}, reused', flush=True)
-        return 0.0
-    cmd = shlex.split(args.launcher) if args.launcher else [sys.executable, '-m']
-    cmd += ['timm_minimal.train']
-    if run_dir.exists() and (run_dir / 'args.yaml').is_file():
-        cmd += ['--resume', str(run_dir), '--epochs', str(args.epochs)]
+def train_command(row: PaperRow, args: argparse.Namespace, extra: Sequence[str]) -> Optional[Command]:
+    """The command that trains (or resumes) the run of one row; None when its finished run can be reused.
+
+    A folder that a start left without its options (``args.yaml``) is removed, except on ``--dry-run``.
+    """
+    folder = RunFolder(_run_dir(Path(args.runs_dir), row))
+    if folder.is_run() and folder.status == 'finished' and len(folder.read_metrics()) >= args.epochs:
+        _say(f'[reproduce] {row.model}: finished run in {folder}, reused')
+        return None
+    argv = shlex.split(args.launcher) if args.launcher else [sys.executable, '-m']
+    argv += ['timm_minimal.train']
+    if folder.args_file.is_file():
+        argv += ['--resume', str(folder), '--epochs', str(args.epochs)]
     else:
-        if run_dir.exists():
-            shutil.rmtree(run_dir)  # a start that never got as far as writing its options
-        cmd += ['--model', row.model, '--dataset', row.dataset, '--output', str(run_dir), '--epochs', str(args.epochs),
-                '--seed', str(args.seed), '--no-progress']
+        if folder.exists() and not args.dry_run:
+            shutil.rmtree(folder.path)  # a start that never got as far as writing its options
+        argv += ['--model', row.model, '--dataset', row.dataset, '--output', str(folder), '--epochs', str(args.epochs),
+                 '--seed', str(args.seed), '--no-progress']
         if args.data_dir:
-            cmd += ['--data-dir', args.data_dir]
+            argv += ['--data-dir', args.data_dir]
         if args.recipe:
-            cmd += ['--recipe', args.recipe]
-        cmd += list(extra)
-    log_dir = Path(args.runs_dir) / 'logs'
-    log_dir.mkdir(parents=True, exist_ok=True)
-    log_file = log_dir / f'{row.model}.log'
-    print(f'[reproduce] {row.model}: {shlex.join(cmd)}  (log: {log_file})', flush=True)
+            argv += ['--recipe', args.recipe]
+        argv += list(extra)
+    log = Path(args.runs_dir) / 'logs' / f'{row.model}.log'
+    return Command(row.model, argv, log, env=_thread_env(args.jobs))
+
+
+def train_rows(rows: Sequence[PaperRow], args: argparse.Namespace, extra: Sequence[str]) -> List[CommandResult]:
+    """Train the run of every model of ``rows`` (once each), ``args.jobs`` at a time; how each launched run ended.
+
+    On ``--dry-run`` the commands are printed and nothing runs.
+    """
+    commands: Dict[str, Optional[Command]] = {}
+    for row in rows:
+        if row.model not in commands:
+            commands[row.model] = train_command(row, args, extra)
+    todo = [c for c in commands.values() if c is not None]
     if args.dry_run:
-        return 0.0
-    t0 = time.perf_counter()
-    with open(log_file, 'a') as log:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
-        for line in proc.stdout:
-            log.write(line)
-            log.flush()
-            print(f'  {line}', end='', flush=True)
-        rc = proc.wait()
-    dt = time.perf_counter() - t0
-    if rc != 0:
-        print(f'[reproduce] {row.model}: training exited with status {rc} (see {log_file}); continuing', flush=True)
-    return dt
+        for c in todo:
+            _say(f'[reproduce] {c.name}: {shlex.join(c.argv)}  (log: {c.log})')
+        return []
+    results = run_commands(todo, jobs=args.jobs, prefix='[reproduce] ')
+    failed = [r for r in results if r.returncode != 0]
+    if failed:
+        _say(f'[reproduce] {len(failed)} of {len(results)} training run(s) failed: '
+             + ', '.join(f'{r.name} (exit status {r.returncode}, see {r.log})' for r in failed))
+    return results
 
 
 def collect(rows: Sequence[PaperRow], runs_dir: Path) -> List[Dict[str, Any]]:
     """One result dict per paper row: our last-epoch numbers (None where the run is missing) and the paper's."""
     results = []
     for row in rows:
-        found = _read_run(_run_dir(runs_dir, row))
+        folder = RunFolder(_run_dir(runs_dir, row))
+        metrics = folder.read_metrics() if folder.is_run() else []
         ours: Dict[str, Any] = dict(params=None, epochs=0, train_loss=None, train_acc=None, val_loss=None,
                                     val_acc=None, best_val_acc=None, best_epoch=None, train_time_s=None, q=None,
                                     wall_time_s=None,
                                     status='missing')
-        if found and found['metrics']:
-            m, run = found['metrics'], found['run']
+        if metrics:
+            m, run = metrics, folder.read_run()
             last = m[-1]
             best = max(m, key=lambda r: r['test_acc'])
             params = run.get('num_params')
@@ -379,10 +516,24 @@ def write_plot(results: List[Dict[str, Any]], path: Path) -> None:
     plt.close(fig)
 
 
+def _jobs(text: str) -> int:
+    """``--jobs``: an integer of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f'must be an integer >= 1 (runs trained at the same time), got {text!r}')
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog='timm-minimal-reproduce', description=__doc__.split('\n\n')[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog='Options after -- go to timm_minimal.train unchanged (e.g. -- --lr 5e-4).')
+    p = argparse.ArgumentParser(
+        prog='timm-minimal-reproduce', description=__doc__.split('\n\n')[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog='Options after -- go to timm_minimal.train unchanged (e.g. -- --lr 5e-4).\n'
+               'Several runs at once on one device, each in its own process with its output in <runs-dir>/logs/:\n'
+               '  timm-minimal-reproduce --tables 2 --datasets mnist --jobs 4 --epochs 5 --data-dir data')
     p.add_argument('--tables', type=int, nargs='+', choices=(1, 2), default=[1, 2])
     p.add_argument('--datasets', nargs='+', choices=('mnist', 'cifar10'), default=['mnist', 'cifar10'])
     p.add_argument('--rows', nargs='+', help='only these row ids (e.g. t2-mnist-sym-6x4) or model names')
@@ -394,6 +545,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument('--launcher', default=None,
                    help='command that runs a python module, e.g. "accelerate launch --num_processes 4 -m" '
                         '(default: this python -m)')
+    p.add_argument('--jobs', type=_jobs, default=1, metavar='N',
+                   help='train up to N runs at the same time, each in its own process on the same device '
+                        '(default 1: one after another, output on the console and in <runs-dir>/logs/<model>.log). '
+                        'With N > 1 the output goes to the log only, the console gets a line when each run starts '
+                        'and ends, and the CPU cores are split among the runs unless OMP_NUM_THREADS is set. '
+                        'A multi-process --launcher needs a rendezvous port of its own per concurrent run.')
     p.add_argument('--results', default='RESULTS.md', help='markdown report')
     p.add_argument('--json', default='results/reproduce_paper.json', help='machine-readable rows')
     p.add_argument('--plot', default='results/reproduce_paper.png', help='PNG: accuracy vs parameters, accuracy per epoch')
@@ -402,74 +559,80 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    extra: List[str] = []
+def _training_setup(results: List[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+    """Recipe, versions and hardware of the first run folder of ``results`` that has a ``run.json``."""
+    for r in results:
+        run = RunFolder(r['run_dir']).read_run()
+        if not run:
+            continue
+        launch = (run.get('launches') or [{}])[0]
+        values = run.get('recipe_values') or {}
+        return dict(name=run.get('recipe'), values=values, versions=run.get('versions') or {},
+                    device=launch.get('device'), processes=launch.get('num_processes'),
+                    threads=launch.get('torch_threads'), workers=launch.get('num_workers'),
+                    overrides={k: v for k, v in (run.get('args') or {}).items()
+                               if k in values and values[k] != v and k != 'epochs'})
+    return None
+
+
+def _setup_text(results: List[Dict[str, Any]], seed: int) -> str:
+    """The report's setup paragraph: epochs, recipe, hardware, versions and wall time, from the run folders."""
+    epochs = sorted({r['epochs'] for r in results if r['epochs']})
+    text = f"Epochs per model: {', '.join(map(str, epochs)) or '–'} (the paper: {PAPER_EPOCHS}). "
+    recipe = _training_setup(results)
+    if recipe:
+        v = recipe['values']
+        text += (f"Recipe `{recipe['name']}` (`timm_minimal/recipes/{recipe['name']}.yaml`): "
+                 f"{v.get('opt')} lr {v.get('lr')}, weight decay {v.get('weight_decay')}, batch "
+                 f"{v.get('batch_size')}, {v.get('sched')} schedule with {v.get('warmup_epochs')} warmup epoch(s), "
+                 f"random resized crop scale {v.get('scale')} ratio {v.get('ratio')}, horizontal flip "
+                 f"{v.get('hflip')}, RandAugment {v.get('aa')}, mixup {v.get('mixup')}, label smoothing "
+                 f"{v.get('smoothing')}; seed {seed}. "
+                 + (f"Changed from the recipe: {recipe['overrides']}. " if recipe['overrides'] else '')
+                 + f"Trained on {recipe['device']} with {recipe['processes']} process(es)"
+                 + (f", {recipe['threads']} torch thread(s)" if recipe['threads'] else '')
+                 + (f" and {recipe['workers']} data-loading worker(s)" if recipe['workers'] is not None else '')
+                 + '; '
+                 f"torch {recipe['versions'].get('torch')}, timm {recipe['versions'].get('timm')}, "
+                 f"accelerate {recipe['versions'].get('accelerate')}. ")
+    walls = [r['wall_time_s'] for r in {r['model']: r for r in results}.values() if r.get('wall_time_s')]
+    if walls:
+        text += (f'Wall time of the training processes: {sum(walls) / 60:.1f} min in all '
+                 f'({min(walls) / 60:.1f} to {max(walls) / 60:.1f} min per model, start-up included)'
+                 + (f' on {os.cpu_count()} CPU cores.' if recipe and recipe['device'] == 'cpu' else '.'))
+    return text
+
+
+def _split_argv(argv: Sequence[str]) -> Tuple[List[str], List[str]]:
+    """Our options and the trainer's (those after ``--``)."""
+    argv = list(argv)
     if '--' in argv:
         i = argv.index('--')
-        argv, extra = argv[:i], argv[i + 1:]
+        return argv[:i], argv[i + 1:]
+    return argv, []
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    argv, extra = _split_argv(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     rows = select_rows(args.tables, args.datasets, args.rows)
     if not rows:
         raise SystemExit('timm-minimal-reproduce: no rows selected (check --tables/--datasets/--rows).')
-    runs_dir = Path(args.runs_dir)
-    t0 = time.perf_counter()
-    trained = 0.0
     if not args.report_only:
-        seen = set()
-        for row in rows:
-            if row.model in seen:
-                continue
-            seen.add(row.model)
-            trained += train_row(row, args, extra)
+        train_rows(rows, args, extra)
         if args.dry_run:
             return 0
-    wall = time.perf_counter() - t0
-    results = collect(rows, runs_dir)
+    results = collect(rows, Path(args.runs_dir))
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(results, indent=2) + '\n')
     plot = Path(args.plot) if args.plot else None
     if plot is not None:
         write_plot(results, plot)
-    recipe = None
-    for r in results:
-        run_json = Path(r['run_dir']) / 'run.json'
-        if run_json.is_file():
-            run = json.loads(run_json.read_text())
-            launch = (run.get('launches') or [{}])[0]
-            recipe = dict(name=run.get('recipe'), values=run.get('recipe_values'), versions=run.get('versions'),
-                          device=launch.get('device'), processes=launch.get('num_processes'),
-                          threads=launch.get('torch_threads'), workers=launch.get('num_workers'),
-                          overrides={k: v for k, v in (run.get('args') or {}).items()
-                                     if k in (run.get('recipe_values') or {}) and run['recipe_values'][k] != v
-                                     and k != 'epochs'})
-            break
-    epochs = sorted({r['epochs'] for r in results if r['epochs']})
-    setup_text = (f"Epochs per model: {', '.join(map(str, epochs)) or '–'} (the paper: {PAPER_EPOCHS}). ")
-    if recipe:
-        v = recipe['values'] or {}
-        setup_text += (f"Recipe `{recipe['name']}` (`timm_minimal/recipes/{recipe['name']}.yaml`): "
-                       f"{v.get('opt')} lr {v.get('lr')}, weight decay {v.get('weight_decay')}, batch "
-                       f"{v.get('batch_size')}, {v.get('sched')} schedule with {v.get('warmup_epochs')} warmup epoch(s), "
-                       f"random resized crop scale {v.get('scale')} ratio {v.get('ratio')}, horizontal flip "
-                       f"{v.get('hflip')}, RandAugment {v.get('aa')}, mixup {v.get('mixup')}, label smoothing "
-                       f"{v.get('smoothing')}; seed {args.seed}. "
-                       + (f"Changed from the recipe: {recipe['overrides']}. " if recipe['overrides'] else '')
-                       + f"Trained on {recipe['device']} with {recipe['processes']} process(es)"
-                       + (f", {recipe['threads']} torch thread(s)" if recipe['threads'] else '')
-                       + (f" and {recipe['workers']} data-loading worker(s)" if recipe['workers'] is not None else '')
-                       + '; '
-                       f"torch {recipe['versions'].get('torch')}, timm {recipe['versions'].get('timm')}, "
-                       f"accelerate {recipe['versions'].get('accelerate')}. ")
-    walls = [r['wall_time_s'] for r in {r['model']: r for r in results}.values() if r.get('wall_time_s')]
-    if walls:
-        setup_text += (f'Wall time of the training processes: {sum(walls) / 60:.1f} min in all '
-                       f'({min(walls) / 60:.1f} to {max(walls) / 60:.1f} min per model, start-up included)'
-                       + (f' on {os.cpu_count()} CPU cores.' if recipe and recipe['device'] == 'cpu' else '.'))
     cmd_argv = [a for a in argv if a not in ('--report-only', '--dry-run')]
     command = 'timm-minimal-reproduce ' + shlex.join(cmd_argv) + (' -- ' + shlex.join(extra) if extra else '')
-    write_markdown(results, Path(args.results), dict(command=command, text=setup_text, json=args.json), plot)
-    print(f'[reproduce] wrote {args.results}, {args.json}' + (f', {plot}' if plot else ''), flush=True)
+    setup = dict(command=command, text=_setup_text(results, args.seed), json=args.json)
+    write_markdown(results, Path(args.results), setup, plot)
+    _say(f'[reproduce] wrote {args.results}, {args.json}' + (f', {plot}' if plot else ''))
     return 0
 
 

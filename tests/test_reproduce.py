@@ -1,0 +1,224 @@
+"""The paper-grid runner (timm_minimal.reproduce): the paper's tables as data, the report from run folders,
+the pool that runs commands N at a time, and ``--jobs`` training several runs at once on the MNIST sample
+that ships with the package (written out as the four idx files the trainer reads)."""
+import json
+import os
+import struct
+import sys
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from timm_minimal import reproduce
+from timm_minimal.run_folder import RunFolder
+
+IDX_FILES = {  # file name -> (key in mnist_sample.npz, idx magic)
+    'train-images-idx3-ubyte': ('train_images', 0x00000803),
+    'train-labels-idx1-ubyte': ('train_labels', 0x00000801),
+    't10k-images-idx3-ubyte': ('test_images', 0x00000803),
+    't10k-labels-idx1-ubyte': ('test_labels', 0x00000801),
+}
+# two Table 2 rows, one epoch each on a few hundred digits with one block: seconds per run
+ROWS = ['t2-mnist-sym-6x4', 't2-mnist-qkonly-6x1']
+MODELS = ['vit_minimal_sym_6x4.mnist', 'vit_minimal_qkonly_6x1.mnist']
+TRAINER_ARGS = ['--', '--train-subset', '256', '--eval-subset', '128', '--batch-size', '64', '--model-kwargs', 'depth=1',
+                '--num-workers', '0', '--cpu']
+
+
+def write_idx(path: Path, array: np.ndarray, magic: int) -> None:
+    """An idx file: big-endian magic, one big-endian int32 per dimension, then the raw unsigned bytes."""
+    header = struct.pack('>I', magic) + b''.join(struct.pack('>I', n) for n in array.shape)
+    path.write_bytes(header + np.ascontiguousarray(array, dtype=np.uint8).tobytes())
+
+
+@pytest.fixture(scope='module')
+def mnist_dir(tmp_path_factory) -> Path:
+    """The package's 5,000/1,000-digit MNIST sample as the four idx files of the original MNIST."""
+    folder = tmp_path_factory.mktemp('mnist')
+    with resources.files('timm_minimal').joinpath('data/mnist_sample.npz').open('rb') as f:
+        sample = dict(np.load(f))
+    for name, (key, magic) in IDX_FILES.items():
+        write_idx(folder / name, sample[key], magic)
+    return folder
+
+
+def outputs(tmp_path: Path) -> list:
+    return ['--runs-dir', str(tmp_path / 'runs'), '--results', str(tmp_path / 'R.md'),
+            '--json', str(tmp_path / 'r.json'), '--plot', str(tmp_path / 'r.png')]
+
+
+def python(code: str) -> list:
+    return [sys.executable, '-c', code]
+
+
+# -- the paper's tables and the report ------------------------------------------------------------
+def test_paper_tables_map_to_registered_models():
+    import timm
+    rows = reproduce.select_rows([1, 2], ['mnist', 'cifar10'])
+    assert len(rows) == 26 and len({r.row_id for r in rows}) == 26
+    for r in rows:
+        assert timm.is_model(r.arch), r.arch
+    t2 = {r.arch: r for r in reproduce.TABLE2}
+    assert len(t2) == 10 and t2['vit_minimal_qkonly_6x1'].params == 26_650 and t2['vit_minimal_sym_6x4'].val_acc == 98.24
+    # the five Table 2 counts the inferred architecture reproduces exactly
+    for arch in ('vit_minimal_std_mlp_6x1', 'vit_minimal_std_6x1', 'vit_minimal_qk_6x1', 'vit_minimal_qkonly_6x1',
+                 'vit_minimal_qkonly_mlp_6x1'):
+        model = timm.create_model(arch + '.mnist')
+        assert sum(p.numel() for p in model.parameters()) == t2[arch].params, arch
+    assert [r.row_id for r in reproduce.select_rows([2], ['mnist'], ['vit_minimal_sym_6x4'])] == ['t2-mnist-sym-6x4']
+    with pytest.raises(SystemExit, match='unknown rows'):
+        reproduce.select_rows([2], ['mnist'], ['nope'])
+
+
+def test_reproduce_report_from_run_folders(tmp_path):
+    runs = tmp_path / 'runs'
+    for arch, accs, params in (('vit_minimal_sym_6x4', [96.0, 97.9], 70_930), ('vit_minimal_qkonly_6x1', [90.0, 95.5], 26_650)):
+        d = runs / f'{arch}.mnist'
+        d.mkdir(parents=True)
+        (d / 'run.json').write_text(json.dumps(dict(status='finished', num_params=params, wall_time=60.0,
+                                                    recipe='mnist', recipe_values={'opt': 'adamw'},
+                                                    versions={'torch': 'x'}, launches=[dict(device='cpu')])))
+        (d / 'metrics.jsonl').write_text(''.join(json.dumps(dict(
+            epoch=i + 1, train_loss=0.1, train_acc=99.0, test_loss=0.08, test_acc=a, epoch_time=30.0)) + '\n'
+            for i, a in enumerate(accs)))
+    md, js, png = tmp_path / 'R.md', tmp_path / 'r.json', tmp_path / 'r.png'
+    assert reproduce.main(['--tables', '2', '--datasets', 'mnist', '--runs-dir', str(runs), '--report-only',
+                           '--results', str(md), '--json', str(js), '--plot', str(png)]) == 0
+    rows = json.loads(js.read_text())
+    assert len(rows) == 10
+    sym = next(r for r in rows if r['architecture'] == 'vit_minimal_sym_6x4')
+    assert (sym['val_acc'], sym['epochs'], sym['params'], sym['paper_val_acc'], sym['paper_params']) == (97.9, 2, 70_930, 98.24, 69_910)
+    assert sym['best_val_acc'] == 97.9 and abs(sym['val_acc_gap'] + 0.34) < 1e-9
+    missing = next(r for r in rows if r['architecture'] == 'vit_minimal_std_mlp_6x1')
+    assert missing['status'] == 'missing' and missing['val_acc'] is None and missing['paper_val_acc'] == 98.38
+    text = md.read_text()
+    assert '| **97.90** / 98.24 | -0.34 |' in text and '2 / 500' in text and 'r.png' in text
+    assert png.stat().st_size > 10_000
+
+
+# -- the pool -------------------------------------------------------------------------------------
+def most_at_once(results) -> int:
+    """The largest number of commands that were running at the start of one of them."""
+    return max(sum(r.started <= s.started < r.ended for r in results) for s in results)
+
+
+def test_run_commands_runs_n_at_a_time_and_a_failure_stops_nothing(tmp_path, capsys):
+    sleep = 'import sys, time; time.sleep(0.5); print("done", sys.argv[1]); sys.exit(int(sys.argv[1]))'
+    commands = [reproduce.Command(f'c{i}', python(sleep) + [str(code)], tmp_path / 'logs' / f'c{i}.log')
+                for i, code in enumerate((0, 3, 0, 0))]
+    commands.append(reproduce.Command('missing', ['no-such-program-here'], tmp_path / 'logs' / 'missing.log'))
+    results = reproduce.run_commands(commands, jobs=2, prefix='[grid] ')
+    assert [r.name for r in results] == ['c0', 'c1', 'c2', 'c3', 'missing']
+    assert [r.returncode for r in results] == [0, 3, 0, 0, 127]
+    assert most_at_once(results) == 2
+    for r, code in zip(results[:4], (0, 3, 0, 0)):
+        assert r.seconds >= 0.5 and r.ended >= r.started + 0.5
+        assert r.log.read_text() == f'done {code}\n'
+    assert 'cannot start' in results[4].log.read_text()
+    out = capsys.readouterr().out
+    assert not any(line.lstrip().startswith('done') for line in out.splitlines())  # output: in the logs only
+    for r in results:
+        assert out.count(f'[grid] {r.name}: ') == 2  # one line when it starts, one when it ends
+        assert f'[grid] {r.name}: exit status {r.returncode} after ' in out and f'(log: {r.log})' in out
+
+
+def test_run_commands_with_one_job_streams_the_output(tmp_path, capsys):
+    log = tmp_path / 'one.log'
+    log.write_text('earlier launch\n')
+    code = 'import sys; print("line 1"); print("line 2", file=sys.stderr, flush=True); print("line 3")'
+    (result,) = reproduce.run_commands([reproduce.Command('one', python(code), log, env=dict(os.environ))])
+    assert result.returncode == 0
+    assert log.read_text().startswith('earlier launch\n')  # appended, as a resumed run's log is
+    assert sorted(log.read_text().splitlines()[1:]) == ['line 1', 'line 2', 'line 3']
+    out = capsys.readouterr().out
+    assert '  line 1\n' in out and '  line 2\n' in out and '  line 3\n' in out
+    assert 'exit status' not in out  # a success ends without a line of its own, as the streamed output shows it
+
+
+def test_run_commands_needs_one_job_at_least():
+    with pytest.raises(ValueError, match='jobs must be >= 1'):
+        reproduce.run_commands([], jobs=0)
+
+
+# -- --jobs ---------------------------------------------------------------------------------------
+def test_jobs_0_is_a_usage_error(tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        reproduce.main(['--tables', '2', '--jobs', '0', *outputs(tmp_path)])
+    assert e.value.code == 2
+    assert 'argument --jobs: must be an integer >= 1' in capsys.readouterr().err
+    assert not (tmp_path / 'runs').exists()
+
+
+def test_jobs_2_trains_two_runs_at_the_same_time(mnist_dir, tmp_path, monkeypatch, capsys):
+    pools = []
+
+    def recording_run_commands(commands, **kwargs):
+        results = run_commands(commands, **kwargs)
+        pools.append((list(commands), kwargs, results))
+        return results
+
+    run_commands = reproduce.run_commands
+    monkeypatch.setattr(reproduce, 'run_commands', recording_run_commands)
+    monkeypatch.delenv('OMP_NUM_THREADS', raising=False)
+    argv = ['--tables', '2', '--datasets', 'mnist', '--rows', *ROWS, '--epochs', '1', '--jobs', '2',
+            '--data-dir', str(mnist_dir), *outputs(tmp_path), *TRAINER_ARGS]
+    assert reproduce.main(argv) == 0
+
+    (commands, kwargs, results), = pools
+    assert kwargs['jobs'] == 2 and [c.name for c in commands] == MODELS
+    assert [r.returncode for r in results] == [0, 0]
+    assert max(r.started for r in results) < min(r.ended for r in results)  # the two ran at the same time
+    threads = str(max(1, (os.cpu_count() or 1) // 2))
+    assert all(c.env['OMP_NUM_THREADS'] == threads for c in commands)  # the cores split between the two
+    out = capsys.readouterr().out
+    for model in MODELS:
+        folder = RunFolder(tmp_path / 'runs' / model)
+        assert folder.status == 'finished' and len(folder.read_metrics()) == 1
+        run = folder.read_run()
+        assert run['dataset']['train_samples'] == 5000 and run['dataset']['train_samples_used'] == 256
+        log = tmp_path / 'runs' / 'logs' / f'{model}.log'
+        assert 'epoch 1/1:' in log.read_text()
+        assert out.count(f'[reproduce] {model}: ') == 2
+        assert f'[reproduce] {model}: exit status 0 after ' in out and f'(log: {log})' in out
+    assert 'epoch 1/1:' not in out  # the training output is in the logs, not on the console
+    report = {r['model']: r for r in json.loads((tmp_path / 'r.json').read_text())}
+    assert all(report[m]['status'] == 'finished' and report[m]['epochs'] == 1 for m in MODELS)
+
+    # run again: both runs finished, so both are reused and nothing is launched
+    assert reproduce.main(argv) == 0
+    assert pools[-1][0] == [] and all(len(RunFolder(tmp_path / 'runs' / m).read_run()['launches']) == 1
+                                     for m in MODELS)
+    assert capsys.readouterr().out.count('reused') == 2
+
+
+def write_fake_run(folder: RunFolder, status: str, epochs: int) -> None:
+    folder.prepare()
+    folder.write_args(dict(model='m', epochs=epochs))
+    folder.write_run(dict(status=status, launches=[dict(device='cpu')]))
+    folder.write_metrics([dict(epoch=e + 1, test_acc=50.0) for e in range(epochs)])
+
+
+def test_dry_run_with_jobs_reuses_finished_resumes_interrupted_and_starts_nothing(tmp_path, monkeypatch, capsys):
+    runs = tmp_path / 'runs'
+    write_fake_run(RunFolder(runs / 'vit_minimal_sym_6x4.mnist'), 'finished', 2)
+    write_fake_run(RunFolder(runs / 'vit_minimal_qkonly_6x1.mnist'), 'running', 1)  # killed in epoch 2
+    half_started = runs / 'vit_minimal_sym_6x1.mnist'  # died before writing its options
+    half_started.mkdir()
+    (half_started / 'stray').write_text('')
+
+    def no_pool(*args, **kwargs):
+        raise AssertionError('--dry-run ran commands')
+
+    monkeypatch.setattr(reproduce, 'run_commands', no_pool)
+    assert reproduce.main(['--tables', '2', '--datasets', 'mnist', '--rows', *ROWS, 't2-mnist-sym-6x1',
+                           '--epochs', '2', '--jobs', '3', '--dry-run', *outputs(tmp_path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert f'[reproduce] vit_minimal_sym_6x4.mnist: finished run in {runs / "vit_minimal_sym_6x4.mnist"}, reused' in lines
+    resume = next(line for line in lines if line.startswith('[reproduce] vit_minimal_qkonly_6x1.mnist: '))
+    assert f'timm_minimal.train --resume {runs / "vit_minimal_qkonly_6x1.mnist"} --epochs 2' in resume
+    fresh = next(line for line in lines if line.startswith('[reproduce] vit_minimal_sym_6x1.mnist: '))
+    assert f'--model vit_minimal_sym_6x1.mnist --dataset mnist --output {half_started} --epochs 2' in fresh
+    assert (half_started / 'stray').is_file()  # a dry run deletes nothing
+    assert not (runs / 'logs').exists() and not (tmp_path / 'R.md').exists()
