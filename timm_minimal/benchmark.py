@@ -14,7 +14,9 @@ peak memory of an inference and a training step, then reports, side by side and 
 
 Everything is written to a markdown report (``BENCHMARKS.md``), PNG plots and a JSON file with the
 raw measurements (``render_report`` rebuilds the report and plots from it without measuring).
-``scripts/benchmark.py`` / ``timm-minimal-benchmark`` is the command line front.
+``scripts/benchmark.py`` / ``timm-minimal-benchmark`` is the command line front; with ``--training`` it runs
+``timm_minimal.training_benchmark`` instead (the trainer against the bare training step) with the other
+arguments.
 
 Method notes (also written into the report):
 
@@ -1429,6 +1431,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument('--from-json', default=None, metavar='PATH',
                    help='measure nothing: rebuild the report and plots from a saved results JSON')
     p.add_argument('--quick', action='store_true', help='smoke test: 2 models, tiny batches, 1-2 repeats')
+    p.add_argument('--training', action='store_true',
+                   help='instead: the trainer against the bare training step (timm_minimal.training_benchmark); '
+                        'every other argument goes to it, see --training --help')
     return p
 
 
@@ -1460,7 +1465,21 @@ def config_from_args(args: argparse.Namespace) -> BenchmarkConfig:
     return BenchmarkConfig.quick_config(**overrides) if args.quick else BenchmarkConfig(**overrides)
 
 
+def _dispatch_training(argv: Sequence[str]) -> Optional[List[str]]:
+    """The arguments for ``training_benchmark`` when ``--training`` comes before any ``--``, else None."""
+    head = list(argv[:argv.index('--')]) if '--' in argv else list(argv)
+    if '--training' not in head:
+        return None
+    rest = list(argv)
+    rest.remove('--training')
+    return rest
+
+
 def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
+    training_argv = _dispatch_training(list(sys.argv[1:] if argv is None else argv))
+    if training_argv is not None:
+        from . import training_benchmark
+        sys.exit(training_benchmark.main(training_argv))
     args = build_parser().parse_args(argv)
     config = config_from_args(args)
     if args.from_json:

@@ -139,15 +139,31 @@ def _hardware(info: RunInfo) -> str:
     device = str(launch.get('device', 'cpu'))
     processes = launch.get('num_processes', 1)
     kind = 'GPU' if 'cuda' in device else 'CPU'
-    return f'{processes} {kind} processes' if processes > 1 else f'one {kind}'
+    where = f'{processes} {kind} processes' if processes > 1 else f'one {kind}'
+    return f'{where} ({launch["device_name"]})' if launch.get('device_name') else where
+
+
+def _wall_time(metrics: List[Dict[str, Any]]) -> Optional[float]:
+    """Seconds of training over all launches: each launch's ``elapsed`` at its last epoch (from process start)."""
+    if not metrics or 'elapsed' not in metrics[0]:
+        return None
+    total, previous = 0.0, 0.0
+    for row in metrics:
+        if row['elapsed'] < previous:  # a new launch (resumed run) starts its clock again
+            total += previous
+        previous = row['elapsed']
+    return total + previous
 
 
 def _portable_command(command: str, model: str) -> str:
-    """The run's command with its output folder written as runs/<model> (where it lay is no recipe)."""
+    """The run's command with its output folder written as runs/<model> and its data folder as data
+    (where they lay is no recipe)."""
     words = shlex.split(command)
     for i, word in enumerate(words[:-1]):
         if word == '--output':
             words[i + 1] = f'runs/{model}'
+        elif word == '--data-dir':
+            words[i + 1] = 'data'
     return shlex.join(words)
 
 
@@ -157,7 +173,7 @@ def _resolved_recipe(run: Dict[str, Any]) -> Dict[str, Any]:
     return {k: used.get(k, v) for k, v in (run.get('recipe_values') or {}).items()}
 
 
-def render_card(info: RunInfo, repo_id: str, model, template: Optional[Path] = None):
+def render_card(info: RunInfo, repo_id: str, model, template: Optional[Path] = None, note: str = ''):
     """The model card of a run (``huggingface_hub.ModelCard``); every number comes from the run's files."""
     from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
@@ -221,13 +237,16 @@ def render_card(info: RunInfo, repo_id: str, model, template: Optional[Path] = N
         recipe=yaml.safe_dump(_resolved_recipe(info.run), sort_keys=False).strip(),
         versions=', '.join(f'{k} {v}' for k, v in versions.items()) or 'not recorded',
         hardware=_hardware(info),
+        wall_time=_wall_time(info.metrics),
+        launches=len(info.run.get('launches') or [1]),
+        note=note,
         dataset_note=DATASET_NOTES.get(kind, f'Tested on the {dataset_name} {info.run["dataset"].get("eval_split", "test")} split.'),
         num_classes=model.num_classes,
     )
 
 
 def export_run(run_dir: Path, out_dir: Path, repo_id: str, checkpoint: str = 'last',
-               card_copy: Optional[Path] = None, ship_weights: bool = False) -> Path:
+               card_copy: Optional[Path] = None, ship_weights: bool = False, note: str = '') -> Path:
     """Write the Hub repository folder of a finished run and check that both libraries read it back."""
     import timm
     from .image_processing_vit_minimal import VitMinimalImageProcessor
@@ -248,7 +267,7 @@ def export_run(run_dir: Path, out_dir: Path, repo_id: str, checkpoint: str = 'la
     hf_model = VitMinimalForImageClassification.from_timm(model).eval()
     hf_model.save_pretrained(out_dir)
     VitMinimalImageProcessor.from_pretrained_cfg(model.pretrained_cfg).save_pretrained(out_dir)
-    card = render_card(info, repo_id, model)
+    card = render_card(info, repo_id, model, note=note)
     card.save(out_dir / 'README.md')
 
     # the folder must give the run's logits in both libraries
@@ -300,6 +319,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument('--card-copy', type=Path, help='also copy the model card here (e.g. model_cards/<name>.md)')
     parser.add_argument('--ship-weights', action='store_true',
                         help='also copy the weights into the package (timm_minimal/weights/)')
+    parser.add_argument('--note', default='', help='a sentence on how the run was made, for the card '
+                        '(e.g. that it shared its GPU with other runs)')
     parser.add_argument('--push', action='store_true', help='upload the folder to the Hub (HF_ENDPOINT, HF_TOKEN)')
     parser.add_argument('--private', action='store_true', help='create the repository private')
     parser.add_argument('--revision', help='branch to upload to (created if missing; default main)')
@@ -312,7 +333,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     out = args.out or args.run / 'hub'
     try:
-        export_run(args.run, out, args.repo_id, args.checkpoint, args.card_copy, args.ship_weights)
+        export_run(args.run, out, args.repo_id, args.checkpoint, args.card_copy, args.ship_weights, args.note)
     except PublishError as e:
         print(f'error: {e}', file=sys.stderr)
         return 2

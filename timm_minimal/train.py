@@ -70,6 +70,7 @@ RECIPES = {'mnist': 'mnist', 'cifar10': 'cifar10', 'imagenet': 'imagenet', 'fold
 DATA_PATHS = ('auto', 'device', 'loader')
 EXIT_BAD_INPUT = 2
 EXIT_DIVERGED = 3
+PLOT_INTERVAL = 30.0  # seconds between redraws of curves.png during a run (a plot costs more than a fast epoch)
 
 
 class UsageError(ValueError):
@@ -194,7 +195,8 @@ def build_parser(suppress: bool = False) -> argparse.ArgumentParser:
                         "else bf16 on a GPU that supports it and no elsewhere")
     g.add_argument('--compile', action=argparse.BooleanOptionalAction, **d(None),
                    help='torch.compile the model (default: on a CUDA GPU; a failure falls back to eager with a warning)')
-    g.add_argument('--compile-mode', **d(None), help='torch.compile mode, e.g. max-autotune')
+    g.add_argument('--compile-mode', **d(None), help='torch.compile mode (default: reduce-overhead, i.e. CUDA graphs, '
+                   'for one process on a GPU; torch\'s default otherwise)')
     g.add_argument('--cpu', action='store_true', **d(False), help='train on the CPU even if a GPU is present')
     return p
 
@@ -332,6 +334,12 @@ def _len_or_none(ds: Any) -> Optional[int]:
         return len(ds)
     except TypeError:
         return None
+
+
+def _device_name(device: torch.device) -> str:
+    if device.type == 'cuda':
+        return torch.cuda.get_device_name(device)
+    return f'{platform.processor() or platform.machine()}, {os.cpu_count()} cores'
 
 
 def _process_elapsed() -> float:
@@ -588,6 +596,16 @@ def build_loss(args: argparse.Namespace, num_classes: int, per_process_batch: in
     return nn.CrossEntropyLoss(), None
 
 
+def compile_mode(args: argparse.Namespace, accelerator: Any) -> Optional[str]:
+    """``--compile-mode``, else CUDA graphs (``reduce-overhead``) for one process on a GPU: the step of these
+    small models is launch-bound, and replaying it as a graph removes the launches."""
+    if args.compile_mode:
+        return args.compile_mode
+    if accelerator.device.type == 'cuda' and accelerator.num_processes == 1:
+        return 'reduce-overhead'
+    return None
+
+
 # -- resume and the run record ---------------------------------------------------------------------
 
 def restore(run: Run, state: TrainState, last_dir: Path) -> None:
@@ -623,8 +641,10 @@ def write_run_record(run: Run, state: TrainState, info: Dict[str, Any], last_dir
     folder.write_args(saved_args)
     command = 'timm-minimal-train ' + ' '.join(shlex.quote(a) for a in info['argv'])
     launch = dict(command=command, started=datetime.now(timezone.utc).isoformat(timespec='seconds'),
-                  num_processes=run.world, device=str(run.device), mixed_precision=acc.mixed_precision,
-                  compiled=run.compiled, data_path=run.data.describe(), torch_threads=torch.get_num_threads(),
+                  num_processes=run.world, device=str(run.device), device_name=_device_name(run.device),
+                  mixed_precision=acc.mixed_precision,
+                  compiled=run.compiled, compile_mode=compile_mode(args, acc) if run.compiled else None,
+                  data_path=run.data.describe(), torch_threads=torch.get_num_threads(),
                   num_workers=args.num_workers, resumed_from=str(last_dir) if last_dir else None)
     record = folder.read_run() if args.resume is not None else {}
     if record:
@@ -700,7 +720,7 @@ def setup(args: argparse.Namespace, provenance: Dict[str, Any], argv: Sequence[s
     prepared, optimizer = accelerator.prepare(model, optimizer)
     unwrapped = accelerator.unwrap_model(prepared)
     compiled = args.compile if args.compile is not None else accelerator.device.type == 'cuda'
-    train_model = torch.compile(prepared, mode=args.compile_mode, dynamic=False) if compiled else prepared
+    train_model = torch.compile(prepared, mode=compile_mode(args, accelerator), dynamic=False) if compiled else prepared
     ema = ModelEmaV3(unwrapped, decay=args.model_ema_decay, use_warmup=args.model_ema_warmup) if args.model_ema else None
     run = Run(args=args, accelerator=accelerator, model=train_model, unwrapped=unwrapped, optimizer=optimizer,
               scheduler=scheduler, ema=ema, data=data_path, loss_fn=loss_fn, mixup_fn=mixup_fn, folder=folder,
@@ -735,7 +755,7 @@ def train(args: argparse.Namespace, provenance: Optional[Dict[str, Any]] = None,
     acc = run.accelerator
     if run.is_main:
         write_run_record(run, state, info, last_dir)
-    status, message, local_samples = 'finished', None, 0
+    status, message, local_samples, last_plot = 'finished', None, 0, time.perf_counter()
     try:
         for epoch in range(state.epoch, args.epochs):
             local_samples += (run.batches_per_epoch - state.batch) * (args.batch_size // run.world)
@@ -749,7 +769,9 @@ def train(args: argparse.Namespace, provenance: Optional[Dict[str, Any]] = None,
             save_checkpoint(run, state, is_best=is_best)  # before the metrics line: a logged epoch is a saved one
             if run.is_main:
                 run.folder.append_metrics(row)
-                run.folder.plot_curves(state.history, title=f'{run.model_name} on {info["dataset"]["name"]}')
+                if time.perf_counter() - last_plot > PLOT_INTERVAL:  # and once more at the end
+                    run.folder.plot_curves(state.history, title=f'{run.model_name} on {info["dataset"]["name"]}')
+                    last_plot = time.perf_counter()
             acc.print(f"epoch {epoch + 1}/{args.epochs}: train loss {row['train_loss']:.4f} acc {row['train_acc']:.2f}% | "
                       f"test loss {row['test_loss']:.4f} acc {row['test_acc']:.2f}% | lr {row['lr']:.2e} | "
                       f"{row['throughput']:.0f} img/s | {row['epoch_time']:.1f} s", flush=True)

@@ -1,0 +1,174 @@
+"""The training benchmark: the bare step runs and reports sane numbers, the trainer's metrics are read as
+documented (median of epochs 2..n, first epoch reaching the target), the report holds the ratio, and bad
+command lines exit 2 with one clear line. The trainer itself is replaced by a fake that writes metrics.jsonl."""
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from timm_minimal import benchmark as B
+from timm_minimal import training_benchmark as T
+
+
+def _fake_runner(rows, calls=None):
+    """A trainer runner that records its arguments and writes ``rows`` to ``<output>/metrics.jsonl``."""
+    def runner(args, output):
+        assert args[args.index('--output') + 1] == str(output)
+        if calls is not None:
+            calls.append(list(args))
+        output.mkdir(parents=True)
+        (output / 'metrics.jsonl').write_text(''.join(json.dumps(r) + '\n' for r in rows))
+    return runner
+
+
+def _failing_runner(args, output):
+    raise T.TrainerError('the trainer failed (exit status 2): python -m timm_minimal.train ...\n    boom')
+
+
+THROUGHPUT_ROWS = [dict(epoch=1, throughput=50.0, train_time=9.0, test_acc=10.0, elapsed=20.0),
+                   dict(epoch=2, throughput=900.0, train_time=1.0, test_acc=20.0, elapsed=22.0),
+                   dict(epoch=3, throughput=1000.0, train_time=1.0, test_acc=30.0, elapsed=24.0),
+                   dict(epoch=4, throughput=1200.0, train_time=1.0, test_acc=40.0, elapsed=26.0)]
+TARGET_ROWS = [dict(epoch=1, test_acc=90.0, elapsed=30.5), dict(epoch=2, test_acc=98.3, elapsed=35.0),
+               dict(epoch=3, test_acc=98.1, elapsed=39.5), dict(epoch=4, test_acc=98.5, elapsed=44.0)]
+
+
+def test_bare_step_throughput_cpu():
+    threads, grad = torch.get_num_threads(), torch.is_grad_enabled()
+    rng = torch.get_rng_state()
+    rates = T.bare_step_throughput('vit_minimal_sym_6x4.mnist', 16, torch.device('cpu'), compile=False,
+                                   amp_dtype=None, steps=3, warmup=2, repeats=2)
+    assert len(rates) == 2 and all(math.isfinite(r) and r > 0 for r in rates)
+    # leaves the global state as it was
+    assert torch.equal(torch.get_rng_state(), rng)
+    assert torch.get_num_threads() == threads and torch.is_grad_enabled() == grad
+    with pytest.raises(ValueError):
+        T.bare_step_throughput('vit_minimal_sym_6x4.mnist', 0, torch.device('cpu'), False, None, 3, 2, 2)
+
+
+def test_trainer_throughput_median_of_epochs_after_the_first(tmp_path):
+    calls = []
+    out = tmp_path / 'run'
+    result = T.trainer_throughput('vit_minimal_sym_6x4', 'mnist', 64, 'data', out, epochs=4,
+                                  runner=_fake_runner(THROUGHPUT_ROWS, calls), device_type='cpu', compile=False,
+                                  mixed_precision='no', train_subset=512, extra_args=['--data-path', 'loader'])
+    assert result.median == 1000.0  # median of 900, 1000, 1200: the compiling first epoch left out
+    assert result.per_epoch == [50.0, 900.0, 1000.0, 1200.0] and result.elapsed == 26.0
+    args = calls[0]
+    for flag, value in (('--model', 'vit_minimal_sym_6x4'), ('--dataset', 'mnist'), ('--epochs', '4'),
+                        ('--batch-size', '64'), ('--train-subset', '512'), ('--mixed-precision', 'no')):
+        assert args[args.index(flag) + 1] == value
+    assert '--cpu' in args and '--no-compile' in args and '--no-progress' in args
+    assert args[-2:] == ['--data-path', 'loader']  # extra trainer arguments last, so they win
+
+
+def test_trainer_throughput_errors(tmp_path):
+    with pytest.raises(ValueError, match='at least 3 epochs'):
+        T.trainer_throughput('m', 'mnist', 64, 'data', tmp_path / 'a', epochs=2, runner=_fake_runner([]))
+    with pytest.raises(T.TrainerError, match='holds 2 epochs'):
+        T.trainer_throughput('m', 'mnist', 64, 'data', tmp_path / 'b', runner=_fake_runner(THROUGHPUT_ROWS[:2]))
+    with pytest.raises(T.TrainerError, match="no 'throughput' field"):
+        T.trainer_throughput('m', 'mnist', 64, 'data', tmp_path / 'c', runner=_fake_runner([dict(epoch=1)] * 3))
+    with pytest.raises(T.TrainerError, match='wrote no'):
+        T.trainer_throughput('m', 'mnist', 64, 'data', tmp_path / 'd', runner=lambda args, output: None)
+
+
+def test_time_to_target(tmp_path):
+    calls = []
+    t = T.time_to_target('vit_minimal_sym_6x4', 'mnist', 'data', tmp_path / 'a', 98.24, device_type='cuda',
+                         runner=_fake_runner(TARGET_ROWS, calls))
+    assert (t.reached_epoch, t.elapsed) == (2, 35.0)  # the first epoch at or above the target
+    assert (t.best_acc, t.best_epoch, t.final_acc, t.epochs, t.total_elapsed) == (98.5, 4, 98.5, 4, 44.0)
+    assert calls[0] == ['--model', 'vit_minimal_sym_6x4', '--dataset', 'mnist', '--data-dir', 'data',
+                        '--output', str(tmp_path / 'a'), '--no-progress']  # the default recipe
+    exact = T.time_to_target('m', 'mnist', 'data', tmp_path / 'b', 98.3, runner=_fake_runner(TARGET_ROWS))
+    assert exact.reached_epoch == 2
+    missed = T.time_to_target('m', 'mnist', 'data', tmp_path / 'c', 99.0, device_type='cpu',
+                              runner=_fake_runner(TARGET_ROWS, calls))
+    assert missed.reached_epoch is None and missed.elapsed is None
+    assert (missed.best_acc, missed.best_epoch, missed.total_elapsed) == (98.5, 4, 44.0)
+    assert calls[-1][-1] == '--cpu'
+    with pytest.raises(T.TrainerError, match="no 'elapsed' field"):
+        T.time_to_target('m', 'mnist', 'data', tmp_path / 'd', 90.0, runner=_fake_runner([dict(epoch=1, test_acc=95)]))
+
+
+def test_tables():
+    rows = [dict(model='vit_minimal_sym_6x4', dataset='mnist', batch_size=1024, device='cuda', trainer=45000.0,
+                 bare=60000.0),
+            dict(model='vit_minimal_sym_6x4', dataset='cifar10', batch_size=256, device='cuda', trainer=1234.0,
+                 bare=4000.0)]
+    text = T.throughput_table(rows)
+    assert '| model | dataset | batch | device | trainer img/s | bare step img/s | trainer / bare |' in text
+    assert '| vit_minimal_sym_6x4 | mnist | 1024 | cuda | 45,000 | 60,000 | 0.75 |' in text
+    assert '| 1,234 | 4,000 | 0.31 |' in text
+    reached = dict(model='m', dataset='mnist', target=98.24, reached_epoch=7, elapsed=61.25, best_acc=98.6,
+                   best_epoch=9, final_acc=98.5, epochs=20, total_elapsed=150.0)
+    missed = dict(reached, dataset='cifar10', target=70.0, reached_epoch=None, elapsed=None, best_acc=65.432,
+                  best_epoch=18, final_acc=65.0)
+    text = T.time_to_target_table([reached, missed])
+    assert '| m | mnist | 98.24% | 7 of 20 | 61.2 | 98.50% |' in text
+    assert 'not reached (best 65.43% at epoch 18)' in text and '150.0 (whole run, 20 epochs)' in text
+
+
+def test_run_and_report(tmp_path, capsys, monkeypatch):
+    data = tmp_path / 'data'
+    data.mkdir()
+    runner = _fake_runner(THROUGHPUT_ROWS + [dict(epoch=5, throughput=1100.0, test_acc=98.0, elapsed=28.0)])
+    monkeypatch.setattr(T, 'run_trainer_subprocess', runner)
+    out_json, out_md = tmp_path / 'out' / 'training.json', tmp_path / 'out' / 'training.md'
+    code = T.main(['--quick', '--device', 'cpu', '--datasets', 'mnist', '--batch-sizes', '8', '--steps', '1',
+                   '--repeats', '2', '--warmup', '1', '--data-dir', str(data), '--time-to-target',
+                   '--targets', 'mnist=97.5', '--keep-runs', str(tmp_path / 'runs'),
+                   '--out-json', str(out_json), '--out-md', str(out_md)])
+    assert code == 0
+    results = json.loads(out_json.read_text())
+    row = results['throughput'][0]
+    assert row['trainer'] == 1050.0 and len(row['bare_repeats']) == 2  # median of epochs 2..5
+    assert row['ratio'] == pytest.approx(row['trainer'] / row['bare'])
+    assert results['time_to_target'][0]['reached_epoch'] == 5
+    assert results['settings']['targets'] == {'mnist': 97.5, 'cifar10': 70.0}
+    md = out_md.read_text()
+    assert md.startswith('## Trainer against the bare training step')
+    assert f"torch {torch.__version__}" in md and 'python ' in md and 'date: ' in md
+    assert f"| {row['ratio']:.2f} |" in md
+    printed = capsys.readouterr().out
+    assert printed.rstrip().endswith(md.rstrip().splitlines()[-1])  # the tables come last
+    assert (tmp_path / 'runs' / 'throughput-mnist-vit_minimal_sym_6x4-b8' / 'metrics.jsonl').is_file()
+
+
+def test_trainer_failure_is_one_clear_error(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(T, 'run_trainer_subprocess', _failing_runner)
+    assert T.main(['--quick', '--device', 'cpu', '--datasets', 'mnist', '--data-dir', str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert 'the trainer failed (exit status 2)' in err and 'boom' in err and 'Traceback' not in err
+
+
+@pytest.mark.parametrize('argv, message', [
+    (['--batch-sizes', '0'], 'expected a positive integer, got 0'),
+    (['--models', 'resnet18'], "unknown model 'resnet18'"),
+    (['--models', 'vit_minimal_sym_6x4.mnist'], 'without a tag'),
+    (['--epochs', '2'], '--epochs must be at least 3'),
+    (['--datasets', 'imagenet'], "invalid choice: 'imagenet'"),
+    (['--targets', 'svhn=90'], '--targets'),
+    (['--targets', 'mnist=high'], 'expected DATASET=ACCURACY'),
+])
+def test_bad_command_line_exits_2(argv, message, tmp_path, capsys):
+    assert T.main(argv + ['--data-dir', str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and 'Traceback' not in err and len(err.strip().splitlines()) == 1
+
+
+def test_missing_data_dir_exits_2(tmp_path, capsys):
+    assert T.main(['--data-dir', str(tmp_path / 'nowhere')]) == 2
+    assert 'nowhere' in capsys.readouterr().err
+
+
+def test_benchmark_training_flag_dispatches(tmp_path, capsys):
+    assert B._dispatch_training(['--quick']) is None
+    assert B._dispatch_training(['--training', '--quick', '--', '--lr', '1']) == ['--quick', '--', '--lr', '1']
+    assert B._dispatch_training(['--quick', '--', '--training']) is None  # a trainer argument
+    with pytest.raises(SystemExit) as e:
+        B.main(['--training', '--batch-sizes', '0'])
+    assert e.value.code == 2 and 'positive integer' in capsys.readouterr().err
