@@ -16,21 +16,20 @@ from timm_minimal.train import main as train_main
 
 torch.set_num_threads(1)
 
-DATA = '../shared/data'
 
 
 def _train(out, *args):
     rc = train_main(['--output', str(out), '--epochs', '1', '--seed', '0', '--no-progress', '--num-workers', '0',
-                     *args])
+                     '--cpu', *args])
     assert rc == 0
     return out
 
 
 @pytest.fixture(scope='module')
-def mnist_run(tmp_path_factory):
-    """A real (short) training run of vit_minimal_sym_6x1 on a subset of MNIST."""
+def mnist_run(tmp_path_factory, mnist_dir):
+    """A real (short) training run of vit_minimal_sym_6x1 on a subset of the bundled MNIST sample."""
     out = tmp_path_factory.mktemp('runs') / 'sym-mnist'
-    return _train(out, '--model', 'vit_minimal_sym_6x1.mnist', '--dataset', 'mnist', '--data-dir', DATA,
+    return _train(out, '--model', 'vit_minimal_sym_6x1.mnist', '--dataset', 'mnist', '--data-dir', str(mnist_dir),
                   '--train-subset', '512', '--eval-subset', '256', '--batch-size', '64')
 
 
@@ -130,6 +129,19 @@ def test_unfinished_or_empty_runs_are_refused(mnist_run, tmp_path):
     assert publish.main([str(tmp_path), '--repo-id', 'x/y']) == 2
 
 
+def test_names_from_the_run_or_the_command_line_are_checked_before_anything_is_written(mnist_run, tmp_path):
+    run = tmp_path / 'copy'
+    shutil.copytree(mnist_run, run)
+    with pytest.raises(publish.PublishError, match="--repo-id '../../etc/x' is not a Hub repository id"):
+        publish.export_run(run, tmp_path / 'out', '../../etc/x')
+    info = json.loads((run / 'run.json').read_text())
+    info['model'] = info['architecture'] = '../../../outside'
+    (run / 'run.json').write_text(json.dumps(info))
+    with pytest.raises(publish.PublishError, match="architecture '../../../outside' is not a registered"):
+        publish.export_run(run, tmp_path / 'out', 'x/y', ship_weights=True)
+    assert not (tmp_path / 'out').exists() and not list(tmp_path.parent.glob('*.safetensors'))
+
+
 def test_in1k_recipe_on_a_tiny_image_folder(tmp_path):
     """The ImageNet path (in1k geometry, image-folder data) trains and publishes; the card names the data."""
     rng = np.random.default_rng(0)
@@ -140,7 +152,8 @@ def test_in1k_recipe_on_a_tiny_image_folder(tmp_path):
             for i in range(4):
                 Image.fromarray((rng.random((40, 48, 3)) * 255).astype('uint8')).save(d / f'{i}.jpg')
     run = _train(tmp_path / 'run', '--model', 'vit_minimal_sym_6x1.in1k', '--dataset', str(tmp_path / 'tiny'),
-                 '--recipe', 'imagenet', '--batch-size', '4', '--model-kwargs', 'depth=1', '--warmup-epochs', '0')
+                 '--recipe', 'imagenet', '--batch-size', '4', '--model-kwargs', 'depth=1', '--warmup-epochs', '0',
+                 '--cache-dir', str(tmp_path / 'cache'))
     out = publish.export_run(run, tmp_path / 'repo', 'testuser/tiny-in1k')
     config = json.loads((out / 'config.json').read_text())
     assert config['pretrained_cfg']['input_size'] == [3, 224, 224]

@@ -137,7 +137,7 @@ def test_run_folder_is_self_describing(reference):
     assert run['command'].startswith('timm-minimal-train ') and '--reprob' in run['command']
     assert run['final']['test_acc'] == m[-1]['test_acc'] and run['best']['epoch'] in (1, 2)
     args = yaml.safe_load((reference / 'args.yaml').read_text())
-    assert args['lr'] == 1e-3 and args['reprob'] == 0.5 and args['model_kwargs'] == {'depth': 2}
+    assert args['lr'] == 5e-3 and args['reprob'] == 0.5 and args['model_kwargs'] == {'depth': 2}
     assert (reference / 'curves.png').stat().st_size > 10_000
     for name in ('last', 'best'):
         folder = reference / 'checkpoints' / name
@@ -339,3 +339,61 @@ def test_recipe_then_command_line(tmp_path):
         train_mod.parse_args(['--model', 'm', '--dataset', 'mnist', '--recipe', str(custom)])
     for name in ('mnist', 'cifar10', 'imagenet', 'default'):  # every shipped recipe uses option names only
         assert set(train_mod.load_recipe(name)) <= set(vars(train_mod.build_parser().parse_args([])))
+
+
+@pytest.mark.parametrize('option, value, allowed', [
+    ('--epochs', '0', 'at least 1'), ('--epochs', '-2', 'at least 1'), ('--batch-size', '0', 'at least 1'),
+    ('--batch-size', '-8', 'at least 1'), ('--num-workers', '-1', 'at least 0'),
+])
+def test_bad_numbers_are_named(option, value, allowed, data, tmp_path, capsys):
+    argv = DDP_ARGS + data + [option, value, '--output', tmp_path / 'run']
+    assert run_inprocess(argv) == train_mod.EXIT_BAD_INPUT
+    assert f'{option} must be {allowed}, got {value}' in capsys.readouterr().err
+    assert not (tmp_path / 'run' / 'checkpoints' / 'last').exists()
+
+
+def test_unreadable_files_are_named(reference, data, tmp_path, capsys):
+    bad = tmp_path / 'truncated.safetensors'
+    bad.write_bytes((reference / 'checkpoints' / 'last' / 'model.safetensors').read_bytes()[:100])
+    rc = run_inprocess(DDP_ARGS + data + ['--pretrained-path', bad, '--output', tmp_path / 'a'])
+    assert rc == train_mod.EXIT_BAD_INPUT and 'Cannot build' in capsys.readouterr().err
+    run = tmp_path / 'b'
+    assert run_inprocess(DDP_ARGS + data + ['--epochs', '1', '--output', run]) == 0
+    (run / 'checkpoints' / 'last' / 'training_state.pt').write_bytes(b'not a checkpoint')
+    assert run_inprocess(['--resume', run, '--epochs', '2']) == train_mod.EXIT_BAD_INPUT
+    assert 'its checkpoint files cannot be read' in capsys.readouterr().err
+
+
+def test_resume_takes_a_new_learning_rate_and_refuses_another_optimizer(data, tmp_path, capsys):
+    run = tmp_path / 'run'
+    assert run_inprocess(DDP_ARGS + data + ['--epochs', '1', '--sched', 'none', '--lr', '1e-3', '--output', run]) == 0
+    assert metrics(run)[0]['lr'] == 1e-3
+    assert run_inprocess(['--resume', run, '--epochs', '2', '--lr', '2e-4']) == 0
+    assert metrics(run)[1]['lr'] == 2e-4
+    assert run_inprocess(['--resume', run, '--epochs', '3', '--opt', 'sgd']) == train_mod.EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert '--opt cannot change when resuming' in err and 'adamw' in err and '--pretrained-path' in err
+
+
+def test_one_class_folder_is_refused(tmp_path, capsys):
+    folder = make_image_folder(tmp_path / 'one', classes=('cat',))
+    rc = run_inprocess(['--dataset', folder, '--model', 'vit_minimal_std_6x1.cifar10', '--cpu', '--epochs', '1',
+                        '--batch-size', '4', '--output', tmp_path / 'run'])
+    assert rc == train_mod.EXIT_BAD_INPUT and 'a classifier needs at least two classes' in capsys.readouterr().err
+
+
+def test_warmup_is_capped_at_a_quarter_of_the_run(data, tmp_path, capsys):
+    rc = run_inprocess(DDP_ARGS + data + ['--epochs', '1', '--warmup-epochs', '2', '--output', tmp_path / 'run'])
+    assert rc == 0
+    assert '--warmup-epochs 2 is more than 25% of the run\'s 1 epochs: warming up for 0.25 epochs' in capsys.readouterr().out
+    assert metrics(tmp_path / 'run')[0]['lr'] < 1e-3  # past the warm-up, decaying
+
+
+def test_help_shows_the_defaults_that_apply(capsys):
+    with pytest.raises(SystemExit) as e:
+        train_mod.main(['--dataset', 'mnist', '--help'])
+    out = capsys.readouterr().out
+    assert e.value.code == 0 and '(default: 1024)' in out and '(default: 0.005)' in out and 'mnist recipe' in out
+    with pytest.raises(SystemExit):
+        train_mod.main(['--help'])
+    assert '(default: 256)' in capsys.readouterr().out

@@ -36,6 +36,7 @@ Method notes (also written into the report):
 import argparse
 import fnmatch
 import gc
+import glob
 import json
 import math
 import os
@@ -1168,12 +1169,30 @@ def render_report(results: Dict[str, Any], output: str, plots_dir: Optional[str]
         _plot_accuracy(repro, os.path.join(plots_dir, 'accuracy_vs_params.png'))
         md.append(f'![accuracy against parameters]({plots_rel}/accuracy_vs_params.png)\n')
 
+    md += _training_sections(output)
     md.append(_method_text(cfg, env))
     text = '\n'.join(md)
     os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
     with open(output, 'w') as f:
         f.write(text)
     return text
+
+
+def _training_sections(output: str) -> List[str]:
+    """The training benchmark's reports (``benchmarks/training*.md``, written by ``timm-minimal-benchmark
+    --training``), one subsection each, under a section of their own."""
+    folder = os.path.join(os.path.dirname(os.path.abspath(output)), 'benchmarks')
+    files = sorted(glob.glob(os.path.join(folder, 'training*.md')))
+    if not files:
+        return []
+    md = ['## Training speed: the trainer against the bare step\n',
+          'Written by `timm-minimal-benchmark --training` (`timm_minimal/training_benchmark.py`), one report per '
+          'device; the raw numbers are in the JSON file of the same name.\n']
+    for path in files:
+        with open(path) as f:
+            lines = f.read().strip().splitlines()
+        md.append('\n'.join('#' + line if line.startswith('#') else line for line in lines) + '\n')
+    return md
 
 
 def _method_text(cfg: Dict[str, Any], env: Dict[str, Any]) -> str:

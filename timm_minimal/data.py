@@ -329,6 +329,9 @@ def load_image_folder(root: Union[str, Path], kind: str = 'folder', name: Option
     if len(train) == 0:
         raise DatasetError(f'{train_dir} holds no images.')
     train.classes = evald.classes = classes
+    if len(classes) < 2:
+        raise DatasetError(f'{train_dir} holds {len(classes)} class folder ({classes[0]}/): a classifier needs at '
+                           f'least two classes, one subfolder each.')
     return ImageData(
         name=name or Path(root).name, kind=kind, train=train, eval=evald, classes=classes,
         num_classes=len(classes), source=str(Path(root)), eval_split=eval_dir.name)

@@ -23,7 +23,7 @@ import torch
 import yaml
 
 from .run_folder import RunFolder
-from .vit_minimal import DATASETS, WEIGHTS_DIR
+from .vit_minimal import ARCHITECTURES, DATASETS, WEIGHTS_DIR
 
 __all__ = ['RunInfo', 'read_run', 'export_run', 'render_card', 'push_folder', 'main']
 
@@ -252,7 +252,15 @@ def export_run(run_dir: Path, out_dir: Path, repo_id: str, checkpoint: str = 'la
     from .image_processing_vit_minimal import VitMinimalImageProcessor
     from .modeling_vit_minimal import VitMinimalForImageClassification
 
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError as e:
+        raise PublishError(f"--repo-id '{repo_id}' is not a Hub repository id (owner/name): {e}") from e
     info = read_run(run_dir, checkpoint)
+    if ship_weights and info.architecture not in ARCHITECTURES:
+        raise PublishError(f"the run's architecture '{info.architecture}' is not a registered vit_minimal "
+                           f"architecture; only those ship inside the package.")
     if ship_weights and (info.run.get('model_kwargs') or info.tag not in DATASETS):
         raise PublishError(f'only a registered architecture with a registered tag ({", ".join(DATASETS)}) and no '
                            f'model overrides can ship as {info.architecture}.{info.tag}; this run has '

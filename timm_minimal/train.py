@@ -70,6 +70,10 @@ RECIPES = {'mnist': 'mnist', 'cifar10': 'cifar10', 'imagenet': 'imagenet', 'fold
 DATA_PATHS = ('auto', 'device', 'loader')
 EXIT_BAD_INPUT = 2
 EXIT_DIVERGED = 3
+# A resumed run may change its schedule (epochs, learning rates, warm-up) and system options; these stay fixed
+FIXED_ON_RESUME = ('opt', 'seed', 'grad_accum_steps', 'train_subset', 'model_kwargs', 'drop_path', 'drop')
+SCHEDULE_OPTIONS = ('epochs', 'lr', 'sched', 'warmup_epochs', 'warmup_lr', 'min_lr')
+MAX_WARMUP_FRACTION = 0.25  # the warm-up is capped at this part of the run
 PLOT_INTERVAL = 30.0  # seconds between redraws of curves.png during a run (a plot costs more than a fast epoch)
 
 
@@ -83,12 +87,23 @@ def _floats(n: Optional[int] = None):
     return dict(type=float, nargs=n or '+')
 
 
+class _DefaultsFormatter(argparse.HelpFormatter):
+    """Every option's help ends with its default (argparse's own formatter skips options without help)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ''
+        if action.default is not argparse.SUPPRESS and action.option_strings and '%(default)' not in text \
+                and not isinstance(action, argparse._HelpAction):
+            text += (' ' if text else '') + '(default: %(default)s)'
+        return text
+
+
 def build_parser(suppress: bool = False) -> argparse.ArgumentParser:
     """The command line. With ``suppress=True`` no defaults are set (to find the options given explicitly)."""
     kw = dict(argument_default=argparse.SUPPRESS) if suppress else {}
     p = argparse.ArgumentParser(
         prog='timm-minimal-train', description=__doc__.split('\n\n')[0],
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter, **kw)
+        formatter_class=_DefaultsFormatter, **kw)
 
     def d(value):  # a default, unless suppressed
         return {} if suppress else {'default': value}
@@ -198,6 +213,9 @@ def build_parser(suppress: bool = False) -> argparse.ArgumentParser:
     g.add_argument('--compile-mode', **d(None), help='torch.compile mode (default: reduce-overhead, i.e. CUDA graphs, '
                    'for one process on a GPU; torch\'s default otherwise)')
     g.add_argument('--cpu', action='store_true', **d(False), help='train on the CPU even if a GPU is present')
+    for action in p._actions:  # argparse prints no default for an option without help text
+        if action.help is None:
+            action.help = '(default: %(default)s)'
     return p
 
 
@@ -220,6 +238,23 @@ def load_recipe(name_or_path: str) -> Dict[str, Any]:
     return cfg
 
 
+def print_help(parser: argparse.ArgumentParser, argv: Sequence[str]) -> None:
+    """--help with the defaults that apply: the built-in ones, overridden by the recipe of --dataset if given."""
+    explicit = vars(build_parser(suppress=True).parse_known_args([a for a in argv if a not in ('-h', '--help')])[0])
+    if explicit.get('dataset') or explicit.get('recipe'):
+        try:
+            name = explicit.get('recipe') or RECIPES[dataset_kind(explicit['dataset'])]
+            parser.set_defaults(**load_recipe(name))
+            parser.epilog = f'Defaults shown are those of the {name} recipe (--dataset {explicit.get("dataset")}).'
+        except (UsageError, DatasetError):
+            pass
+    else:
+        parser.epilog = ('Defaults shown are the built-in ones; each dataset has a recipe that changes some '
+                         '(timm-minimal-train --dataset mnist --help shows them).')
+    parser.print_help()
+    sys.exit(0)
+
+
 def parse_args(argv: Optional[Sequence[str]] = None) -> Tuple[argparse.Namespace, Dict[str, Any]]:
     """Resolve the options: defaults < recipe < the resumed run's args.yaml < command line.
 
@@ -227,6 +262,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> Tuple[argparse.Namespace
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
+    if '-h' in argv or '--help' in argv:
+        print_help(parser, argv)
     defaults = vars(parser.parse_args([]))
     explicit = vars(build_parser(suppress=True).parse_args(argv))
     dests = set(defaults)
@@ -422,7 +459,7 @@ def build_model(args: argparse.Namespace, data: ImageData) -> Tuple[nn.Module, s
         create_kwargs['pretrained_cfg_overlay'] = dict(file=str(args.pretrained_path))
     try:
         model = timm.create_model(model_name, pretrained=bool(args.pretrained or args.pretrained_path), **create_kwargs)
-    except (TypeError, RuntimeError, ValueError) as e:
+    except Exception as e:  # noqa: BLE001 (wrong model arguments, unreadable or mismatched weights)
         raise UsageError(f'Cannot build {model_name} (model arguments {model_kwargs}'
                          f'{", pretrained" if args.pretrained or args.pretrained_path else ""}): {e}') from e
     return model, model_name, model_kwargs
@@ -574,8 +611,12 @@ def build_optimization(args: argparse.Namespace, model: nn.Module, updates_per_e
         raise UsageError(f"Cannot build the optimizer --opt {args.opt}: {e}") from e
     scheduler = None
     if args.sched and args.sched != 'none':
+        warmup = min(args.warmup_epochs, MAX_WARMUP_FRACTION * args.epochs)
+        if warmup < args.warmup_epochs:
+            print(f'--warmup-epochs {args.warmup_epochs:g} is more than {MAX_WARMUP_FRACTION:.0%} of the run\'s '
+                  f'{args.epochs} epochs: warming up for {warmup:g} epochs.', flush=True)
         scheduler, _ = create_scheduler_v2(
-            optimizer, sched=args.sched, num_epochs=args.epochs, warmup_epochs=args.warmup_epochs,
+            optimizer, sched=args.sched, num_epochs=args.epochs, warmup_epochs=warmup,
             warmup_lr=args.warmup_lr, min_lr=args.min_lr, step_on_epochs=False, updates_per_epoch=updates_per_epoch)
     return optimizer, scheduler
 
@@ -611,17 +652,33 @@ def compile_mode(args: argparse.Namespace, accelerator: Any) -> Optional[str]:
 def restore(run: Run, state: TrainState, last_dir: Path) -> None:
     """Load a checkpoint's weights, optimizer, scheduler, scaler, EMA, RNG states and position."""
     args, acc = run.args, run.accelerator
-    training_state = torch.load(last_dir / ckpt.STATE_FILE, map_location='cpu', weights_only=True)
+    saved = run.folder.read_args()  # the options of the launch before this one
+    for key in FIXED_ON_RESUME:
+        if key in saved and saved[key] != getattr(args, key):
+            raise UsageError(f'--{key.replace("_", "-")} cannot change when resuming (the run used {saved[key]}, the '
+                             f'command line asks for {getattr(args, key)}): the checkpoint\'s optimizer state and data '
+                             f'order belong to it. Start a new run, e.g. with --pretrained-path '
+                             f'{last_dir / ckpt.MODEL_FILE} to begin from these weights.')
+    try:
+        training_state = torch.load(last_dir / ckpt.STATE_FILE, map_location='cpu', weights_only=True)
+        weights = ckpt.load_weights(last_dir / ckpt.MODEL_FILE)
+    except Exception as e:  # noqa: BLE001 (a truncated or foreign file)
+        raise UsageError(f'Cannot resume from {last_dir}: its checkpoint files cannot be read ({type(e).__name__}: '
+                         f'{str(e).strip()[:200]}).') from e
     if training_state.get('batch_size') not in (None, args.batch_size):
         raise UsageError(f"The run was trained with --batch-size {training_state['batch_size']}; resume it with the same.")
-    run.unwrapped.load_state_dict(ckpt.load_weights(last_dir / ckpt.MODEL_FILE), strict=True)
+    run.unwrapped.load_state_dict(weights, strict=True)
     run.optimizer.load_state_dict(training_state['optimizer'])
+    _apply_changed_options(run, saved)
+    changed = [k for k in SCHEDULE_OPTIONS if k in saved and saved[k] != getattr(args, k)]
+    if training_state.get('epochs') not in (None, args.epochs) and 'epochs' not in changed:
+        changed.append('epochs')
     if run.scheduler is not None and training_state.get('scheduler') is not None:
-        if training_state.get('epochs') == args.epochs:
+        if not changed:
             run.scheduler.load_state_dict(training_state['scheduler'])
         else:
-            acc.print(f"--epochs changed from {training_state.get('epochs')} to {args.epochs}: the schedule follows "
-                      f"the new length.")
+            acc.print('Resuming with ' + ', '.join(f'--{k.replace("_", "-")} {getattr(args, k)}' for k in changed) +
+                      ': the learning-rate schedule follows the new values from the current update on.')
     if acc.scaler is not None and training_state.get('scaler') is not None:
         acc.scaler.load_state_dict(training_state['scaler'])
     if run.ema is not None:
@@ -631,6 +688,16 @@ def restore(run: Run, state: TrainState, last_dir: Path) -> None:
     state.load_state_dict(training_state)
     acc.print(f'Resumed {run.folder} from {last_dir} at epoch {state.epoch + 1}, batch {state.batch}/'
               f'{run.batches_per_epoch} (optimizer update {state.update}).')
+
+
+def _apply_changed_options(run: Run, saved: Dict[str, Any]) -> None:
+    """Options a resumed run may change that live in the optimizer's param groups (the loaded state holds the old)."""
+    args = run.args
+    for group in run.optimizer.param_groups:
+        if 'weight_decay' in saved and saved['weight_decay'] != args.weight_decay and group.get('weight_decay'):
+            group['weight_decay'] = args.weight_decay  # groups without decay (norms, biases) keep 0
+        if run.scheduler is None:
+            group['lr'] = args.lr
 
 
 def write_run_record(run: Run, state: TrainState, info: Dict[str, Any], last_dir: Optional[Path]) -> None:

@@ -1,0 +1,75 @@
+"""Evaluate a model on the whole test split of a dataset: top-1 and top-5 accuracy and the loss.
+
+    timm-minimal-evaluate vit_minimal_sym_6x4.mnist --dataset mnist --data-dir data
+    timm-minimal-evaluate local-dir:runs/x/checkpoints/last --dataset cifar10 --data-dir data
+
+The model is any timm name (``pretrained=True``: the shipped weights of a tag, ``local-dir:``,
+``hf-hub:``); the images go through the model's own evaluation preprocessing (its pretrained
+config: input size, crop, mean and std), as in training. The numbers are those the model cards
+report.
+"""
+import argparse
+import sys
+from typing import Any, Dict, Optional, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from .batch_augment import BatchAugment, BatchAugmentConfig
+from .data import DatasetError, build_transforms, load_dataset
+from .device_data import images_to_array
+
+__all__ = ['evaluate_model', 'main']
+
+
+@torch.no_grad()
+def evaluate_model(model: torch.nn.Module, dataset: str, data_dir: Optional[str] = None, batch_size: int = 1000,
+                   device: str = 'cpu', download: bool = False) -> Dict[str, Any]:
+    """Loss and top-1 / top-5 accuracy (%) of ``model`` over the evaluation split of ``dataset``."""
+    from timm.data import resolve_data_config
+    data = load_dataset(dataset, data_dir, download=download)
+    cfg = resolve_data_config({}, model=model)
+    img_mode = 'L' if cfg['input_size'][0] == 1 else 'RGB'
+    _, eval_tf = build_transforms(cfg['input_size'], cfg['mean'], cfg['std'], interpolation=cfg['interpolation'],
+                                  crop_pct=cfg['crop_pct'])
+    images, labels = images_to_array(data.eval, eval_tf, cfg['input_size'], img_mode)
+    normalize = BatchAugment(BatchAugmentConfig(), cfg['mean'], cfg['std'], torch.device(device))
+    model = model.to(device).eval()
+    loss_sum, hit1, hit5 = 0.0, 0, 0
+    for i in range(0, len(images), batch_size):
+        x = normalize(torch.from_numpy(images[i:i + batch_size].copy()).to(device), None)
+        y = torch.from_numpy(labels[i:i + batch_size].copy()).to(device)
+        out = model(x).float()
+        top = out.topk(min(5, out.shape[-1]), dim=-1).indices
+        loss_sum += float(F.cross_entropy(out, y, reduction='sum'))
+        hit1 += int((top[:, 0] == y).sum())
+        hit5 += int((top == y[:, None]).any(-1).sum())
+    n = len(labels)
+    return dict(dataset=data.name, split=data.eval_split, samples=n, loss=loss_sum / n, acc=100. * hit1 / n,
+                acc5=100. * hit5 / n)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    import timm
+    from . import vit_minimal  # noqa: F401  (registers the architectures)
+    p = argparse.ArgumentParser(prog='timm-minimal-evaluate', description=__doc__.split('\n\n')[0])
+    p.add_argument('model', help='timm model name with pretrained weights (a tag, local-dir:..., hf-hub:...)')
+    p.add_argument('--dataset', required=True, help='mnist, cifar10, imagenet or an image folder')
+    p.add_argument('--data-dir', default='data')
+    p.add_argument('--batch-size', type=int, default=1000)
+    p.add_argument('--device', default='cpu')
+    p.add_argument('--download', action='store_true', help='download the dataset when it is missing')
+    args = p.parse_args(argv)
+    try:
+        model = timm.create_model(args.model, pretrained=True)
+        res = evaluate_model(model, args.dataset, args.data_dir, args.batch_size, args.device, args.download)
+    except (DatasetError, RuntimeError, ValueError) as e:
+        print(f'timm-minimal-evaluate: error: {e}', file=sys.stderr)
+        return 2
+    print(f"{args.model} on {res['dataset']} {res['split']} ({res['samples']:,} images): top-1 {res['acc']:.2f}%, "
+          f"top-5 {res['acc5']:.2f}%, loss {res['loss']:.4f}")
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
