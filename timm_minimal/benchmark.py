@@ -852,7 +852,7 @@ def load_reproduce_results(path: str) -> Optional[List[Dict[str, Any]]]:
     if isinstance(data, dict):
         data = data.get('rows', data.get('results', []))
     rows = [r for r in data if isinstance(r, dict) and r.get('params') is not None and r.get('val_acc') is not None]
-    return rows
+    return list({r.get('model', i): r for i, r in enumerate(rows)}.values())  # a model in both tables counts once
 
 
 def _as_percent(values: Sequence[float]) -> List[float]:

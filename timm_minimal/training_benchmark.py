@@ -355,7 +355,7 @@ def time_to_target_table(rows: Sequence[Dict[str, Any]]) -> str:
 def render_markdown(results: Dict[str, Any]) -> str:
     """Header (device, versions, date, settings) and the tables of a results dict from ``run``."""
     env, s = results['environment'], results['settings']
-    lines = ['## Trainer against the bare training step', '',
+    lines = [f"## Trainer against the bare training step: {env['device']}", '',
              f"- device: {env['device']}",
              f"- torch {env['torch']}, timm {env['timm']}, python {env['python']}",
              f"- date: {env['date']}",
