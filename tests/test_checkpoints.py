@@ -144,7 +144,23 @@ def test_wrong_size_error_names_expectation():
     (dict(global_pool='attn'), "choose one of '', 'avg', 'max', 'token'"),
     (dict(attn_type='linear'), 'choose one of std, qk, qkonly, sym, chol'),
     (dict(embed_dim=62), 'divisible by 4'),
+    (dict(num_classes=-3), 'num_classes must be an integer >= 0, got -3'),
+    (dict(depth=0), 'depth must be an integer >= 1, got 0'),
 ])
 def test_bad_model_arguments(kwargs, match):
     with pytest.raises(ValueError, match=match):
         timm.create_model('vit_minimal_sym_6x1', **kwargs)
+
+
+@pytest.mark.parametrize('key, value, match', [
+    ('num_classes', -3, 'num_classes=-3; it must be an integer >= 0'),
+])
+def test_invalid_config_file_is_rejected_not_half_loaded(tmp_path, key, value, match):
+    """A config.json with an impossible value fails; it never loads with a silently re-initialised classifier."""
+    save_for_hf(_trained_like('vit_minimal_sym_6x4.cifar10'), tmp_path, safe_serialization=True)
+    config = json.loads((tmp_path / 'config.json').read_text())
+    config[key] = value
+    config['pretrained_cfg'][key] = value
+    (tmp_path / 'config.json').write_text(json.dumps(config))
+    with pytest.raises(ValueError, match=match):
+        timm.create_model(f'local-dir:{tmp_path}', pretrained=True)

@@ -119,6 +119,25 @@ def test_features_and_intermediates(name):
 
 
 @pytest.mark.parametrize('name', ARCHITECTURES)
+def test_fx_tracing_and_feature_extraction(name):
+    """torch.fx and timm's FX feature extraction trace every model; eager keeps the clear input errors."""
+    from timm.models import create_feature_extractor, get_graph_node_names
+    model = timm.create_model(name).eval()
+    x = _input(model)
+    traced = torch.fx.symbolic_trace(model)
+    _, eval_nodes = get_graph_node_names(model)
+    extractor = create_feature_extractor(model, return_nodes={'blocks.1': 'block1', eval_nodes[-1]: 'logits'})
+    with torch.no_grad():
+        ref = model(x)
+        torch.testing.assert_close(traced(x), ref)
+        out = extractor(x)
+    torch.testing.assert_close(out['logits'], ref)
+    assert out['block1'].shape == (BATCH, 16, 60)
+    with pytest.raises(ValueError, match='expects images of shape'):
+        model(x.expand(-1, 3, -1, -1))
+
+
+@pytest.mark.parametrize('name', ARCHITECTURES)
 def test_grad_checkpointing_equal(name):
     torch.manual_seed(0)
     model = timm.create_model(name)
@@ -157,8 +176,10 @@ def test_default_tag_is_mnist():
 
 
 def test_pretrained_without_weights_fails_clearly():
-    with pytest.raises(RuntimeError, match='No pretrained weights exist'):
+    with pytest.raises(RuntimeError, match=r'No pretrained weights exist for vit_minimal_chol_12x1\.in1k; timm'):
         timm.create_model('vit_minimal_chol_12x1.in1k', pretrained=True)
+    with pytest.raises(RuntimeError, match=r'sym_6x4\.in1k; this architecture has weights for .*sym_6x4\.mnist'):
+        timm.create_model('vit_minimal_sym_6x4.in1k', pretrained=True)
 
 
 def test_torch_compile_matches_eager():

@@ -19,7 +19,9 @@ import torch.nn as nn
 from torch.jit import Final
 
 from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
-from timm.layers import PatchEmbed, resample_abs_pos_embed, resample_patch_embed, to_2tuple, trunc_normal_
+from timm.layers import (
+    PatchEmbed, register_notrace_function, resample_abs_pos_embed, resample_patch_embed, to_2tuple, trunc_normal_,
+)
 from timm.models import build_model_with_cfg, generate_default_cfgs, is_model
 from timm.models import register_model as _timm_register_model
 from timm.models._features import feature_take_indices
@@ -39,6 +41,24 @@ PAPER_ID = 'arXiv:2410.13732'
 
 PosEmbedType = Literal['sincos', 'learn', 'none']
 GlobalPoolType = Literal['', 'avg', 'max', 'token']
+
+
+@register_notrace_function  # a leaf for torch.fx: its checks read shapes, which tracing cannot branch on
+def check_input(x: torch.Tensor, in_chans: int, img_size: Optional[Tuple[int, int]], dynamic_img_size: bool) -> None:
+    """Fail with the expected geometry instead of a shape error deep inside."""
+    if x.dim() != 4 or x.shape[1] != in_chans:
+        raise ValueError(
+            f'VisionTransformerMinimal expects images of shape (B, {in_chans}, H, W) '
+            f'(in_chans={in_chans}), got {list(x.shape)}.')
+    if not dynamic_img_size and img_size is not None:
+        H, W = x.shape[-2], x.shape[-1]
+        if H != img_size[0] or W != img_size[1]:
+            raise ValueError(
+                f'VisionTransformerMinimal expects images of size {img_size[0]}x{img_size[1]}, '
+                f'got {H}x{W}; build it with img_size=({H}, {W}) or dynamic_img_size=True.')
+
+
+torch.fx.wrap('check_input')  # the same for torch.fx.symbolic_trace itself
 
 
 class VisionTransformerMinimal(nn.Module):
@@ -119,6 +139,11 @@ class VisionTransformerMinimal(nn.Module):
             drop_path_rate=drop_path_rate, norm_layer=norm_layer, act_layer=act_layer,
         )
         attn_layer = get_attn_layer(attn_type)
+        for name, value, low in (('num_classes', num_classes, 0), ('in_chans', in_chans, 1), ('depth', depth, 1),
+                                 ('num_heads', num_heads, 1), ('embed_dim', embed_dim, 1),
+                                 ('mlp_hidden_dim', mlp_hidden_dim, 1)):
+            if not isinstance(value, int) or value < low:
+                raise ValueError(f'{name} must be an integer >= {low}, got {value!r}.')
         if global_pool not in ('', 'avg', 'max', 'token'):
             raise ValueError(f"Unknown global_pool '{global_pool}'; choose one of '', 'avg', 'max', 'token'.")
         if global_pool == 'token' and not class_token:
@@ -231,18 +256,7 @@ class VisionTransformerMinimal(nn.Module):
         self.head = nn.Linear(self.embed_dim, num_classes) if num_classes > 0 else nn.Identity()
 
     def _check_input(self, x: torch.Tensor) -> None:
-        """Fail with the expected geometry instead of a shape error deep inside."""
-        if x.dim() != 4 or x.shape[1] != self.in_chans:
-            raise ValueError(
-                f'VisionTransformerMinimal expects images of shape (B, {self.in_chans}, H, W) '
-                f'(in_chans={self.in_chans}), got {list(x.shape)}.')
-        if not self.dynamic_img_size:
-            H, W = x.shape[-2], x.shape[-1]
-            img_size = self.patch_embed.img_size
-            if img_size is not None and (H != img_size[0] or W != img_size[1]):
-                raise ValueError(
-                    f'VisionTransformerMinimal expects images of size {img_size[0]}x{img_size[1]}, '
-                    f'got {H}x{W}; build it with img_size=({H}, {W}) or dynamic_img_size=True.')
+        check_input(x, self.in_chans, self.patch_embed.img_size, self.dynamic_img_size)
 
     def _pos_embed(self, x: torch.Tensor) -> torch.Tensor:
         if self.dynamic_img_size:
@@ -489,19 +503,41 @@ def _resolve_tag(variant: str, pretrained_cfg: Any) -> Optional[str]:
     return default.tag if default is not None else None
 
 
+def _check_config_values(pretrained_cfg: Any) -> None:
+    """A config read from a file (local-dir:, hf-hub:) must be valid: timm would otherwise drop the classifier
+    of a checkpoint whose class count the config misstates and load the rest silently."""
+    cfg = pretrained_cfg.to_dict() if isinstance(pretrained_cfg, PretrainedCfg) else pretrained_cfg
+    if not isinstance(cfg, dict):
+        return
+    n = cfg.get('num_classes')
+    if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < 0):
+        raise ValueError(f'The model config gives num_classes={n!r}; it must be an integer >= 0.')
+
+
 def _create_vit_minimal(variant: str, pretrained: bool = False, **kwargs) -> VisionTransformerMinimal:
     out_indices = kwargs.pop('out_indices', 3)
+    _check_config_values(kwargs.get('pretrained_cfg'))
     tag = _resolve_tag(variant, kwargs.get('pretrained_cfg'))
     if tag in DATASETS:
         kwargs.setdefault('patch_size', DATASETS[tag]['patch_size'])
-    return build_model_with_cfg(
-        VisionTransformerMinimal,
-        variant,
-        pretrained,
-        pretrained_filter_fn=checkpoint_filter_fn,
-        feature_cfg=dict(out_indices=out_indices, feature_cls='getter'),
-        **kwargs,
-    )
+    try:
+        return build_model_with_cfg(
+            VisionTransformerMinimal,
+            variant,
+            pretrained,
+            pretrained_filter_fn=checkpoint_filter_fn,
+            feature_cfg=dict(out_indices=out_indices, feature_cls='getter'),
+            **kwargs,
+        )
+    except RuntimeError as e:
+        if not str(e).startswith('No pretrained weights exist'):
+            raise
+        with_weights = [f'{variant}.{t}' for t in DATASETS if (WEIGHTS_DIR / f'{variant}.{t}.safetensors').is_file()]
+        raise RuntimeError(
+            f'No pretrained weights exist for {variant}.{tag}; '
+            + (f'this architecture has weights for {", ".join(with_weights)}. ' if with_weights else '')
+            + 'timm.list_pretrained("vit_minimal*") lists every tag with weights; without pretrained=True '
+              'the model is built with a random initialisation.') from e
 
 
 # -- registered architectures: vit_minimal_<attention>[_mlp]_<depth>x<heads> ----------------------
