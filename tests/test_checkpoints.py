@@ -164,3 +164,11 @@ def test_invalid_config_file_is_rejected_not_half_loaded(tmp_path, key, value, m
     (tmp_path / 'config.json').write_text(json.dumps(config))
     with pytest.raises(ValueError, match=match):
         timm.create_model(f'local-dir:{tmp_path}', pretrained=True)
+
+
+def test_truncated_weights_file_is_named(tmp_path):
+    bad = tmp_path / 'truncated.safetensors'
+    save_for_hf(_trained_like('vit_minimal_sym_6x1.mnist'), tmp_path / 'full', safe_serialization=True)
+    bad.write_bytes((tmp_path / 'full' / 'model.safetensors').read_bytes()[:1000])
+    with pytest.raises(RuntimeError, match=f'Cannot read the weights of vit_minimal_sym_6x1 from {bad}.*truncated'):
+        timm.create_model('vit_minimal_sym_6x1.mnist', pretrained=True, pretrained_cfg_overlay=dict(file=str(bad)))

@@ -498,3 +498,33 @@ def test_new_classifier_with_ignore_mismatched_sizes(checkpoints):
         torch.testing.assert_close(hf.vit_minimal.forward_features(x), model.forward_features(x), rtol=0, atol=ATOL)
     assert out.logits.shape == (2, 5) and torch.isfinite(out.logits).all()
     assert hf.vit_minimal.head.weight.std() < 0.1  # re-initialised (truncated normal, std 0.02), not garbage
+
+
+def test_remote_code_names_what_it_needs_without_timm(checkpoints, tmp_path):
+    """Remote code builds the model with timm's layers: without timm, loading stops and says to install it."""
+    folder, _ = checkpoints['vit_minimal_chol_6x1']
+    script = textwrap.dedent('''
+        import sys
+
+        class NotInstalled:  # timm and timm_minimal look as if they were not installed
+            def find_spec(self, name, path=None, target=None):
+                if name.split('.')[0] in ('timm', 'timm_minimal'):
+                    raise ModuleNotFoundError(f"No module named '{name}'", name=name)
+
+        sys.meta_path.insert(0, NotInstalled())
+        from transformers import AutoModelForImageClassification
+        try:
+            AutoModelForImageClassification.from_pretrained(sys.argv[1], trust_remote_code=True)
+        except ImportError as e:
+            print('IMPORTERROR', str(e).replace(chr(10), ' '))
+        else:
+            raise SystemExit('loaded without timm')
+    ''')
+    (tmp_path / 'no_timm.py').write_text(script)
+    env = {k: v for k, v in os.environ.items() if k != 'PYTHONPATH'}
+    env.update(HF_MODULES_CACHE=str(tmp_path / 'modules'), HF_HUB_OFFLINE='1', TRANSFORMERS_OFFLINE='1')
+    result = subprocess.run([sys.executable, str(tmp_path / 'no_timm.py'), str(folder)], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    line = next(line for line in result.stdout.splitlines() if line.startswith('IMPORTERROR'))
+    assert 'timm' in line and 'pip install' in line, line

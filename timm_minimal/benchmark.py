@@ -522,6 +522,9 @@ class _MemoryServer:
         import subprocess
         env = dict(os.environ)
         env['PYTHONPATH'] = os.pathsep.join([p for p in sys.path if p] + [env.get('PYTHONPATH', '')])
+        # CPU memory only: with a GPU visible, the warm-up's backward starts autograd's device threads, and
+        # a process cannot fork after that (the children's backward fails)
+        env['CUDA_VISIBLE_DEVICES'] = ''
         self.proc = subprocess.Popen(
             [sys.executable, '-c', 'from timm_minimal.benchmark import _memory_server; _memory_server()'],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)

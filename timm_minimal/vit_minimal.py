@@ -529,8 +529,13 @@ def _create_vit_minimal(variant: str, pretrained: bool = False, **kwargs) -> Vis
             feature_cfg=dict(out_indices=out_indices, feature_cls='getter'),
             **kwargs,
         )
-    except RuntimeError as e:
-        if not str(e).startswith('No pretrained weights exist'):
+    except Exception as e:  # noqa: BLE001 (two of timm's errors get the names a user needs)
+        if type(e).__name__ == 'SafetensorError':
+            cfg = kwargs.get('pretrained_cfg_overlay') or kwargs.get('pretrained_cfg')
+            source = cfg.get('file') if isinstance(cfg, dict) else None
+            raise RuntimeError(f'Cannot read the weights of {variant} from {source or "its pretrained file"}: {e} '
+                               f'(a truncated or corrupted safetensors file).') from e
+        if not (isinstance(e, RuntimeError) and str(e).startswith('No pretrained weights exist')):
             raise
         with_weights = [f'{variant}.{t}' for t in DATASETS if (WEIGHTS_DIR / f'{variant}.{t}.safetensors').is_file()]
         raise RuntimeError(
