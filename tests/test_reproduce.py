@@ -1,47 +1,21 @@
 """The paper-grid runner (timm_minimal.reproduce): the paper's tables as data, the report from run folders,
 the pool that runs commands N at a time, and ``--jobs`` training several runs at once on the MNIST sample
-that ships with the package (written out as the four idx files the trainer reads)."""
+that ships with the package (``mnist_dir`` in conftest.py: the four idx files the trainer reads)."""
 import json
 import os
-import struct
 import sys
-from importlib import resources
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from timm_minimal import reproduce
 from timm_minimal.run_folder import RunFolder
 
-IDX_FILES = {  # file name -> (key in mnist_sample.npz, idx magic)
-    'train-images-idx3-ubyte': ('train_images', 0x00000803),
-    'train-labels-idx1-ubyte': ('train_labels', 0x00000801),
-    't10k-images-idx3-ubyte': ('test_images', 0x00000803),
-    't10k-labels-idx1-ubyte': ('test_labels', 0x00000801),
-}
 # two Table 2 rows, one epoch each on a few hundred digits with one block: seconds per run
 ROWS = ['t2-mnist-sym-6x4', 't2-mnist-qkonly-6x1']
 MODELS = ['vit_minimal_sym_6x4.mnist', 'vit_minimal_qkonly_6x1.mnist']
 TRAINER_ARGS = ['--', '--train-subset', '256', '--eval-subset', '128', '--batch-size', '64', '--model-kwargs', 'depth=1',
                 '--num-workers', '0', '--cpu']
-
-
-def write_idx(path: Path, array: np.ndarray, magic: int) -> None:
-    """An idx file: big-endian magic, one big-endian int32 per dimension, then the raw unsigned bytes."""
-    header = struct.pack('>I', magic) + b''.join(struct.pack('>I', n) for n in array.shape)
-    path.write_bytes(header + np.ascontiguousarray(array, dtype=np.uint8).tobytes())
-
-
-@pytest.fixture(scope='module')
-def mnist_dir(tmp_path_factory) -> Path:
-    """The package's 5,000/1,000-digit MNIST sample as the four idx files of the original MNIST."""
-    folder = tmp_path_factory.mktemp('mnist')
-    with resources.files('timm_minimal').joinpath('data/mnist_sample.npz').open('rb') as f:
-        sample = dict(np.load(f))
-    for name, (key, magic) in IDX_FILES.items():
-        write_idx(folder / name, sample[key], magic)
-    return folder
 
 
 def outputs(tmp_path: Path) -> list:

@@ -28,7 +28,7 @@ from .run_folder import RunFolder
 _logger = logging.getLogger('timm_minimal.train')
 
 __all__ = ['TrainState', 'TrainHooks', 'FiniteGuard', 'Run', 'Diverged', 'train_one_epoch', 'evaluate',
-           'save_checkpoint', 'weights_hash']
+           'eval_sums', 'eval_metrics', 'save_checkpoint', 'weights_hash']
 
 
 class Diverged(RuntimeError):
@@ -279,21 +279,30 @@ def train_one_epoch(run: Run, state: TrainState, epoch: int) -> Dict[str, float]
 def evaluate(run: Run, net: nn.Module) -> Dict[str, float]:
     """Loss, top-1 and top-5 accuracy (%) over the whole evaluation split (all processes' shards)."""
     net.eval()
-    k = min(5, run.model_config['num_classes'])
     sums = torch.zeros(4, dtype=torch.float64, device=run.device)
     for x, y in run.data.eval_batches():
         with run.accelerator.autocast():
             out = net(x)
-        out = out.float()
-        top = out.topk(k, dim=-1).indices
-        sums += torch.stack([F.cross_entropy(out, y, reduction='sum').double(), (top[:, 0] == y).sum().double(),
-                             (top == y[:, None]).any(-1).sum().double(),
-                             torch.full((), y.shape[0], dtype=torch.float64, device=sums.device)])
+        sums += eval_sums(out, y)
     if run.world > 1:
         sums = run.accelerator.reduce(sums, reduction='sum')
+    return eval_metrics(sums, run.model_config['num_classes'])
+
+
+def eval_sums(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """A batch's summed cross-entropy, top-1 hits, top-5 hits and count (float64, on the device)."""
+    out = logits.float()
+    top = out.topk(min(5, out.shape[-1]), dim=-1).indices
+    return torch.stack([F.cross_entropy(out, y, reduction='sum').double(), (top[:, 0] == y).sum().double(),
+                        (top == y[:, None]).any(-1).sum().double(),
+                        torch.full((), y.shape[0], dtype=torch.float64, device=out.device)])
+
+
+def eval_metrics(sums: torch.Tensor, num_classes: int) -> Dict[str, float]:
+    """Loss, top-1 and (with more than five classes) top-5 accuracy in % from summed ``eval_sums``."""
     loss_sum, hit1, hit5, count = sums.tolist()
     res = dict(loss=loss_sum / max(count, 1), acc=100. * hit1 / max(count, 1), count=int(count))
-    if run.model_config['num_classes'] > 5:
+    if num_classes > 5:
         res['acc5'] = 100. * hit5 / max(count, 1)
     return res
 

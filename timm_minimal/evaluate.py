@@ -13,11 +13,11 @@ import sys
 from typing import Any, Dict, Optional, Sequence
 
 import torch
-import torch.nn.functional as F
 
 from .batch_augment import BatchAugment, BatchAugmentConfig
 from .data import DatasetError, build_transforms, load_dataset
 from .device_data import images_to_array
+from .engine import eval_metrics, eval_sums
 
 __all__ = ['evaluate_model', 'main']
 
@@ -35,18 +35,13 @@ def evaluate_model(model: torch.nn.Module, dataset: str, data_dir: Optional[str]
     images, labels = images_to_array(data.eval, eval_tf, cfg['input_size'], img_mode)
     normalize = BatchAugment(BatchAugmentConfig(), cfg['mean'], cfg['std'], torch.device(device))
     model = model.to(device).eval()
-    loss_sum, hit1, hit5 = 0.0, 0, 0
+    sums = torch.zeros(4, dtype=torch.float64, device=device)
     for i in range(0, len(images), batch_size):
         x = normalize(torch.from_numpy(images[i:i + batch_size].copy()).to(device), None)
-        y = torch.from_numpy(labels[i:i + batch_size].copy()).to(device)
-        out = model(x).float()
-        top = out.topk(min(5, out.shape[-1]), dim=-1).indices
-        loss_sum += float(F.cross_entropy(out, y, reduction='sum'))
-        hit1 += int((top[:, 0] == y).sum())
-        hit5 += int((top == y[:, None]).any(-1).sum())
-    n = len(labels)
-    return dict(dataset=data.name, split=data.eval_split, samples=n, loss=loss_sum / n, acc=100. * hit1 / n,
-                acc5=100. * hit5 / n)
+        sums += eval_sums(model(x), torch.from_numpy(labels[i:i + batch_size].copy()).to(device))
+    res = eval_metrics(sums, num_classes=model.num_classes)
+    return dict(dataset=data.name, split=data.eval_split, samples=res['count'], loss=res['loss'], acc=res['acc'],
+                acc5=res.get('acc5'))
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -66,8 +61,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except (DatasetError, RuntimeError, ValueError) as e:
         print(f'timm-minimal-evaluate: error: {e}', file=sys.stderr)
         return 2
-    print(f"{args.model} on {res['dataset']} {res['split']} ({res['samples']:,} images): top-1 {res['acc']:.2f}%, "
-          f"top-5 {res['acc5']:.2f}%, loss {res['loss']:.4f}")
+    top5 = f", top-5 {res['acc5']:.2f}%" if res['acc5'] is not None else ''
+    print(f"{args.model} on {res['dataset']} {res['split']} ({res['samples']:,} images): top-1 {res['acc']:.2f}%"
+          f"{top5}, loss {res['loss']:.4f}")
     return 0
 
 

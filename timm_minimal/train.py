@@ -49,7 +49,7 @@ import torch.nn as nn
 import yaml
 
 from . import checkpoint as ckpt
-from .batch_augment import BatchAugmentConfig
+from .batch_augment import BatchAugment, BatchAugmentConfig
 from .data import (
     DatasetError, ImageData, LoaderDataPath, TransformDataset, build_transforms, dataset_kind, load_dataset, mix_seed,
     subset,
@@ -569,12 +569,7 @@ def _loader_path(args, data: ImageData, data_cfg, img_mode: str, eval_tf, common
     else:
         train_ds = TransformDataset(train_base, train_tf, img_mode, seed=args.seed)
         eval_ds = TransformDataset(eval_base, eval_tf, img_mode, seed=None)
-    mean = torch.tensor(data_cfg['mean'], device=device).view(1, -1, 1, 1) * 255
-    std = torch.tensor(data_cfg['std'], device=device).view(1, -1, 1, 1) * 255
-
-    def normalize(x: torch.Tensor) -> torch.Tensor:
-        return x.float().sub_(mean).div_(std)
-
+    normalize = BatchAugment(BatchAugmentConfig(), data_cfg['mean'], data_cfg['std'], device).normalize
     eraser = None
     if args.reprob > 0 and not args.no_aug:
         eraser = RandomErasing(args.reprob, mode=args.remode, max_count=args.recount, device=device)
