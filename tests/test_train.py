@@ -397,3 +397,21 @@ def test_help_shows_the_defaults_that_apply(capsys):
     with pytest.raises(SystemExit):
         train_mod.main(['--help'])
     assert '(default: 256)' in capsys.readouterr().out
+
+
+def test_a_failing_compilation_falls_back_to_eager(data, tmp_path, capsys, monkeypatch):
+    """torch.compile that breaks at the first step: a warning, then the run trains the plain model to the end."""
+    def broken_compile(model, **kwargs):
+        class Broken(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self._orig_mod = model
+
+            def forward(self, x):
+                raise RuntimeError('backend compiler failed')
+        return Broken()
+    monkeypatch.setattr(torch, 'compile', broken_compile)
+    assert run_inprocess(DDP_ARGS + data + ['--epochs', '1', '--compile', '--output', tmp_path / 'run']) == 0
+    out = capsys.readouterr().out
+    assert 'WARNING: torch.compile failed (RuntimeError: backend compiler failed); training without compilation' in out
+    assert metrics(tmp_path / 'run')[0]['update'] == 12

@@ -127,6 +127,7 @@ class Run:
     hooks: TrainHooks = field(default_factory=TrainHooks)
     step_rng: bool = True  # whether the step draws random numbers (seed them per step)
     compiled: bool = False
+    compile_checked: bool = False  # the first step ran: later errors are the model's, not the compiler's
     guard: Optional[FiniteGuard] = None
     saves: int = 0
 
@@ -192,8 +193,8 @@ def _step(run: Run, x: torch.Tensor, y: torch.Tensor, seed: int):
             _seed_step(seed)
         try:
             output, loss = _forward_backward(run, x, y)
-        except Exception as e:  # noqa: BLE001 (a compilation failure falls back to eager, once)
-            if not run.compiled:
+        except Exception as e:  # noqa: BLE001 (compilation happens in the first step: a failure falls back to eager)
+            if not run.compiled or run.compile_checked:
                 raise
             run.fall_back_to_eager(e)
             if run.step_rng:
@@ -207,6 +208,7 @@ def _step(run: Run, x: torch.Tensor, y: torch.Tensor, seed: int):
                 grad_norm = acc.clip_grad_norm_(run.model.parameters(), args.clip_grad)
         run.optimizer.step()
         run.optimizer.zero_grad(set_to_none=True)
+    run.compile_checked = True
     run.guard.observe(loss, grad_norm)
     return output.detach(), loss.detach()
 
