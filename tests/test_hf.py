@@ -325,7 +325,9 @@ def test_remote_code_without_the_package(checkpoints, tmp_path):
     assert set(line.split()[3].split(',')) <= {str(i) for i in range(10)}
 
 
-def test_pipeline_returns_class_names(checkpoints):
+def test_pipeline_returns_class_names(checkpoints, monkeypatch):
+    asked = []  # with timm_minimal installed, nothing asks whether to run the folder's remote code
+    monkeypatch.setattr('builtins.input', lambda message='': asked.append(message) or 'n')
     for name, names in (('vit_minimal_chol_6x1', [str(i) for i in range(10)]),
                         ('vit_minimal_sym_6x4.cifar10', ['airplane', 'automobile', 'bird', 'cat', 'deer', 'dog',
                                                          'frog', 'horse', 'ship', 'truck'])):
@@ -334,6 +336,7 @@ def test_pipeline_returns_class_names(checkpoints):
         assert isinstance(classifier.image_processor, VitMinimalImageProcessor)
         result = classifier(_image(), top_k=3)
         assert len(result) == 3 and all(r['label'] in names and 0 <= r['score'] <= 1 for r in result)
+        assert not asked, asked
         # the top label is the model's own prediction on the timm-preprocessed image
         transform = create_transform(**resolve_data_config({}, model=model))
         image = _image().convert('L' if model.in_chans == 1 else 'RGB')

@@ -25,13 +25,19 @@ __version__ = '0.1.0'
 
 
 def _register_with_transformers() -> None:
-    from transformers import AutoConfig, AutoImageProcessor, AutoModel, AutoModelForImageClassification
+    from transformers import AutoConfig, AutoImageProcessor, AutoModel, AutoModelForImageClassification, AutoVideoProcessor
 
     AutoConfig.register(VitMinimalConfig.model_type, VitMinimalConfig, exist_ok=True)
     AutoModel.register(VitMinimalConfig, VitMinimalModel, exist_ok=True)
     AutoModelForImageClassification.register(VitMinimalConfig, VitMinimalForImageClassification, exist_ok=True)
     AutoImageProcessor.register(
         VitMinimalConfig, image_processor_classes={'torchvision': VitMinimalImageProcessor}, exist_ok=True)
+    # No video processor, said locally: transformers' pipelines look for one and would otherwise take the
+    # checkpoint's AutoImageProcessor auto_map for remote video code and ask whether to run it.
+    try:
+        AutoVideoProcessor.register(VitMinimalConfig, video_processor_classes={}, exist_ok=True)
+    except TypeError:  # a transformers release without per-backend registration: it has no such lookup either
+        pass
 
 
 _register_with_transformers()
