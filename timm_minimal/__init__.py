@@ -36,7 +36,7 @@ def _register_with_transformers() -> None:
     # checkpoint's AutoImageProcessor auto_map for remote video code and ask whether to run it.
     try:
         AutoVideoProcessor.register(VitMinimalConfig, video_processor_classes={}, exist_ok=True)
-    except TypeError:  # a transformers release without per-backend registration: it has no such lookup either
+    except TypeError:  # an older transformers without per-backend registration
         pass
 
 
