@@ -3,7 +3,6 @@ documented (median of epochs 2..n, first epoch reaching the target), the report 
 command lines exit 2 with one clear line. The trainer itself is replaced by a fake that writes metrics.jsonl."""
 import json
 import math
-from pathlib import Path
 
 import pytest
 import torch

@@ -32,7 +32,6 @@ gradients or the weights became NaN or infinite (the last good checkpoint is kep
 """
 import argparse
 import logging
-import math
 import os
 import platform
 import shlex
