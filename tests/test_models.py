@@ -190,5 +190,7 @@ def test_torch_compile_matches_eager():
         torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-5)
 
 
-def test_timm_minimal_exports():
-    assert set(timm_minimal.ATTENTION_LAYERS) == {'std', 'qk', 'qkonly', 'sym', 'chol'}
+def test_every_attention_variant_is_registered_and_described():
+    from timm_minimal.paper import VARIANTS, parse_arch
+    registered = {parse_arch(name)['attn'] for name in timm.list_models('vit_minimal*')}
+    assert set(timm_minimal.ATTENTION_LAYERS) == registered == set(VARIANTS)

@@ -22,20 +22,14 @@ from typing import Any, Dict, List, Optional, Sequence
 import torch
 import yaml
 
+from .paper import TABLE1, TABLE2, VARIANTS
 from .run_folder import RunFolder
 from .vit_minimal import ARCHITECTURES, DATASETS, WEIGHTS_DIR
 
 __all__ = ['RunInfo', 'read_run', 'export_run', 'render_card', 'push_folder', 'main']
 
 
-ATTN_DESCRIPTIONS = {
-    'std': 'separate W_Q, W_K, W_V, W_O (the paper\'s "unchanged" attention)',
-    'qk': 'one collapsed N x N matrix W_QK = W_Q W_K^T; keys are the raw inputs (the paper\'s "Wqk")',
-    'qkonly': 'W_QK only, no W_V and W_O: each layer outputs convex combinations of its inputs '
-              '(the paper\'s "Wqk + no Wv,Wo")',
-    'sym': 'symmetric attention, W_K := W_Q (the paper\'s "symmetry")',
-    'chol': 'W_QK = T T^T with T lower triangular (symmetric positive semi-definite)',
-}
+ATTN_DESCRIPTIONS = {attn: v['long'] for attn, v in VARIANTS.items()}
 # by the run's dataset kind; an image folder is named by the folder
 DATASET_NAMES = {'mnist': 'MNIST', 'cifar10': 'CIFAR-10', 'imagenet': 'ImageNet-1k'}
 HUB_DATASETS = {'mnist': 'ylecun/mnist', 'cifar10': 'uoft-cs/cifar10', 'imagenet': 'ILSVRC/imagenet-1k'}
@@ -122,7 +116,6 @@ def _flops(model) -> int:
 
 
 def _paper_rows(architecture: str, tag: str) -> List[Dict[str, Any]]:
-    from .reproduce import TABLE1, TABLE2
     rows, seen = [], set()
     for row in TABLE1 + TABLE2:
         key = (row.train_acc, row.val_acc)
@@ -177,7 +170,7 @@ def render_card(info: RunInfo, repo_id: str, model, template: Optional[Path] = N
     """The model card of a run (``huggingface_hub.ModelCard``); every number comes from the run's files."""
     from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
-    tag, arch, kind = info.tag, info.architecture, info.dataset_kind
+    arch, kind = info.architecture, info.dataset_kind
     dataset_name = info.dataset_name
     last = info.last
     args = model.init_kwargs

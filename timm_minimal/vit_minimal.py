@@ -31,6 +31,7 @@ from timm.models._registry import get_pretrained_cfg
 from timm.models.vision_transformer import global_pool_nlc, init_weights_vit_timm
 
 from .layers import ATTENTION_LAYERS, Block, get_attn_layer, sincos_2d_pos_embed
+from .paper import arch_name
 
 __all__ = ['VisionTransformerMinimal', 'checkpoint_filter_fn', 'DATASETS', 'ARCHITECTURES']
 
@@ -450,7 +451,7 @@ DATASETS: Dict[str, Dict[str, Any]] = {
 # Every registered architecture: attention variant x MLP x depth x heads, with the paper's width.
 _SINGLE_HEAD = tuple(name for name, layer in ATTENTION_LAYERS.items() if layer.single_head_only)
 ARCHITECTURES: List[str] = [
-    f'vit_minimal_{attn}{"_mlp" if mlp else ""}_{depth}x{heads}'
+    arch_name(attn, mlp, depth, heads)
     for attn in ATTENTION_LAYERS
     for mlp in (False, True)
     for depth in (6, 12)
