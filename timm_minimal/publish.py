@@ -22,6 +22,7 @@ from typing import Any, Dict, List, Optional, Sequence
 import torch
 import yaml
 
+from .benchmark import count_flops
 from .paper import TABLE1, TABLE2, VARIANTS
 from .run_folder import RunFolder
 from .vit_minimal import ARCHITECTURES, DATASETS, WEIGHTS_DIR
@@ -105,14 +106,6 @@ def _load_model(info: RunInfo):
     from . import vit_minimal  # noqa: F401  (registers the architectures)
     model = timm.create_model(f'local-dir:{info.checkpoint}', pretrained=True)
     return model.eval()
-
-
-def _flops(model) -> int:
-    from torch.utils.flop_counter import FlopCounterMode
-    x = torch.zeros(1, *model.pretrained_cfg['input_size'])
-    with torch.no_grad(), FlopCounterMode(display=False) as counter:
-        model(x)
-    return int(counter.get_total_flops())
 
 
 def _paper_rows(architecture: str, tag: str) -> List[Dict[str, Any]]:
@@ -217,7 +210,7 @@ def render_card(info: RunInfo, repo_id: str, model, template: Optional[Path] = N
         patch_size=patch,
         tokens=model.patch_embed.num_patches,
         params=sum(p.numel() for p in model.parameters()),
-        flops=_flops(model),
+        flops=count_flops(model, model.pretrained_cfg['input_size']),
         test_samples=last.get('test_samples', info.run['dataset'].get('eval_samples')),
         train_samples=info.run['dataset'].get('train_samples_used') or info.run['dataset'].get('train_samples'),
         last=last,
