@@ -138,7 +138,7 @@ def test_names_from_the_run_or_the_command_line_are_checked_before_anything_is_w
     info['model'] = info['architecture'] = '../../../outside'
     (run / 'run.json').write_text(json.dumps(info))
     with pytest.raises(publish.PublishError, match="architecture '../../../outside' is not a registered"):
-        publish.export_run(run, tmp_path / 'out', 'x/y', ship_weights=True)
+        publish.export_run(run, tmp_path / 'out', 'x/y', ship_weights=tmp_path)
     assert not (tmp_path / 'out').exists() and not list(tmp_path.parent.glob('*.safetensors'))
 
 
@@ -162,4 +162,17 @@ def test_in1k_recipe_on_a_tiny_image_folder(tmp_path):
     assert 'trained on tiny' in card.text
     assert 'datasets' not in card.data.to_dict()  # an image folder, not a Hub dataset
     with pytest.raises(publish.PublishError, match='model overrides'):
-        publish.export_run(run, tmp_path / 'repo2', 'testuser/tiny-in1k', ship_weights=True)
+        publish.export_run(run, tmp_path / 'repo2', 'testuser/tiny-in1k', ship_weights=tmp_path)
+
+
+def test_shipping_weights_writes_the_named_folder_never_the_installed_package(mnist_run, tmp_path):
+    from timm_minimal.vit_minimal import WEIGHTS_DIR
+    before = {p.name: p.stat().st_mtime_ns for p in WEIGHTS_DIR.iterdir()}
+    with pytest.raises(publish.PublishError, match='--ship-weights .*no such folder'):
+        publish.export_run(mnist_run, tmp_path / 'out', 'x/y', ship_weights=tmp_path / 'missing')
+    assert not (tmp_path / 'out').exists()
+    weights = tmp_path / 'weights'
+    weights.mkdir()
+    publish.export_run(mnist_run, tmp_path / 'out', 'x/y', ship_weights=weights)
+    assert [p.name for p in weights.iterdir()] == ['vit_minimal_sym_6x1.mnist.safetensors']
+    assert {p.name: p.stat().st_mtime_ns for p in WEIGHTS_DIR.iterdir()} == before

@@ -25,7 +25,7 @@ import yaml
 from .benchmark import count_flops
 from .paper import TABLE1, TABLE2, VARIANTS
 from .run_folder import RunFolder
-from .vit_minimal import ARCHITECTURES, DATASETS, WEIGHTS_DIR
+from .vit_minimal import ARCHITECTURES, DATASETS
 
 __all__ = ['RunInfo', 'read_run', 'export_run', 'render_card', 'push_folder', 'main']
 
@@ -232,8 +232,12 @@ def render_card(info: RunInfo, repo_id: str, model, template: Optional[Path] = N
 
 
 def export_run(run_dir: Path, out_dir: Path, repo_id: str, checkpoint: str = 'last',
-               card_copy: Optional[Path] = None, ship_weights: bool = False, note: str = '') -> Path:
-    """Write the Hub repository folder of a finished run and check that both libraries read it back."""
+               card_copy: Optional[Path] = None, ship_weights: Optional[Path] = None, note: str = '') -> Path:
+    """Write the Hub repository folder of a finished run and check that both libraries read it back.
+
+    ``ship_weights`` (a maintainer step): also copy the weights into this folder, a checkout's
+    ``timm_minimal/weights``, as ``<architecture>.<tag>.safetensors``; the installed package is never written.
+    """
     import timm
     from .image_processing_vit_minimal import VitMinimalImageProcessor
     from .modeling_vit_minimal import VitMinimalForImageClassification
@@ -244,6 +248,9 @@ def export_run(run_dir: Path, out_dir: Path, repo_id: str, checkpoint: str = 'la
     except HFValidationError as e:
         raise PublishError(f"--repo-id '{repo_id}' is not a Hub repository id (owner/name): {e}") from e
     info = read_run(run_dir, checkpoint)
+    if ship_weights is not None and not Path(ship_weights).is_dir():
+        raise PublishError(f'--ship-weights {ship_weights}: no such folder; run it from the root of a checkout of '
+                           f'this repository (timm_minimal/weights/) or name the weights folder.')
     if ship_weights and info.architecture not in ARCHITECTURES:
         raise PublishError(f"the run's architecture '{info.architecture}' is not a registered vit_minimal "
                            f"architecture; only those ship inside the package.")
@@ -278,8 +285,7 @@ def export_run(run_dir: Path, out_dir: Path, repo_id: str, checkpoint: str = 'la
         Path(card_copy).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(out_dir / 'README.md', card_copy)
     if ship_weights:
-        WEIGHTS_DIR.mkdir(exist_ok=True)
-        shutil.copyfile(out_dir / 'model.safetensors', WEIGHTS_DIR / f'{info.architecture}.{info.tag}.safetensors')
+        shutil.copyfile(out_dir / 'model.safetensors', Path(ship_weights) / f'{info.architecture}.{info.tag}.safetensors')
     return out_dir
 
 
@@ -311,8 +317,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument('--checkpoint', choices=('last', 'best'), default='last',
                         help="weights to publish: the last epoch's (default, as the paper reports) or the best")
     parser.add_argument('--card-copy', type=Path, help='also copy the model card here (e.g. model_cards/<name>.md)')
-    parser.add_argument('--ship-weights', action='store_true',
-                        help='also copy the weights into the package (timm_minimal/weights/)')
+    parser.add_argument('--ship-weights', nargs='?', const=Path('timm_minimal/weights'), type=Path, metavar='DIR',
+                        help='maintainers: also copy the weights into DIR (default timm_minimal/weights, of the '
+                             'checkout in the current folder), where the package build picks them up')
     parser.add_argument('--note', default='', help='a sentence on how the run was made, for the card '
                         '(e.g. that it shared its GPU with other runs)')
     parser.add_argument('--push', action='store_true', help='upload the folder to the Hub (HF_ENDPOINT, HF_TOKEN)')
