@@ -213,11 +213,14 @@ def _step(run: Run, x: torch.Tensor, y: torch.Tensor, seed: int):
     return output.detach(), loss.detach()
 
 
-def global_partial(run: Run, sums: torch.Tensor, train_time: float) -> Dict[str, float]:
-    """The epoch's sums so far over all processes (one synchronisation)."""
-    total = run.accelerator.reduce(sums.clone(), reduction='sum') if run.world > 1 else sums
+def global_partial(run: Run, sums: torch.Tensor, count: float) -> Dict[str, float]:
+    """The epoch's summed loss and hits (on the device) and image count (on the host) over all processes,
+    in one synchronisation."""
+    total = torch.cat([sums, sums.new_tensor([count])])
+    if run.world > 1:
+        total = run.accelerator.reduce(total, reduction='sum')
     loss_sum, correct, count = total.tolist()
-    return dict(loss_sum=loss_sum, correct=correct, count=count, train_time=train_time)
+    return dict(loss_sum=loss_sum, correct=correct, count=count)
 
 
 def check_finite(run: Run, state: TrainState) -> None:
@@ -236,8 +239,9 @@ def train_one_epoch(run: Run, state: TrainState, epoch: int) -> Dict[str, float]
     from tqdm.auto import tqdm
     args, acc = run.args, run.accelerator
     part = state.partial if state.batch else _zero_partial()
-    start = [part['loss_sum'], part['correct'], part['count']] if run.is_main else [0.0, 0.0, 0.0]
-    sums = torch.tensor(start, dtype=torch.float64, device=run.device)
+    sums = torch.tensor([part['loss_sum'], part['correct']] if run.is_main else [0.0, 0.0], dtype=torch.float64,
+                        device=run.device)
+    count = part['count'] if run.is_main else 0.0  # images, known on the host
     train_time, batch = part['train_time'], state.batch
     acc.step = 0
     run.model.train()
@@ -248,8 +252,8 @@ def train_one_epoch(run: Run, state: TrainState, epoch: int) -> Dict[str, float]
     for x, y in run.data.train_batches(epoch, batch):
         output, loss = _step(run, x, y, mix_seed(args.seed, 0xB47C, epoch, batch, run.rank))
         n = y.shape[0]
-        sums += torch.stack([loss.double() * n, (output.argmax(-1) == y).sum().double(),
-                             torch.full((), n, dtype=torch.float64, device=sums.device)])
+        sums += torch.stack([loss.double() * n, (output.argmax(-1) == y).sum().double()])
+        count += n
         batch += 1
         bar.update(1)
         if not acc.sync_gradients:
@@ -261,7 +265,7 @@ def train_one_epoch(run: Run, state: TrainState, epoch: int) -> Dict[str, float]
             run.ema.update(run.unwrapped, step=state.update)
         if args.checkpoint_interval and state.update % args.checkpoint_interval == 0 and batch < run.batches_per_epoch:
             state.batch = batch
-            state.partial = global_partial(run, sums, train_time + time.perf_counter() - t0)
+            state.partial = dict(global_partial(run, sums, count), train_time=train_time + time.perf_counter() - t0)
             save_checkpoint(run, state, is_best=False)
         if args.log_interval > 0 and state.update % args.log_interval == 0 and (show_log or not bar.disable):
             loss_now = float(loss)
@@ -272,9 +276,8 @@ def train_one_epoch(run: Run, state: TrainState, epoch: int) -> Dict[str, float]
                 bar.set_postfix(loss=f'{loss_now:.4f}', lr=f'{run.lr():.2e}')
         run.hooks.after_update(state.update)
     bar.close()
-    result = global_partial(run, sums, 0.0)
-    result['train_time'] = train_time + time.perf_counter() - t0
-    return result
+    result = global_partial(run, sums, count)  # waits for the device: the epoch's time includes its last steps
+    return dict(result, train_time=train_time + time.perf_counter() - t0)
 
 
 @torch.no_grad()
@@ -343,27 +346,24 @@ def save_checkpoint(run: Run, state: TrainState, is_best: bool) -> None:
     config_text = json.dumps(run.model_config, indent=2, default=str) + '\n'
     saved = datetime.now(timezone.utc).isoformat(timespec='seconds')
 
-    def write(tmp) -> None:
+    def write(tmp, described: Dict[str, Any], resumable: bool) -> None:
+        """The weights (and EMA weights), state.json and config.json; the training state where resumable."""
         ckpt.save_weights(weights, tmp / ckpt.MODEL_FILE, meta)
-        run.hooks.writing_checkpoint(run.saves)
+        if resumable:
+            run.hooks.writing_checkpoint(run.saves)
         if ema_weights is not None:
             ckpt.save_weights(ema_weights, tmp / ckpt.EMA_FILE, meta)
-        torch.save(training_state, tmp / ckpt.STATE_FILE)
-        (tmp / ckpt.STATE_JSON).write_text(json.dumps(dict(
-            model=run.model_name, **position, best=state.best, saved=saved), indent=2) + '\n')
+        if resumable:
+            torch.save(training_state, tmp / ckpt.STATE_FILE)
+        (tmp / ckpt.STATE_JSON).write_text(json.dumps(dict(model=run.model_name, **position, **described),
+                                                      indent=2) + '\n')
         (tmp / ckpt.CONFIG_FILE).write_text(config_text)
 
-    ckpt.atomic_write_dir(run.folder.checkpoint('last'), write)
+    ckpt.atomic_write_dir(run.folder.checkpoint('last'),
+                          lambda tmp: write(tmp, dict(best=state.best, saved=saved), resumable=True))
     if is_best:
-        def write_best(tmp) -> None:
-            ckpt.save_weights(weights, tmp / ckpt.MODEL_FILE, meta)
-            if ema_weights is not None:
-                ckpt.save_weights(ema_weights, tmp / ckpt.EMA_FILE, meta)
-            (tmp / ckpt.STATE_JSON).write_text(json.dumps(dict(
-                model=run.model_name, **position, metrics=state.history[-1] if state.history else None),
-                indent=2) + '\n')
-            (tmp / ckpt.CONFIG_FILE).write_text(config_text)
-        ckpt.atomic_write_dir(run.folder.checkpoint('best'), write_best)
+        ckpt.atomic_write_dir(run.folder.checkpoint('best'), lambda tmp: write(
+            tmp, dict(metrics=state.history[-1] if state.history else None), resumable=False))
 
 
 def rng_state() -> Dict[str, Any]:

@@ -237,12 +237,17 @@ def load_recipe(name_or_path: str) -> Dict[str, Any]:
     return cfg
 
 
+def recipe_for(recipe: Optional[str], dataset: Optional[str]) -> str:
+    """The recipe a run uses: ``--recipe`` if given, else its dataset's."""
+    return recipe or RECIPES[dataset_kind(dataset)]
+
+
 def print_help(parser: argparse.ArgumentParser, argv: Sequence[str]) -> None:
     """--help with the defaults that apply: the built-in ones, overridden by the recipe of --dataset if given."""
     explicit = vars(build_parser(suppress=True).parse_known_args([a for a in argv if a not in ('-h', '--help')])[0])
     if explicit.get('dataset') or explicit.get('recipe'):
         try:
-            name = explicit.get('recipe') or RECIPES[dataset_kind(explicit['dataset'])]
+            name = recipe_for(explicit.get('recipe'), explicit.get('dataset'))
             parser.set_defaults(**load_recipe(name))
             parser.epilog = f'Defaults shown are those of the {name} recipe (--dataset {explicit.get("dataset")}).'
         except (UsageError, DatasetError):
@@ -288,8 +293,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> Tuple[argparse.Namespace
     model = explicit.get('model', saved.get('model'))
     if not model:
         raise UsageError('--model is required, e.g. vit_minimal_std_mlp_6x1 (see timm.list_models("vit_minimal*")).')
-    kind = dataset_kind(dataset)
-    recipe_name = explicit.get('recipe', saved.get('recipe')) or RECIPES[kind]
+    recipe_name = recipe_for(explicit.get('recipe', saved.get('recipe')), dataset)
     recipe = load_recipe(recipe_name)
     unknown = sorted(set(recipe) - dests)
     if unknown:
