@@ -5,9 +5,9 @@
     python scripts/benchmark.py --quick             # smoke test, well under a minute
     python scripts/benchmark.py --models 'vit_minimal_*_12x*' --dataset cifar10 --device cuda
 
-All the work is in ``timm_minimal.benchmark``; ``--help`` lists the options.
+All the work is in ``timm_minimal.tools.benchmark``; ``--help`` lists the options.
 """
-from timm_minimal.benchmark import main
+from timm_minimal.tools.benchmark import main
 
 if __name__ == '__main__':
     main()

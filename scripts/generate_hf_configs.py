@@ -12,8 +12,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the package of this checkout
 
-from timm_minimal.hf_export import check_hf_configs, write_hf_configs  # noqa: E402
-from timm_minimal.vit_minimal import ARCHITECTURES  # noqa: E402
+from timm_minimal.tools.hf_export import check_hf_configs, write_hf_configs  # noqa: E402
+from timm_minimal.models.vit_minimal import ARCHITECTURES  # noqa: E402
 
 
 def main() -> int:

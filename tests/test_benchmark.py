@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import timm_minimal
-from timm_minimal import benchmark as B
+from timm_minimal.tools import benchmark as B
 
 torch.set_num_threads(1)
 

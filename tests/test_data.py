@@ -1,4 +1,4 @@
-"""Datasets, timm transforms and the seeded sampler of the trainer (timm_minimal.data)."""
+"""Datasets, timm transforms and the seeded sampler of the trainer (timm_minimal.training.data)."""
 import io
 import tarfile
 from pathlib import Path
@@ -8,7 +8,7 @@ import pytest
 import torch
 from PIL import Image
 
-from timm_minimal.data import (
+from timm_minimal.training.data import (
     CIFAR10_CLASSES, DatasetError, EpochSampler, TransformDataset, build_transforms, dataset_kind,
     find_image_folder_splits, load_cifar10, load_dataset, load_mnist,
 )

@@ -3,10 +3,10 @@ import numpy as np
 import pytest
 import torch
 
-from timm_minimal import train as train_mod
-from timm_minimal.batch_augment import BatchAugment, BatchAugmentConfig, epoch_uniforms
-from timm_minimal.data import LoaderDataPath, TransformDataset, build_transforms, load_mnist
-from timm_minimal.device_data import DeviceDataPath, images_to_array
+from timm_minimal.training import train as train_mod
+from timm_minimal.training.batch_augment import BatchAugment, BatchAugmentConfig, epoch_uniforms
+from timm_minimal.training.data import LoaderDataPath, TransformDataset, build_transforms, load_mnist
+from timm_minimal.training.device_data import DeviceDataPath, images_to_array
 
 torch.set_num_threads(1)
 MEAN, STD = (0.5,), (0.25,)

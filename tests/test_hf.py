@@ -27,8 +27,8 @@ from timm_minimal import (
     ARCHITECTURES, VisionTransformerMinimal, VitMinimalConfig, VitMinimalForImageClassification,
     VitMinimalImageProcessor, VitMinimalModel,
 )
-from timm_minimal.hf_export import check_hf_configs, write_hf_configs
-from timm_minimal.layers import sincos_2d_pos_embed
+from timm_minimal.tools.hf_export import check_hf_configs, write_hf_configs
+from timm_minimal.models.layers import sincos_2d_pos_embed
 from transformers.modeling_outputs import ImageClassifierOutput
 
 torch.set_num_threads(1)

@@ -3,9 +3,9 @@ import pytest
 import timm
 import torch
 
-from timm_minimal import layers
-from timm_minimal.paper import TABLE2
-from timm_minimal.layers import (
+from timm_minimal.models import layers
+from timm_minimal.models.paper import TABLE2
+from timm_minimal.models.layers import (
     ATTENTION_LAYERS, Block, CholAttention, QKAttention, QKOnlyAttention, StdAttention, SymAttention,
     get_attn_layer, sincos_2d_pos_embed,
 )

@@ -191,6 +191,6 @@ def test_torch_compile_matches_eager():
 
 
 def test_every_attention_variant_is_registered_and_described():
-    from timm_minimal.paper import VARIANTS, parse_arch
+    from timm_minimal.models.paper import VARIANTS, parse_arch
     registered = {parse_arch(name)['attn'] for name in timm.list_models('vit_minimal*')}
     assert set(timm_minimal.ATTENTION_LAYERS) == registered == set(VARIANTS)

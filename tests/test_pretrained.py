@@ -8,8 +8,8 @@ import torch
 from huggingface_hub import ModelCard
 
 import timm_minimal  # noqa: F401
-from timm_minimal.demo import evaluate, load_mnist_sample
-from timm_minimal.vit_minimal import HUB_ORG, WEIGHTS_DIR
+from timm_minimal.tools.demo import evaluate, load_mnist_sample
+from timm_minimal.models.vit_minimal import HUB_ORG, WEIGHTS_DIR
 
 torch.set_num_threads(1)
 ROOT = Path(__file__).resolve().parent.parent
@@ -70,8 +70,8 @@ def cache(tmp_path_factory):
 
 @pytest.mark.parametrize('name', SHIPPED)
 def test_card_accuracy_is_confirmed_on_the_full_test_split(name, cache, monkeypatch):
-    """The package's own evaluation (timm_minimal.evaluate) over all 10,000 test images gives the card's number."""
-    from timm_minimal.evaluate import evaluate_model
+    """The package's own evaluation (timm_minimal.tools.evaluate) over all 10,000 test images gives the card's number."""
+    from timm_minimal.tools.evaluate import evaluate_model
     dataset = name.split('.')[-1]
     if not DATASET_DIRS[dataset].is_dir():
         pytest.skip(f'{dataset} is not in ../shared/data: the full test split is needed')

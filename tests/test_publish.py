@@ -11,8 +11,8 @@ from huggingface_hub import HfApi, ModelCard
 from PIL import Image
 
 import timm_minimal  # noqa: F401
-from timm_minimal import publish
-from timm_minimal.train import main as train_main
+from timm_minimal.tools import publish
+from timm_minimal.training.train import main as train_main
 
 torch.set_num_threads(1)
 
@@ -166,7 +166,7 @@ def test_in1k_recipe_on_a_tiny_image_folder(tmp_path):
 
 
 def test_shipping_weights_writes_the_named_folder_never_the_installed_package(mnist_run, tmp_path):
-    from timm_minimal.vit_minimal import WEIGHTS_DIR
+    from timm_minimal.models.vit_minimal import WEIGHTS_DIR
     before = {p.name: p.stat().st_mtime_ns for p in WEIGHTS_DIR.iterdir()}
     with pytest.raises(publish.PublishError, match='--ship-weights .*no such folder'):
         publish.export_run(mnist_run, tmp_path / 'out', 'x/y', ship_weights=tmp_path / 'missing')

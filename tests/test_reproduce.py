@@ -1,4 +1,4 @@
-"""The paper-grid runner (timm_minimal.reproduce): the paper's tables as data, the report from run folders,
+"""The paper-grid runner (timm_minimal.tools.reproduce): the paper's tables as data, the report from run folders,
 the pool that runs commands N at a time, and ``--jobs`` training several runs at once on the MNIST sample
 that ships with the package (``mnist_dir`` in conftest.py: the four idx files the trainer reads)."""
 import json
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from timm_minimal import reproduce
-from timm_minimal.run_folder import RunFolder
+from timm_minimal.tools import reproduce
+from timm_minimal.training.run_folder import RunFolder
 
 # two Table 2 rows, one epoch each on a few hundred digits with one block: seconds per run
 ROWS = ['t2-mnist-sym-6x4', 't2-mnist-qkonly-6x1']
@@ -191,7 +191,7 @@ def test_dry_run_with_jobs_reuses_finished_resumes_interrupted_and_starts_nothin
     lines = capsys.readouterr().out.splitlines()
     assert f'[reproduce] vit_minimal_sym_6x4.mnist: finished run in {runs / "vit_minimal_sym_6x4.mnist"}, reused' in lines
     resume = next(line for line in lines if line.startswith('[reproduce] vit_minimal_qkonly_6x1.mnist: '))
-    assert f'timm_minimal.train --resume {runs / "vit_minimal_qkonly_6x1.mnist"} --epochs 2' in resume
+    assert f'timm_minimal.training.train --resume {runs / "vit_minimal_qkonly_6x1.mnist"} --epochs 2' in resume
     fresh = next(line for line in lines if line.startswith('[reproduce] vit_minimal_sym_6x1.mnist: '))
     assert f'--model vit_minimal_sym_6x1.mnist --dataset mnist --output {half_started} --epochs 2' in fresh
     assert (half_started / 'stray').is_file()  # a dry run deletes nothing

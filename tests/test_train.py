@@ -1,4 +1,4 @@
-"""The training entry point (timm_minimal.train) on tiny subsets of the bundled MNIST sample: resume
+"""The training entry point (timm_minimal.training.train) on tiny subsets of the bundled MNIST sample: resume
 after SIGKILL on both data paths, atomic checkpoints, divergence, two-process data parallelism, image
 folders, precedence of recipe and command line, gradient accumulation, EMA, bf16.
 
@@ -20,7 +20,7 @@ import yaml
 from PIL import Image
 from safetensors.torch import load_file
 
-from timm_minimal import train as train_mod
+from timm_minimal.training import train as train_mod
 
 torch.set_num_threads(1)
 
@@ -39,7 +39,7 @@ DDP_ARGS = BASE + ['--model', 'vit_minimal_std_mlp_6x1', '--model-kwargs', 'dept
 # a run killed at an update: the test's hook, passed to train.main as a callback
 KILLER = """
 import os, signal, sys
-from timm_minimal import train
+from timm_minimal.training import train
 
 class Kill(train.TrainHooks):
     def after_update(self, update):
@@ -54,14 +54,14 @@ sys.exit(train.main(sys.argv[1:], hooks=Kill()))
 
 
 def run_inprocess(argv):
-    """timm_minimal.train.main in this process, with fresh accelerate state."""
+    """timm_minimal.training.train.main in this process, with fresh accelerate state."""
     from accelerate.state import AcceleratorState, GradientState
     AcceleratorState._reset_state(reset_partial_state=True)
     GradientState._reset_state()
     return train_mod.main([str(a) for a in argv])
 
 
-def run_subprocess(argv, launcher=(sys.executable, '-m', 'timm_minimal.train')):
+def run_subprocess(argv, launcher=(sys.executable, '-m', 'timm_minimal.training.train')):
     env = dict(os.environ, OMP_NUM_THREADS='1', PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get('PYTHONPATH', ''))
     return subprocess.run([*launcher, *map(str, argv)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
 
@@ -211,7 +211,7 @@ def test_two_processes_train_one_model(data, tmp_path):
     assert run_inprocess(DDP_ARGS + data + ['--output', single]) == 0
     launcher = (sys.executable, '-m', 'accelerate.commands.launch', '--multi_gpu', '--num_processes', '2',
                 '--num_machines', '1', '--mixed_precision', 'no', '--dynamo_backend', 'no',
-                '--main_process_port', str(free_port()), '-m', 'timm_minimal.train')
+                '--main_process_port', str(free_port()), '-m', 'timm_minimal.training.train')
     proc = run_subprocess(DDP_ARGS + data + ['--output', ddp, '--rank-report'], launcher=launcher)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     ranks = [json.loads((ddp / f'rank{r}.json').read_text()) for r in (0, 1)]

@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from timm_minimal import benchmark as B
-from timm_minimal import training_benchmark as T
+from timm_minimal.tools import benchmark as B
+from timm_minimal.tools import training_benchmark as T
 
 
 def _fake_runner(rows, calls=None):
@@ -23,7 +23,7 @@ def _fake_runner(rows, calls=None):
 
 
 def _failing_runner(args, output):
-    raise T.TrainerError('the trainer failed (exit status 2): python -m timm_minimal.train ...\n    boom')
+    raise T.TrainerError('the trainer failed (exit status 2): python -m timm_minimal.training.train ...\n    boom')
 
 
 THROUGHPUT_ROWS = [dict(epoch=1, throughput=50.0, train_time=9.0, test_acc=10.0, elapsed=20.0),

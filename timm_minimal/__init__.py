@@ -12,14 +12,14 @@ and the ``vit_minimal`` model type with transformers' ``AutoConfig``, ``AutoMode
     from transformers import AutoModelForImageClassification
     model = AutoModelForImageClassification.from_pretrained('path/to/checkpoint')
 """
-from .layers import (
+from .models.layers import (
     ATTENTION_LAYERS, Block, CholAttention, MinimalAttention, QKAttention, QKOnlyAttention, StdAttention,
     SymAttention, get_attn_layer,
 )
-from .vit_minimal import ARCHITECTURES, DATASETS, VisionTransformerMinimal, checkpoint_filter_fn
-from .configuration_vit_minimal import VitMinimalConfig
-from .image_processing_vit_minimal import VitMinimalImageProcessor
-from .modeling_vit_minimal import VitMinimalForImageClassification, VitMinimalModel, VitMinimalPreTrainedModel
+from .models.vit_minimal import ARCHITECTURES, DATASETS, VisionTransformerMinimal, checkpoint_filter_fn
+from .models.configuration_vit_minimal import VitMinimalConfig
+from .models.image_processing_vit_minimal import VitMinimalImageProcessor
+from .models.modeling_vit_minimal import VitMinimalForImageClassification, VitMinimalModel, VitMinimalPreTrainedModel
 
 __version__ = '0.1.0'
 

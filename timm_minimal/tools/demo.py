@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from timm.optim import create_optimizer_v2
 
-from . import vit_minimal  # noqa: F401  (registers the architectures)
+from ..models import vit_minimal  # noqa: F401  (registers the architectures)
 
 
 @lru_cache(maxsize=1)

@@ -1,13 +1,13 @@
 """How close the trainer gets to what the hardware allows, measured in one run.
 
-    python -m timm_minimal.training_benchmark                          # MNIST and CIFAR-10, batch 1024
-    python -m timm_minimal.training_benchmark --time-to-target         # + a whole default-recipe run per dataset
-    python -m timm_minimal.training_benchmark --quick --datasets mnist # smoke test
+    python -m timm_minimal.tools.training_benchmark                          # MNIST and CIFAR-10, batch 1024
+    python -m timm_minimal.tools.training_benchmark --time-to-target         # + a whole default-recipe run per dataset
+    python -m timm_minimal.tools.training_benchmark --quick --datasets mnist # smoke test
     timm-minimal-benchmark --training ...                              # the same, through the benchmark command
 
 For every model, dataset and batch size:
 
-(a) **trainer throughput**: ``python -m timm_minimal.train`` runs in a fresh process for a few epochs
+(a) **trainer throughput**: ``python -m timm_minimal.training.train`` runs in a fresh process for a few epochs
     (``--epochs``, at least 3) with the real data path; its ``metrics.jsonl`` gives the training images per
     second of every epoch, and the trainer's throughput is the median over epochs 2..n (the first one
     includes compilation). On CUDA the trainer is asked for ``--compile`` and bf16 mixed precision (when the
@@ -51,7 +51,7 @@ import torch.nn.functional as F
 from timm.data import resolve_model_data_config
 from timm.optim import create_optimizer_v2
 
-from .vit_minimal import ARCHITECTURES
+from ..models.vit_minimal import ARCHITECTURES
 
 __all__ = [
     'TrainingBenchmarkConfig', 'MeasurementError', 'TrainerError', 'UsageError', 'TrainerThroughput', 'TimeToTarget',
@@ -59,10 +59,10 @@ __all__ = [
     'throughput_table', 'time_to_target_table', 'render_markdown', 'run', 'build_parser', 'main',
 ]
 
-PROG = 'python -m timm_minimal.training_benchmark'
+PROG = 'python -m timm_minimal.tools.training_benchmark'
 DATASETS = ('mnist', 'cifar10')
 DEFAULT_TARGETS: Dict[str, float] = {'mnist': 98.24, 'cifar10': 70.0}
-TRAINER = (sys.executable, '-m', 'timm_minimal.train')
+TRAINER = (sys.executable, '-m', 'timm_minimal.training.train')
 
 # A trainer runner gets the trainer's arguments and its run folder (also in the arguments, as --output);
 # it returns when the run finished and raises TrainerError when it failed.
@@ -171,7 +171,7 @@ def _tail(path: Path, lines: int = 15) -> str:
 
 
 def run_trainer_subprocess(args: Sequence[str], output: Path, threads: Optional[int] = None) -> None:
-    """Run ``python -m timm_minimal.train ARGS`` in a fresh process; stdout and stderr go to files beside
+    """Run ``python -m timm_minimal.training.train ARGS`` in a fresh process; stdout and stderr go to files beside
     ``output`` (``<output>.stdout.txt``, ``<output>.stderr.txt``). ``threads`` sets ``OMP_NUM_THREADS``
     (torch's default thread count); raises TrainerError with the tail of stderr when the trainer fails."""
     output.parent.mkdir(parents=True, exist_ok=True)
@@ -224,7 +224,7 @@ def trainer_throughput_args(model: str, dataset: str, batch_size: int, data_dir:
                             compile_mode: Optional[str] = None, mixed_precision: str = 'bf16', train_subset: Optional[int] = None,
                             eval_subset: Optional[int] = None, seed: int = 0,
                             extra_args: Sequence[str] = ()) -> List[str]:
-    """The trainer's command line (after ``python -m timm_minimal.train``) for measurement (a)."""
+    """The trainer's command line (after ``python -m timm_minimal.training.train``) for measurement (a)."""
     args = ['--model', model, '--dataset', dataset, '--data-dir', str(data_dir), '--output', str(output),
             '--epochs', str(epochs), '--batch-size', str(batch_size), '--seed', str(seed),
             '--no-progress', '--log-interval', '0', '--compile' if compile else '--no-compile',
@@ -256,7 +256,7 @@ def trainer_throughput(model: str, dataset: str, batch_size: int, data_dir: str,
     if len(per_epoch) < 3:
         raise TrainerError(f"{output / 'metrics.jsonl'} holds {len(per_epoch)} epochs; at least 3 are needed")
     return TrainerThroughput(
-        command=['timm_minimal.train', *args], per_epoch=per_epoch, median=statistics.median(per_epoch[1:]),
+        command=['timm_minimal.training.train', *args], per_epoch=per_epoch, median=statistics.median(per_epoch[1:]),
         train_time=[r.get('train_time') for r in rows],
         elapsed=float(rows[-1]['elapsed']) if 'elapsed' in rows[-1] else None)
 
@@ -294,7 +294,7 @@ def time_to_target(model: str, dataset: str, data_dir: str, output: Path, target
     hit = first_reaching(rows, target)
     best = max(range(len(acc)), key=lambda i: acc[i])
     return TimeToTarget(
-        command=['timm_minimal.train', *args], target=target,
+        command=['timm_minimal.training.train', *args], target=target,
         reached_epoch=int(hit['epoch']) if hit else None, elapsed=float(hit['elapsed']) if hit else None,
         best_acc=acc[best], best_epoch=int(rows[best].get('epoch', best + 1)), final_acc=acc[-1],
         epochs=len(rows), total_elapsed=elapsed[-1], test_acc=acc, elapsed_per_epoch=elapsed)

@@ -1,6 +1,6 @@
 """Batched image augmentation on the training device: one affine sampling grid per batch.
 
-The device-resident data path (``timm_minimal.device_data``) keeps a dataset as a uint8 tensor on
+The device-resident data path (``timm_minimal.training.device_data``) keeps a dataset as a uint8 tensor on
 the training device and augments whole batches there, instead of decoding and transforming every
 image on the CPU. Per sample it draws
 

@@ -1,7 +1,7 @@
 """Train a minimal transformer (or any timm model) with accelerate: MNIST, CIFAR-10, ImageNet, image folders.
 
     timm-minimal-train --model vit_minimal_sym_6x4 --dataset mnist --data-dir data --output runs/mnist_sym
-    accelerate launch --num_processes 8 -m timm_minimal.train --model vit_minimal_sym_6x4 --dataset imagenet ...
+    accelerate launch --num_processes 8 -m timm_minimal.training.train --model vit_minimal_sym_6x4 --dataset imagenet ...
     timm-minimal-train --resume runs/mnist_sym          # continue an interrupted run where it stopped
 
 The same command runs on one CPU, one GPU, several GPUs or several nodes (launched by
@@ -14,13 +14,13 @@ its options from its own ``args.yaml`` and the command line.
 
 Two data paths (``--data-path``): a dataset that fits (MNIST, CIFAR-10, small image folders) lives
 on the training device as uint8 and is augmented there in whole batches
-(``timm_minimal.device_data``); the others go through a ``DataLoader`` with timm's per-image
+(``timm_minimal.training.device_data``); the others go through a ``DataLoader`` with timm's per-image
 transforms. On a CUDA GPU the model is compiled (``torch.compile``) and runs in bf16 autocast by
 default, AdamW is the fused kernel, and the step never waits for the host: losses, accuracies and
 the non-finite check stay on the device until the loop synchronises anyway.
 
 The run folder (``--output``) holds ``run.json``, ``args.yaml``, ``metrics.jsonl`` (one line per
-epoch), ``curves.png`` and ``checkpoints/{last,best}`` (see ``timm_minimal.run_folder``).
+epoch), ``curves.png`` and ``checkpoints/{last,best}`` (see ``timm_minimal.training.run_folder``).
 
 Randomness is a function of the seed: the model is initialised from ``--seed``, data order and
 augmentation of a sample depend on (seed, epoch, index), and the RNGs used by the training step
@@ -60,7 +60,7 @@ from .engine import (
 )
 from .run_folder import RUN_FORMAT, RunFolder
 
-_logger = logging.getLogger('timm_minimal.train')
+_logger = logging.getLogger('timm_minimal.training.train')
 
 __all__ = ['build_parser', 'parse_args', 'train', 'main', 'Diverged', 'UsageError', 'TrainHooks', 'RECIPES',
            'load_recipe']
@@ -226,11 +226,11 @@ def load_recipe(name_or_path: str) -> Dict[str, Any]:
             raise UsageError(f'Recipe file {path} does not exist.')
         text = path.read_text()
     else:
-        shipped = sorted(p.name[:-5] for p in resources.files('timm_minimal').joinpath('recipes').iterdir()
+        shipped = sorted(p.name[:-5] for p in resources.files('timm_minimal.training').joinpath('recipes').iterdir()
                          if p.name.endswith('.yaml'))
         if name_or_path not in shipped:
             raise UsageError(f"Unknown recipe '{name_or_path}'; choose one of {', '.join(shipped)} or a YAML file.")
-        text = resources.files('timm_minimal').joinpath(f'recipes/{name_or_path}.yaml').read_text()
+        text = resources.files('timm_minimal.training').joinpath(f'recipes/{name_or_path}.yaml').read_text()
     cfg = yaml.safe_load(text) or {}
     if not isinstance(cfg, dict):
         raise UsageError(f'Recipe {name_or_path} must be a mapping of option names to values.')
@@ -332,7 +332,7 @@ def _versions() -> Dict[str, str]:
     import accelerate
     import timm
     import torchvision
-    from . import __version__
+    from .. import __version__
     return dict(python=platform.python_version(), torch=torch.__version__, torchvision=torchvision.__version__,
                 timm=timm.__version__, accelerate=accelerate.__version__, timm_minimal=__version__,
                 numpy=np.__version__)
@@ -447,7 +447,7 @@ def prepare_folder(args: argparse.Namespace, accelerator: Any) -> Tuple[RunFolde
 def build_model(args: argparse.Namespace, data: ImageData) -> Tuple[nn.Module, str, Dict[str, Any]]:
     """The timm model (seeded), its full name with tag, and the model arguments given."""
     import timm
-    from . import vit_minimal  # noqa: F401  (registers the architectures)
+    from ..models import vit_minimal  # noqa: F401  (registers the architectures)
     model_name = resolve_model_name(args.model, data)
     torch.manual_seed(args.seed)
     model_kwargs = dict(args.model_kwargs or {})

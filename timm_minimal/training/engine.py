@@ -1,6 +1,6 @@
 """The training loop's parts: the run's state, one epoch, the evaluation, checkpoints.
 
-``timm_minimal.train`` builds a ``Run`` (model, optimizer, scheduler, data path, ...) and a
+``timm_minimal.training.train`` builds a ``Run`` (model, optimizer, scheduler, data path, ...) and a
 ``TrainState`` (position, history, best) and calls ``train_one_epoch`` and ``evaluate`` epoch by
 epoch. The step waits for the host nowhere: losses and accuracies add up on the device, and a
 non-finite loss or gradient norm is recorded on the device by ``FiniteGuard`` and read at the
@@ -25,7 +25,7 @@ from . import checkpoint as ckpt
 from .data import mix_seed
 from .run_folder import RunFolder
 
-_logger = logging.getLogger('timm_minimal.train')
+_logger = logging.getLogger('timm_minimal.training.train')
 
 __all__ = ['TrainState', 'TrainHooks', 'FiniteGuard', 'Run', 'Diverged', 'train_one_epoch', 'evaluate',
            'eval_sums', 'eval_metrics', 'save_checkpoint', 'weights_hash']
@@ -109,7 +109,7 @@ class FiniteGuard:
 
 @dataclass
 class Run:
-    """What the loop needs: built once by ``timm_minimal.train``."""
+    """What the loop needs: built once by ``timm_minimal.training.train``."""
     args: Any
     accelerator: Any
     model: nn.Module  # prepared (DDP) and possibly compiled: the training forward

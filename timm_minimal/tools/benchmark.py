@@ -15,7 +15,7 @@ peak memory of an inference and a training step, then reports, side by side and 
 Everything is written to a markdown report (``BENCHMARKS.md``), PNG plots and a JSON file with the
 raw measurements (``render_report`` rebuilds the report and plots from it without measuring).
 ``scripts/benchmark.py`` / ``timm-minimal-benchmark`` is the command line front; with ``--training`` it runs
-``timm_minimal.training_benchmark`` instead (the trainer against the bare training step) with the other
+``timm_minimal.tools.training_benchmark`` instead (the trainer against the bare training step) with the other
 arguments.
 
 Method notes (also written into the report):
@@ -53,9 +53,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
-from .layers import sincos_2d_pos_embed
-from .paper import TABLE2, VARIANTS, parse_arch
-from .vit_minimal import ARCHITECTURES, DATASETS
+from ..models.layers import sincos_2d_pos_embed
+from ..models.paper import TABLE2, VARIANTS, parse_arch
+from ..models.vit_minimal import ARCHITECTURES, DATASETS
 
 __all__ = [
     'BenchmarkConfig', 'PAPER_TABLE2', 'build_model', 'build_timm_reference', 'count_flops', 'count_params',
@@ -499,7 +499,7 @@ class _MemoryServer:
         # a process cannot fork after that (the children's backward fails)
         env['CUDA_VISIBLE_DEVICES'] = ''
         self.proc = subprocess.Popen(
-            [sys.executable, '-c', 'from timm_minimal.benchmark import _memory_server; _memory_server()'],
+            [sys.executable, '-c', 'from timm_minimal.tools.benchmark import _memory_server; _memory_server()'],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
 
     def run(self, job: Dict[str, Any]) -> Dict[str, Any]:
@@ -941,7 +941,7 @@ def render_report(results: Dict[str, Any], output: str, plots_dir: Optional[str]
 
     md.append('# Benchmarks\n')
     md.append('What the minimal variants of *Reducing the Transformer Architecture to a Minimum* buy in compute, '
-              'measured by `timm_minimal.benchmark` (`python scripts/benchmark.py` or `timm-minimal-benchmark`). '
+              'measured by `timm_minimal.tools.benchmark` (`python scripts/benchmark.py` or `timm-minimal-benchmark`). '
               'Every number below comes from the one run described in *Setup*; *Method* says how each is measured.'
               + (' **Quick smoke-test run: the numbers are not meaningful.**' if cfg.get('quick') else '') + '\n')
     md.append('Ratios are medians over repeats of a ratio taken *within* each repeat, followed by a 95% bootstrap '
@@ -1162,7 +1162,7 @@ def _training_sections(output: str) -> List[str]:
     if not files:
         return []
     md = ['## Training speed: the trainer against the bare step\n',
-          'Written by `timm-minimal-benchmark --training` (`timm_minimal/training_benchmark.py`), one report per '
+          'Written by `timm-minimal-benchmark --training` (`timm_minimal/tools/training_benchmark.py`), one report per '
           'device; the raw numbers are in the JSON file of the same name.\n']
     for path in files:
         with open(path) as f:
@@ -1427,7 +1427,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help='measure nothing: rebuild the report and plots from a saved results JSON')
     p.add_argument('--quick', action='store_true', help='smoke test: 2 models, tiny batches, 1-2 repeats')
     p.add_argument('--training', action='store_true',
-                   help='instead: the trainer against the bare training step (timm_minimal.training_benchmark); '
+                   help='instead: the trainer against the bare training step (timm_minimal.tools.training_benchmark); '
                         'every other argument goes to it, see --training --help')
     return p
 

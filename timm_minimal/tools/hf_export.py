@@ -9,8 +9,8 @@ import json
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Union
 
-from .configuration_vit_minimal import VitMinimalConfig
-from .vit_minimal import ARCHITECTURES, DATASETS
+from ..models.configuration_vit_minimal import VitMinimalConfig
+from ..models.vit_minimal import ARCHITECTURES, DATASETS
 
 __all__ = ['hf_config_dict', 'hf_config_json', 'write_hf_configs', 'check_hf_configs', 'DEFAULT_TAG']
 

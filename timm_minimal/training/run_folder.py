@@ -7,10 +7,10 @@ A run folder holds
 - ``args.yaml``: the resolved options (what ``--resume`` reads back),
 - ``metrics.jsonl``: one JSON line per finished epoch,
 - ``curves.png``: loss, accuracy and learning rate per epoch,
-- ``checkpoints/last`` and ``checkpoints/best`` (see ``timm_minimal.checkpoint``).
+- ``checkpoints/last`` and ``checkpoints/best`` (see ``timm_minimal.training.checkpoint``).
 
 Every file is written atomically (temporary file, then rename). The trainer writes through this
-class; ``timm_minimal.reproduce`` and ``timm_minimal.publish`` read through it.
+class; ``timm_minimal.tools.reproduce`` and ``timm_minimal.tools.publish`` read through it.
 """
 import json
 import os

@@ -3,7 +3,7 @@
 The model of "Reducing the Transformer Architecture to a Minimum" (Bermeitinger et al., KDIR 2024,
 arXiv:2410.13732): a ViT whose attention can be collapsed (``qk``, ``qkonly``), made symmetric
 (``sym``, ``chol``) or left unchanged (``std``), with or without the MLP. The attention variants
-live in ``timm_minimal.layers``; this module holds the model, its pretrained configs and the
+live in ``timm_minimal.models.layers``; this module holds the model, its pretrained configs and the
 registered architectures ``vit_minimal_<attention>[_mlp]_<depth>x<heads>``.
 
 Geometry follows the pretrained tag: ``.mnist`` (1x28x28, 7x7 patches, 16 tokens), ``.cifar10``
@@ -112,7 +112,7 @@ class VisionTransformerMinimal(nn.Module):
             embed_dim: Transformer width N.
             depth: Number of blocks.
             num_heads: Number of attention heads ('qk', 'qkonly' and 'chol' take 1).
-            attn_type: Attention variant, one of timm_minimal.layers.ATTENTION_LAYERS.
+            attn_type: Attention variant, one of timm_minimal.models.layers.ATTENTION_LAYERS.
             use_mlp: Keep the position-wise MLP in each block.
             mlp_hidden_dim: Hidden width of the MLP.
             qkv_bias: Bias on the query/key/value maps.

@@ -14,10 +14,10 @@ from typing import Any, Dict, Optional, Sequence
 
 import torch
 
-from .batch_augment import BatchAugment, BatchAugmentConfig
-from .data import DatasetError, build_transforms, load_dataset
-from .device_data import images_to_array
-from .engine import eval_metrics, eval_sums
+from ..training.batch_augment import BatchAugment, BatchAugmentConfig
+from ..training.data import DatasetError, build_transforms, load_dataset
+from ..training.device_data import images_to_array
+from ..training.engine import eval_metrics, eval_sums
 
 __all__ = ['evaluate_model', 'main']
 
@@ -46,7 +46,7 @@ def evaluate_model(model: torch.nn.Module, dataset: str, data_dir: Optional[str]
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     import timm
-    from . import vit_minimal  # noqa: F401  (registers the architectures)
+    from ..models import vit_minimal  # noqa: F401  (registers the architectures)
     p = argparse.ArgumentParser(prog='timm-minimal-evaluate', description=__doc__.split('\n\n')[0])
     p.add_argument('model', help='timm model name with pretrained weights (a tag, local-dir:..., hf-hub:...)')
     p.add_argument('--dataset', required=True, help='mnist, cifar10, imagenet or an image folder')

@@ -23,9 +23,9 @@ import torch
 import yaml
 
 from .benchmark import count_flops
-from .paper import TABLE1, TABLE2, VARIANTS
-from .run_folder import RunFolder
-from .vit_minimal import ARCHITECTURES, DATASETS
+from ..models.paper import TABLE1, TABLE2, VARIANTS
+from ..training.run_folder import RunFolder
+from ..models.vit_minimal import ARCHITECTURES, DATASETS
 
 __all__ = ['RunInfo', 'read_run', 'export_run', 'render_card', 'push_folder', 'main']
 
@@ -103,7 +103,7 @@ def read_run(run_dir: Path, checkpoint: str = 'last') -> RunInfo:
 
 def _load_model(info: RunInfo):
     import timm
-    from . import vit_minimal  # noqa: F401  (registers the architectures)
+    from ..models import vit_minimal  # noqa: F401  (registers the architectures)
     model = timm.create_model(f'local-dir:{info.checkpoint}', pretrained=True)
     return model.eval()
 
@@ -190,7 +190,7 @@ def render_card(info: RunInfo, repo_id: str, model, template: Optional[Path] = N
         comparison = 'The paper reports no result for this architecture on this dataset.'
     versions = info.run.get('versions', {})
     # model_cards/template.md, shipped in the package as model_card_template.md (a link to it)
-    template = Path(template) if template else resources.files('timm_minimal').joinpath('model_card_template.md')
+    template = Path(template) if template else resources.files('timm_minimal.tools').joinpath('model_card_template.md')
     input_size = model.pretrained_cfg['input_size']
     patch = model.patch_embed.patch_size[0]
     return ModelCard.from_template(
@@ -236,11 +236,11 @@ def export_run(run_dir: Path, out_dir: Path, repo_id: str, checkpoint: str = 'la
     """Write the Hub repository folder of a finished run and check that both libraries read it back.
 
     ``ship_weights`` (a maintainer step): also copy the weights into this folder, a checkout's
-    ``timm_minimal/weights``, as ``<architecture>.<tag>.safetensors``; the installed package is never written.
+    ``timm_minimal/models/weights``, as ``<architecture>.<tag>.safetensors``; the installed package is never written.
     """
     import timm
-    from .image_processing_vit_minimal import VitMinimalImageProcessor
-    from .modeling_vit_minimal import VitMinimalForImageClassification
+    from ..models.image_processing_vit_minimal import VitMinimalImageProcessor
+    from ..models.modeling_vit_minimal import VitMinimalForImageClassification
 
     from huggingface_hub.utils import HFValidationError, validate_repo_id
     try:
@@ -250,7 +250,7 @@ def export_run(run_dir: Path, out_dir: Path, repo_id: str, checkpoint: str = 'la
     info = read_run(run_dir, checkpoint)
     if ship_weights is not None and not Path(ship_weights).is_dir():
         raise PublishError(f'--ship-weights {ship_weights}: no such folder; run it from the root of a checkout of '
-                           f'this repository (timm_minimal/weights/) or name the weights folder.')
+                           f'this repository (timm_minimal/models/weights/) or name the weights folder.')
     if ship_weights and info.architecture not in ARCHITECTURES:
         raise PublishError(f"the run's architecture '{info.architecture}' is not a registered vit_minimal "
                            f"architecture; only those ship inside the package.")
@@ -317,8 +317,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument('--checkpoint', choices=('last', 'best'), default='last',
                         help="weights to publish: the last epoch's (default, as the paper reports) or the best")
     parser.add_argument('--card-copy', type=Path, help='also copy the model card here (e.g. model_cards/<name>.md)')
-    parser.add_argument('--ship-weights', nargs='?', const=Path('timm_minimal/weights'), type=Path, metavar='DIR',
-                        help='maintainers: also copy the weights into DIR (default timm_minimal/weights, of the '
+    parser.add_argument('--ship-weights', nargs='?', const=Path('timm_minimal/models/weights'), type=Path, metavar='DIR',
+                        help='maintainers: also copy the weights into DIR (default timm_minimal/models/weights, of the '
                              'checkout in the current folder), where the package build picks them up')
     parser.add_argument('--note', default='', help='a sentence on how the run was made, for the card '
                         '(e.g. that it shared its GPU with other runs)')
