@@ -53,9 +53,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
-from ..models.layers import sincos_2d_pos_embed
-from ..models.paper import TABLE2, VARIANTS, parse_arch
-from ..models.vit_minimal import ARCHITECTURES, DATASETS
+from ...models.layers import sincos_2d_pos_embed
+from ...models.paper import TABLE2, VARIANTS, parse_arch
+from ...models.vit_minimal import ARCHITECTURES, DATASETS
 
 __all__ = [
     'BenchmarkConfig', 'PAPER_TABLE2', 'build_model', 'build_timm_reference', 'count_flops', 'count_params',
@@ -1473,7 +1473,7 @@ def _dispatch_training(argv: Sequence[str]) -> Optional[List[str]]:
 def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     training_argv = _dispatch_training(list(sys.argv[1:] if argv is None else argv))
     if training_argv is not None:
-        from . import training_benchmark
+        from .. import training_benchmark
         sys.exit(training_benchmark.main(training_argv))
     args = build_parser().parse_args(argv)
     config = config_from_args(args)
@@ -1495,6 +1495,3 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
           + (f', raw results {config.json_path}' if config.json_path and not args.from_json else ''))
     return results
 
-
-if __name__ == '__main__':
-    main()
