@@ -4,6 +4,7 @@ transformers and timm, remote code, pipeline, image processor, hf_configs/ and l
 Everything runs on local folders; nothing reaches the Hugging Face Hub."""
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -135,6 +136,18 @@ def test_config_roundtrip_and_timm_format(tmp_path):
 ])
 def test_config_errors_say_what_is_allowed(kwargs, message):
     with pytest.raises(Exception, match=message):
+        VitMinimalConfig(**kwargs)
+
+
+@pytest.mark.parametrize('kwargs', [
+    dict(pos_embed='x'), dict(embed_dim=62), dict(img_size=30), dict(attn_type='chol', num_heads=2),
+    dict(global_pool='token'), dict(depth=0),
+])
+def test_config_refuses_what_the_model_refuses_with_the_same_message(kwargs):
+    """One set of rules: the config runs the model's own checks, without building a model."""
+    with pytest.raises(ValueError) as model_error:
+        VisionTransformerMinimal(**kwargs)
+    with pytest.raises(Exception, match=re.escape(str(model_error.value))):
         VitMinimalConfig(**kwargs)
 
 

@@ -22,22 +22,23 @@ This file travels with saved checkpoints (``trust_remote_code=True``): it import
 model's own modules, relatively.
 """
 import copy
-from typing import Any, Dict, List, Optional, Tuple, Union
+import dataclasses
+import inspect
+from typing import Any, Dict, List, Literal, Optional, Tuple, Union, get_args, get_origin
 
 from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
 
-from .layers import ATTENTION_LAYERS
-from .vit_minimal import ARCHITECTURES, DATASETS, PAPER_ID, PAPER_NAME
+from .paper import arch_name, parse_arch
+from .vit_minimal import (
+    ARCHITECTURES, DATASETS, MODEL_KEYWORDS, VisionTransformerMinimal, check_model_args, dataset_label_names,
+    describe_pretrained_cfg, jsonable, pretrained_cfg_for, tag_geometry,
+)
 
 __all__ = ['VitMinimalConfig', 'MODEL_ARG_NAMES', 'AUTO_MAP', 'dataset_label_names']
 
 # The keywords of VisionTransformerMinimal a config describes (num_classes is the config's num_labels).
-MODEL_ARG_NAMES: Tuple[str, ...] = (
-    'img_size', 'patch_size', 'in_chans', 'global_pool', 'embed_dim', 'depth', 'num_heads', 'attn_type', 'use_mlp',
-    'mlp_hidden_dim', 'qkv_bias', 'class_token', 'pos_embed', 'final_norm', 'dynamic_img_size', 'drop_rate',
-    'pos_drop_rate', 'proj_drop_rate', 'attn_drop_rate', 'drop_path_rate',
-)
+MODEL_ARG_NAMES: Tuple[str, ...] = tuple(k for k in MODEL_KEYWORDS if k != 'num_classes')
 
 # Where transformers finds the classes of a saved checkpoint when the package is not installed.
 AUTO_MAP: Dict[str, str] = {
@@ -47,26 +48,26 @@ AUTO_MAP: Dict[str, str] = {
     'AutoImageProcessor': 'image_processing_vit_minimal.VitMinimalImageProcessor',
 }
 
-GLOBAL_POOL_TYPES = ('', 'avg', 'max', 'token')
-POS_EMBED_TYPES = ('sincos', 'learn', 'none')
 
-# timm pretrained-cfg keys that say where weights came from; they do not describe a checkpoint folder.
-_SOURCE_KEYS = ('url', 'file', 'hf_hub_id', 'hf_hub_filename', 'source', 'state_dict', 'architecture',
-                'num_classes', 'label_names', 'label_descriptions')
+def _field_type(annotation: Any) -> Any:
+    """A model keyword's type as a config field holds it after a JSON round trip: a (height, width) size may
+    come back as a list, a float as an int, a choice as a plain string (the model's rules check its value)."""
+    if annotation is float:
+        return Union[float, int]
+    if get_origin(annotation) is Literal:
+        return str
+    if get_origin(annotation) is Union and any(get_origin(a) is tuple for a in get_args(annotation)):
+        return Union[int, List[int], Tuple[int, int]]
+    return annotation
 
-_CIFAR10_CLASSES = ('airplane', 'automobile', 'bird', 'cat', 'deer', 'dog', 'frog', 'horse', 'ship', 'truck')
 
-
-def dataset_label_names(tag: Optional[str]) -> Optional[List[str]]:
-    """Class names of a pretrained tag's dataset (``None`` for an unknown tag)."""
-    if tag == 'mnist':
-        return [str(i) for i in range(10)]
-    if tag == 'cifar10':
-        return list(_CIFAR10_CLASSES)
-    if tag == 'in1k':
-        from timm.data import ImageNetInfo
-        return list(ImageNetInfo('imagenet-1k').label_descriptions())
-    return None
+# One typed field per keyword of VisionTransformerMinimal, with the model's default: read from its signature.
+_ModelFields = dataclasses.make_dataclass(
+    'VitMinimalModelFields',
+    [(name, _field_type(param.annotation), dataclasses.field(default=param.default))
+     for name, param in inspect.signature(VisionTransformerMinimal.__init__).parameters.items()
+     if name in MODEL_ARG_NAMES],
+    kw_only=True, repr=False)
 
 
 def _to_size(value: Any) -> Union[int, List[int]]:
@@ -82,44 +83,18 @@ def _pair(value: Union[int, List[int], Tuple[int, int]]) -> Tuple[int, int]:
     return (int(value[0]), int(value[1])) if isinstance(value, (list, tuple)) else (int(value), int(value))
 
 
-def _parse_architecture(name: str) -> Dict[str, Any]:
+def _architecture_args(name: str) -> Dict[str, Any]:
     """attn_type, use_mlp, depth and num_heads of a registered ``vit_minimal_*`` architecture name."""
     if name not in ARCHITECTURES:
         raise ValueError(
             f"Unknown architecture '{name}'; a vit_minimal config names one of the registered "
             f"architectures: {', '.join(ARCHITECTURES)}.")
-    parts = name[len('vit_minimal_'):].split('_')
-    depth, heads = parts[-1].split('x')
-    return dict(attn_type=parts[0], use_mlp='mlp' in parts[1:-1], depth=int(depth), num_heads=int(heads))
-
-
-def default_pretrained_cfg(in_chans: int, img_size: Any, patch_size: Any) -> Dict[str, Any]:
-    """The preprocessing of the dataset tag whose geometry matches, else plain [0, 1] -> [-1, 1]."""
-    input_size = (in_chans, *_pair(img_size))
-    for tag, geometry in DATASETS.items():
-        if tuple(geometry['input_size']) == input_size and _pair(geometry['patch_size']) == _pair(patch_size):
-            cfg = {k: v for k, v in geometry.items() if k not in ('patch_size', 'num_classes')}
-            cfg['tag'] = tag
-            break
-    else:
-        cfg = dict(input_size=input_size, mean=(0.5,) * in_chans, std=(0.5,) * in_chans,
-                   crop_pct=1.0, interpolation='bilinear')
-    cfg.update(crop_mode='center', fixed_input_size=True, pool_size=None, first_conv='patch_embed.proj',
-               classifier='head', license='apache-2.0', paper_name=PAPER_NAME, paper_ids=PAPER_ID)
-    return _jsonable(cfg)
-
-
-def _jsonable(value: Any) -> Any:
-    """Tuples to lists, recursively (the form the config has after a JSON round trip)."""
-    if isinstance(value, dict):
-        return {k: _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    return value
+    parts = parse_arch(name)
+    return dict(attn_type=parts['attn'], use_mlp=parts['mlp'], depth=parts['depth'], num_heads=parts['heads'])
 
 
 @strict
-class VitMinimalConfig(PreTrainedConfig):
+class VitMinimalConfig(PreTrainedConfig, _ModelFields):
     r"""Configuration of a minimal vision transformer (``VisionTransformerMinimal``).
 
     The fields are the keywords of ``timm_minimal.VisionTransformerMinimal`` (see its docstring);
@@ -148,26 +123,7 @@ class VitMinimalConfig(PreTrainedConfig):
         'intermediate_size': 'mlp_hidden_dim',
     }
 
-    img_size: Union[int, List[int], Tuple[int, int]] = 28
-    patch_size: Union[int, List[int], Tuple[int, int]] = 7
-    in_chans: int = 1
-    global_pool: str = 'avg'
-    embed_dim: int = 60
-    depth: int = 6
-    num_heads: int = 1
-    attn_type: str = 'std'
-    use_mlp: bool = False
-    mlp_hidden_dim: int = 256
-    qkv_bias: bool = True
-    class_token: bool = False
-    pos_embed: str = 'sincos'
-    final_norm: bool = False
-    dynamic_img_size: bool = False
-    drop_rate: Union[float, int] = 0.0
-    pos_drop_rate: Union[float, int] = 0.0
-    proj_drop_rate: Union[float, int] = 0.0
-    attn_drop_rate: Union[float, int] = 0.0
-    drop_path_rate: Union[float, int] = 0.0
+    # the model keywords are fields too (see _ModelFields): config.attn_type, config.depth, ...
     initializer_range: float = 0.02
     pretrained_cfg: Optional[Dict[str, Any]] = None
 
@@ -188,7 +144,7 @@ class VitMinimalConfig(PreTrainedConfig):
             raise ValueError(
                 f"Unknown model_args {unknown} for a vit_minimal config; allowed: {', '.join(MODEL_ARG_NAMES)}.")
         if architecture is not None:
-            for key, value in _parse_architecture(architecture).items():
+            for key, value in _architecture_args(architecture).items():
                 if key in model_args:
                     continue
                 if getattr(self, key) not in (value, self.__dataclass_fields__[key].default):
@@ -196,24 +152,23 @@ class VitMinimalConfig(PreTrainedConfig):
                         f"architecture='{architecture}' implies {key}={value!r}, but {key}={getattr(self, key)!r} "
                         f"was given; pass one or the other.")
                 model_args[key] = value
-        if self.pretrained_cfg is not None:
             # a timm export may leave the geometry to the pretrained tag
-            tag_geometry = DATASETS.get(self.pretrained_cfg.get('tag'))
-            input_size = self.pretrained_cfg.get('input_size')
-            if tag_geometry is not None and 'patch_size' not in model_args and architecture is not None:
-                model_args['patch_size'] = tag_geometry['patch_size']
-            if input_size is not None and architecture is not None:
-                model_args.setdefault('in_chans', input_size[0])
-                model_args.setdefault('img_size', _to_size(input_size[1:]))
+            tag = (self.pretrained_cfg or {}).get('tag')
+            geometry = tag_geometry(tag) if tag in DATASETS else {}
+            input_size = (self.pretrained_cfg or {}).get('input_size')
+            if input_size is not None:
+                geometry.update(in_chans=input_size[0], img_size=tuple(input_size[1:]))
+            for key, value in geometry.items():
+                model_args.setdefault(key, _to_size(value))
         for key, value in model_args.items():
             setattr(self, key, value)
         self.img_size = _to_size(self.img_size)
         self.patch_size = _to_size(self.patch_size)
 
         if self.pretrained_cfg is None:
-            self.pretrained_cfg = default_pretrained_cfg(self.in_chans, self.img_size, self.patch_size)
+            self.pretrained_cfg = pretrained_cfg_for(self.in_chans, self.img_size, self.patch_size)
         else:
-            self.pretrained_cfg = _jsonable({k: v for k, v in self.pretrained_cfg.items() if k not in _SOURCE_KEYS})
+            self.pretrained_cfg = describe_pretrained_cfg(self.pretrained_cfg)
 
         # labels: transformers' id2label wins, then timm's label_names / num_classes, then the dataset's classes
         if isinstance(label_names, dict):
@@ -247,29 +202,7 @@ class VitMinimalConfig(PreTrainedConfig):
 
     def validate_architecture(self):
         super().validate_architecture()
-        if self.attn_type not in ATTENTION_LAYERS:
-            raise ValueError(f"Unknown attn_type '{self.attn_type}'; choose one of {', '.join(ATTENTION_LAYERS)}.")
-        if ATTENTION_LAYERS[self.attn_type].single_head_only and self.num_heads != 1:
-            raise ValueError(
-                f"attn_type='{self.attn_type}' is defined for num_heads=1 only (got num_heads={self.num_heads}); "
-                f"use attn_type='sym' or 'std' for multi-head attention.")
-        if self.num_heads < 1 or self.embed_dim % self.num_heads:
-            raise ValueError(f'embed_dim ({self.embed_dim}) must be divisible by num_heads ({self.num_heads}).')
-        if self.depth < 1:
-            raise ValueError(f'depth must be at least 1, got {self.depth}.')
-        if self.global_pool not in GLOBAL_POOL_TYPES:
-            raise ValueError(f"Unknown global_pool '{self.global_pool}'; choose one of {GLOBAL_POOL_TYPES}.")
-        if self.global_pool == 'token' and not self.class_token:
-            raise ValueError("global_pool='token' needs class_token=True.")
-        if self.pos_embed not in POS_EMBED_TYPES:
-            raise ValueError(f"Unknown pos_embed '{self.pos_embed}'; choose one of {POS_EMBED_TYPES}.")
-        if self.pos_embed == 'sincos' and self.embed_dim % 4:
-            raise ValueError(f"pos_embed='sincos' needs embed_dim divisible by 4, got {self.embed_dim}.")
-        img, patch = _pair(self.img_size), _pair(self.patch_size)
-        if not self.dynamic_img_size and (img[0] % patch[0] or img[1] % patch[1]):
-            raise ValueError(f'img_size {img} must be a multiple of patch_size {patch}.')
-        if self.in_chans < 1:
-            raise ValueError(f'in_chans must be at least 1, got {self.in_chans}.')
+        check_model_args(**self.model_kwargs())  # the model's own rules
 
     # -- the two views of the config ----------------------------------------------------------------
 
@@ -277,14 +210,13 @@ class VitMinimalConfig(PreTrainedConfig):
     def architecture(self) -> str:
         """The registered timm entry point: this exact architecture if registered, else its family
         (``model_args`` then carry the differences, e.g. the depth)."""
-        mlp = '_mlp' if self.use_mlp else ''
-        name = f'vit_minimal_{self.attn_type}{mlp}_{self.depth}x{self.num_heads}'
-        return name if name in ARCHITECTURES else f'vit_minimal_{self.attn_type}{mlp}_6x1'
+        name = arch_name(self.attn_type, self.use_mlp, self.depth, self.num_heads)
+        return name if name in ARCHITECTURES else arch_name(self.attn_type, self.use_mlp, 6, 1)
 
     @property
     def model_args(self) -> Dict[str, Any]:
         """Keywords of ``VisionTransformerMinimal`` (without ``num_classes``), JSON-ready."""
-        return _jsonable({k: getattr(self, k) for k in MODEL_ARG_NAMES})
+        return jsonable({k: getattr(self, k) for k in MODEL_ARG_NAMES})
 
     def model_kwargs(self) -> Dict[str, Any]:
         """Keywords to build the model: ``VisionTransformerMinimal(**config.model_kwargs(), num_classes=...)``."""
@@ -303,7 +235,7 @@ class VitMinimalConfig(PreTrainedConfig):
             cfg['mean'] = list(mean[:1]) * self.in_chans if len(mean) == 1 else mean
         if std is not None and len(std) != self.in_chans:
             cfg['std'] = list(std[:1]) * self.in_chans if len(std) == 1 else std
-        return _jsonable(cfg)
+        return jsonable(cfg)
 
     def to_dict(self) -> Dict[str, Any]:
         output = super().to_dict()

@@ -8,7 +8,7 @@ so pixel values are the same in both libraries.
 
 This file travels with saved checkpoints (``trust_remote_code=True``).
 """
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import Any, Dict, Optional, Sequence
 
 import numpy as np
 import torch

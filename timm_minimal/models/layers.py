@@ -67,14 +67,7 @@ class MinimalAttention(nn.Module):
 
     def __init__(self, dim: int, num_heads: int = 1, attn_drop: float = 0., proj_drop: float = 0.) -> None:
         super().__init__()
-        if num_heads < 1 or dim % num_heads != 0:
-            raise ValueError(f'{type(self).__name__}: dim ({dim}) must be divisible by num_heads ({num_heads}).')
-        if self.single_head_only and num_heads != 1:
-            raise ValueError(
-                f'{type(self).__name__} collapses the key and query maps into one {dim} x {dim} matrix, '
-                f'which is defined for num_heads=1 only (got num_heads={num_heads}); '
-                f"use attn_type='sym' or 'std' for multi-head attention."
-            )
+        self.check_args(dim, num_heads)
         self.dim = dim
         self.num_heads = num_heads
         self.head_dim = dim // num_heads
@@ -82,6 +75,18 @@ class MinimalAttention(nn.Module):
         self.fused_attn = use_fused_attn()
         self.attn_drop = nn.Dropout(attn_drop)
         self.proj_drop = nn.Dropout(proj_drop)
+
+    @classmethod
+    def check_args(cls, dim: int, num_heads: int) -> None:
+        """ValueError unless this variant is defined for ``dim`` and ``num_heads``."""
+        if num_heads < 1 or dim % num_heads != 0:
+            raise ValueError(f'{cls.__name__}: dim ({dim}) must be divisible by num_heads ({num_heads}).')
+        if cls.single_head_only and num_heads != 1:
+            raise ValueError(
+                f'{cls.__name__} collapses the key and query maps into one {dim} x {dim} matrix, '
+                f'which is defined for num_heads=1 only (got num_heads={num_heads}); '
+                f"use attn_type='sym' or 'std' for multi-head attention."
+            )
 
     def _heads(self, x: torch.Tensor) -> torch.Tensor:
         """(B, T, C) -> (B, H, T, C / H)."""
@@ -96,10 +101,14 @@ class MinimalAttention(nn.Module):
         """Mix the concatenated heads (B, T, C) back into the residual stream."""
         raise NotImplementedError
 
+    def attention_scores(self, x: torch.Tensor) -> torch.Tensor:
+        """The scaled scores q k^T / sqrt(head_dim) (B, H, T, T) before the softmax (symmetric for ``sym``, ``chol``)."""
+        q, k, _ = self.compute_qkv(x)
+        return (q * self.scale) @ k.transpose(-2, -1)
+
     def attention_weights(self, x: torch.Tensor) -> torch.Tensor:
         """The softmax attention matrix (B, H, T, T) for input ``x``, rows sum to one."""
-        q, k, _ = self.compute_qkv(x)
-        return ((q * self.scale) @ k.transpose(-2, -1)).softmax(dim=-1)
+        return self.attention_scores(x).softmax(dim=-1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, T, C = x.shape

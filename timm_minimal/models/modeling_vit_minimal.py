@@ -23,7 +23,7 @@ from transformers.modeling_outputs import BaseModelOutputWithPooling, ImageClass
 
 from .configuration_vit_minimal import VitMinimalConfig
 from .image_processing_vit_minimal import VitMinimalImageProcessor
-from .layers import Block, CholAttention, MinimalAttention
+from .layers import CholAttention, MinimalAttention
 from .vit_minimal import VisionTransformerMinimal
 
 __all__ = ['VitMinimalPreTrainedModel', 'VitMinimalModel', 'VitMinimalForImageClassification']

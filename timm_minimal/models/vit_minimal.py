@@ -10,9 +10,10 @@ Geometry follows the pretrained tag: ``.mnist`` (1x28x28, 7x7 patches, 16 tokens
 (3x32x32, 4x4 patches, 64 tokens), ``.in1k`` (3x224x224, 16x16 patches, 196 tokens). The
 paper's width N = 60 and MLP width 256 are the defaults.
 """
+import inspect
 import logging
 from pathlib import Path
-from typing import Any, Dict, List, Literal, Optional, Set, Tuple, Type, Union
+from typing import Any, Dict, List, Literal, Optional, Set, Tuple, Type, Union, get_args
 
 import torch
 import torch.nn as nn
@@ -30,10 +31,9 @@ from timm.models._pretrained import PretrainedCfg
 from timm.models._registry import get_pretrained_cfg
 from timm.models.vision_transformer import global_pool_nlc, init_weights_vit_timm
 
-from .layers import ATTENTION_LAYERS, Block, get_attn_layer, sincos_2d_pos_embed
-from .paper import arch_name
+from .layers import Block, get_attn_layer, sincos_2d_pos_embed
 
-__all__ = ['VisionTransformerMinimal', 'checkpoint_filter_fn', 'DATASETS', 'ARCHITECTURES']
+__all__ = ['VisionTransformerMinimal', 'checkpoint_filter_fn', 'check_model_args', 'DATASETS', 'ARCHITECTURES']
 
 _logger = logging.getLogger(__name__)
 
@@ -60,6 +60,38 @@ def check_input(x: torch.Tensor, in_chans: int, img_size: Optional[Tuple[int, in
 
 
 torch.fx.wrap('check_input')  # the same for torch.fx.symbolic_trace itself
+
+
+def _check_choice(name: str, value: Any, choices: Any) -> None:
+    allowed = get_args(choices)
+    if value not in allowed:
+        raise ValueError(f"Unknown {name} {value!r}; choose one of {', '.join(map(repr, allowed))}.")
+
+
+def check_model_args(
+        img_size: Union[int, Tuple[int, int]] = 28, patch_size: Union[int, Tuple[int, int]] = 7, in_chans: int = 1,
+        num_classes: int = 10, global_pool: str = 'avg', embed_dim: int = 60, depth: int = 6, num_heads: int = 1,
+        attn_type: str = 'std', mlp_hidden_dim: int = 256, class_token: bool = False, pos_embed: str = 'sincos',
+        dynamic_img_size: bool = False, **_: Any) -> None:
+    """The rules a set of ``VisionTransformerMinimal`` keywords must follow (ValueError naming the keyword and
+    what is allowed). The model checks its arguments here, and so does the transformers config, which can thus
+    refuse a config without building a model. The attention layer's own rules live with the layer."""
+    for name, value, low in (('num_classes', num_classes, 0), ('in_chans', in_chans, 1), ('depth', depth, 1),
+                             ('num_heads', num_heads, 1), ('embed_dim', embed_dim, 1),
+                             ('mlp_hidden_dim', mlp_hidden_dim, 1)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < low:
+            raise ValueError(f'{name} must be an integer >= {low}, got {value!r}.')
+    get_attn_layer(attn_type).check_args(embed_dim, num_heads)
+    _check_choice('global_pool', global_pool, GlobalPoolType)
+    if global_pool == 'token' and not class_token:
+        raise ValueError("global_pool='token' needs class_token=True.")
+    _check_choice('pos_embed', pos_embed, PosEmbedType)
+    if pos_embed == 'sincos' and embed_dim % 4 != 0:
+        raise ValueError(f"pos_embed='sincos' needs embed_dim divisible by 4, got {embed_dim}.")
+    img, patch = to_2tuple(img_size), to_2tuple(patch_size)
+    if not dynamic_img_size and (img[0] % patch[0] or img[1] % patch[1]):
+        raise ValueError(f'img_size {tuple(img)} must be a multiple of patch_size {tuple(patch)} '
+                         f'(or build the model with dynamic_img_size=True).')
 
 
 class VisionTransformerMinimal(nn.Module):
@@ -131,28 +163,10 @@ class VisionTransformerMinimal(nn.Module):
         """
         super().__init__()
         # The construction arguments, so that a config file can describe this model exactly.
-        self.init_kwargs: Dict[str, Any] = dict(
-            img_size=img_size, patch_size=patch_size, in_chans=in_chans, num_classes=num_classes,
-            global_pool=global_pool, embed_dim=embed_dim, depth=depth, num_heads=num_heads, attn_type=attn_type,
-            use_mlp=use_mlp, mlp_hidden_dim=mlp_hidden_dim, qkv_bias=qkv_bias, class_token=class_token,
-            pos_embed=pos_embed, final_norm=final_norm, dynamic_img_size=dynamic_img_size, drop_rate=drop_rate,
-            pos_drop_rate=pos_drop_rate, proj_drop_rate=proj_drop_rate, attn_drop_rate=attn_drop_rate,
-            drop_path_rate=drop_path_rate, norm_layer=norm_layer, act_layer=act_layer,
-        )
+        args = locals()
+        self.init_kwargs: Dict[str, Any] = {k: args[k] for k in (*MODEL_KEYWORDS, 'norm_layer', 'act_layer')}
+        check_model_args(**self.init_kwargs)
         attn_layer = get_attn_layer(attn_type)
-        for name, value, low in (('num_classes', num_classes, 0), ('in_chans', in_chans, 1), ('depth', depth, 1),
-                                 ('num_heads', num_heads, 1), ('embed_dim', embed_dim, 1),
-                                 ('mlp_hidden_dim', mlp_hidden_dim, 1)):
-            if not isinstance(value, int) or value < low:
-                raise ValueError(f'{name} must be an integer >= {low}, got {value!r}.')
-        if global_pool not in ('', 'avg', 'max', 'token'):
-            raise ValueError(f"Unknown global_pool '{global_pool}'; choose one of '', 'avg', 'max', 'token'.")
-        if global_pool == 'token' and not class_token:
-            raise ValueError("global_pool='token' needs class_token=True.")
-        if pos_embed not in ('sincos', 'learn', 'none'):
-            raise ValueError(f"Unknown pos_embed '{pos_embed}'; choose one of 'sincos', 'learn', 'none'.")
-        if pos_embed == 'sincos' and embed_dim % 4 != 0:
-            raise ValueError(f"pos_embed='sincos' needs embed_dim divisible by 4, got {embed_dim}.")
 
         self.num_classes = num_classes
         self.global_pool = global_pool
@@ -249,8 +263,7 @@ class VisionTransformerMinimal(nn.Module):
     def reset_classifier(self, num_classes: int, global_pool: Optional[str] = None) -> None:
         self.num_classes = num_classes
         if global_pool is not None:
-            if global_pool not in ('', 'avg', 'max', 'token'):
-                raise ValueError(f"Unknown global_pool '{global_pool}'; choose one of '', 'avg', 'max', 'token'.")
+            _check_choice('global_pool', global_pool, GlobalPoolType)
             if global_pool == 'token' and self.cls_token is None:
                 raise ValueError("global_pool='token' needs a model built with class_token=True.")
             self.global_pool = global_pool
@@ -355,17 +368,22 @@ class VisionTransformerMinimal(nn.Module):
         return take_indices
 
     @torch.jit.ignore
-    def get_attention_maps(self, x: torch.Tensor) -> Tuple[torch.Tensor, List[torch.Tensor], List[torch.Tensor]]:
+    def get_attention_maps(
+            self, x: torch.Tensor, pre_softmax: bool = False,
+    ) -> Tuple[torch.Tensor, List[torch.Tensor], List[torch.Tensor]]:
         """Features plus, per block, its input hidden state and its attention weights (B, H, T, T).
 
         Returns ``(features, hidden_states, attentions)`` where ``hidden_states`` holds the
-        embedding output and every block's output (depth + 1 tensors, (B, T, C)).
+        embedding output and every block's output (depth + 1 tensors, (B, T, C)). With
+        ``pre_softmax=True`` the attentions are the raw scaled scores q k^T / sqrt(head_dim) instead
+        (the weights are their row-wise softmax; for ``sym`` and ``chol`` they are symmetric).
         """
         self._check_input(x)
         x = self._pos_embed(self.patch_embed(x))
         hidden_states, attentions = [x], []
         for blk in self.blocks:
-            attentions.append(blk.attn.attention_weights(blk.norm1(x)))
+            y = blk.norm1(x)
+            attentions.append(blk.attn.attention_scores(y) if pre_softmax else blk.attn.attention_weights(y))
             x = blk(x)
             hidden_states.append(x)
         return self.norm(x), hidden_states, attentions
@@ -393,6 +411,12 @@ class VisionTransformerMinimal(nn.Module):
         x = self.forward_features(x)
         return self.forward_head(x)
 
+
+# The keywords of VisionTransformerMinimal that describe a model (what a config file records): every
+# argument of its constructor but the initialisation switch and the layer classes.
+MODEL_KEYWORDS: Tuple[str, ...] = tuple(
+    name for name in inspect.signature(VisionTransformerMinimal.__init__).parameters
+    if name not in ('self', 'weight_init', 'norm_layer', 'act_layer'))
 
 _WRAPPER_PREFIXES = ('module.', '_orig_mod.', 'timm_model.', 'vit_minimal.')
 
@@ -434,35 +458,57 @@ def checkpoint_filter_fn(state_dict: Dict[str, torch.Tensor], model: VisionTrans
 
 # -- pretrained configs --------------------------------------------------------------------------
 
-# Geometry and preprocessing of each pretrained tag. The patch size is part of the tag's geometry:
-# it is applied when the architecture is built for that tag.
+# The one table of what a pretrained tag means: the geometry of its models (input size and patch size;
+# building an architecture for a tag applies both), its preprocessing and its classes (ImageNet's come
+# from timm, see dataset_label_names).
 DATASETS: Dict[str, Dict[str, Any]] = {
     'mnist': dict(
         input_size=(1, 28, 28), patch_size=7, num_classes=10, mean=(0.1307,), std=(0.3081,),
-        crop_pct=1.0, interpolation='bilinear'),
+        crop_pct=1.0, interpolation='bilinear', label_names=tuple('0123456789')),
     'cifar10': dict(
         input_size=(3, 32, 32), patch_size=4, num_classes=10, mean=(0.4914, 0.4822, 0.4465),
-        std=(0.2470, 0.2435, 0.2616), crop_pct=1.0, interpolation='bilinear'),
+        std=(0.2470, 0.2435, 0.2616), crop_pct=1.0, interpolation='bilinear',
+        label_names=('airplane', 'automobile', 'bird', 'cat', 'deer', 'dog', 'frog', 'horse', 'ship', 'truck')),
     'in1k': dict(
         input_size=(3, 224, 224), patch_size=16, num_classes=1000, mean=IMAGENET_DEFAULT_MEAN,
         std=IMAGENET_DEFAULT_STD, crop_pct=0.9, interpolation='bicubic'),
 }
 
-# Every registered architecture: attention variant x MLP x depth x heads, with the paper's width.
-_SINGLE_HEAD = tuple(name for name, layer in ATTENTION_LAYERS.items() if layer.single_head_only)
-ARCHITECTURES: List[str] = [
-    arch_name(attn, mlp, depth, heads)
-    for attn in ATTENTION_LAYERS
-    for mlp in (False, True)
-    for depth in (6, 12)
-    for heads in ((1,) if attn in _SINGLE_HEAD else (1, 4))
-]
+
+def tag_geometry(tag: str) -> Dict[str, Any]:
+    """``in_chans``, ``img_size`` and ``patch_size`` of the models of a pretrained tag."""
+    d = DATASETS[tag]
+    return dict(in_chans=d['input_size'][0], img_size=tuple(d['input_size'][1:]), patch_size=d['patch_size'])
+
+
+def tag_for_geometry(in_chans: int, img_size: Any, patch_size: Any) -> Optional[str]:
+    """The pretrained tag whose models have this geometry (None if no tag has it)."""
+    geometry = dict(in_chans=in_chans, img_size=to_2tuple(img_size), patch_size=to_2tuple(patch_size))
+    for tag in DATASETS:
+        g = tag_geometry(tag)
+        if dict(g, img_size=to_2tuple(g['img_size']), patch_size=to_2tuple(g['patch_size'])) == geometry:
+            return tag
+    return None
+
+
+def dataset_label_names(tag: Optional[str]) -> Optional[List[str]]:
+    """Class names of a pretrained tag's dataset (``None`` for an unknown tag)."""
+    if tag == 'in1k':
+        from timm.data import ImageNetInfo
+        return list(ImageNetInfo('imagenet-1k').label_descriptions())
+    names = DATASETS.get(tag, {}).get('label_names') if tag else None
+    return list(names) if names is not None else None
 
 
 # Trained weights ship inside the package as weights/<architecture>.<tag>.safetensors; each is also
 # published on the Hub as <HUB_ORG>/<architecture>.<tag>. Tags without a file have no weights.
 WEIGHTS_DIR = Path(__file__).parent / 'weights'
 HUB_ORG = 'timm-minimal'
+
+# Keys of a timm pretrained cfg that say where weights came from or what the checkpoint's head is,
+# not how its inputs are prepared.
+_SOURCE_KEYS = ('url', 'file', 'hf_hub_id', 'hf_hub_filename', 'source', 'state_dict', 'architecture',
+                'num_classes', 'label_names', 'label_descriptions')
 
 
 def _weights(arch: str, dataset: str) -> Dict[str, Any]:
@@ -471,25 +517,52 @@ def _weights(arch: str, dataset: str) -> Dict[str, Any]:
 
 
 def _cfg(dataset: str, **kwargs) -> Dict[str, Any]:
-    geometry = {k: v for k, v in DATASETS[dataset].items() if k != 'patch_size'}
+    """timm's pretrained cfg of a tag (``kwargs``: where its weights are)."""
     return {
         'url': '',
         'pool_size': None,
+        'crop_mode': 'center',
         'fixed_input_size': True,
         'first_conv': 'patch_embed.proj',
         'classifier': 'head',
         'license': 'apache-2.0',
         'paper_name': PAPER_NAME,
         'paper_ids': PAPER_ID,
-        **geometry,
+        **{k: v for k, v in DATASETS[dataset].items() if k != 'patch_size'},
         **kwargs,
     }
 
 
-# The first tag of an architecture is its default: MNIST, where the paper runs every variant.
-default_cfgs = generate_default_cfgs({
-    f'{arch}.{dataset}': _cfg(dataset, **_weights(arch, dataset)) for arch in ARCHITECTURES for dataset in DATASETS
-})
+def describe_pretrained_cfg(cfg: Dict[str, Any], **changes: Any) -> Dict[str, Any]:
+    """How a model's inputs are prepared, as a config file records it: a pretrained cfg without the keys
+    of where its weights came from, with ``changes`` applied, JSON-ready (lists, no callables)."""
+    out = {k: v for k, v in {**cfg, **changes}.items() if k not in _SOURCE_KEYS and not callable(v)}
+    return jsonable(out)
+
+
+def pretrained_cfg_for(in_chans: int, img_size: Any, patch_size: Any) -> Dict[str, Any]:
+    """The preprocessing of the tag with this geometry, else plain [0, 1] -> [-1, 1] at that size."""
+    tag = tag_for_geometry(in_chans, img_size, patch_size)
+    if tag is not None:
+        return describe_pretrained_cfg(_cfg(tag), tag=tag)
+    img_size = to_2tuple(img_size)
+    return describe_pretrained_cfg(
+        _cfg('mnist'), input_size=(in_chans, img_size[0], img_size[1]), mean=(0.5,) * in_chans,
+        std=(0.5,) * in_chans)
+
+
+def jsonable(value: Any) -> Any:
+    """Tuples to lists, recursively (the form a config has after a JSON round trip)."""
+    if isinstance(value, dict):
+        return {k: jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    return value
+
+
+# Filled by @register_model below, one entry per architecture, in the order of the functions.
+ARCHITECTURES: List[str] = []
+default_cfgs: Dict[str, Any] = {}
 
 
 def _resolve_tag(variant: str, pretrained_cfg: Any) -> Optional[str]:
@@ -520,7 +593,8 @@ def _create_vit_minimal(variant: str, pretrained: bool = False, **kwargs) -> Vis
     _check_config_values(kwargs.get('pretrained_cfg'))
     tag = _resolve_tag(variant, kwargs.get('pretrained_cfg'))
     if tag in DATASETS:
-        kwargs.setdefault('patch_size', DATASETS[tag]['patch_size'])
+        for key, value in tag_geometry(tag).items():
+            kwargs.setdefault(key, value)
     try:
         return build_model_with_cfg(
             VisionTransformerMinimal,
@@ -549,9 +623,14 @@ def _create_vit_minimal(variant: str, pretrained: bool = False, **kwargs) -> Vis
 # -- registered architectures: vit_minimal_<attention>[_mlp]_<depth>x<heads> ----------------------
 
 def register_model(fn):
-    """``timm.models.register_model``, once per name: a copy of this file travels with every Hugging
-    Face checkpoint (``trust_remote_code``) and may be imported more than once; the first stays."""
-    return fn if is_model(fn.__name__) else _timm_register_model(fn)
+    """timm's ``register_model`` with this module's pretrained cfgs, one per tag of ``DATASETS`` (MNIST, the
+    first, is the default), made for the function's name, which also joins ``ARCHITECTURES``. timm registers
+    a name once: a copy of this file travels with every Hugging Face checkpoint (``trust_remote_code``) and
+    may be imported more than once; the first registration stays."""
+    name = fn.__name__
+    ARCHITECTURES.append(name)
+    default_cfgs.update(generate_default_cfgs({f'{name}.{d}': _cfg(d, **_weights(name, d)) for d in DATASETS}))
+    return fn if is_model(name) else _timm_register_model(fn)
 
 
 # std: the paper's unchanged attention

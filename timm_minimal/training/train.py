@@ -471,11 +471,10 @@ def build_model(args: argparse.Namespace, data: ImageData) -> Tuple[nn.Module, s
 def model_config(model: nn.Module, model_name: str, model_kwargs: Dict[str, Any], data: ImageData,
                  data_cfg: Dict[str, Any]) -> Dict[str, Any]:
     """A checkpoint's config.json: timm's Hub layout (architecture, num_classes, model_args, pretrained_cfg)."""
-    cfg = dict(getattr(model, 'pretrained_cfg', {}) or {})
-    cfg = {k: (list(v) if isinstance(v, tuple) else v) for k, v in cfg.items()
-           if not callable(v) and k not in ('file', 'source', 'state_dict')}  # where it came from, not what it is
-    cfg.update(num_classes=data.num_classes, input_size=list(data_cfg['input_size']),
-               mean=list(data_cfg['mean']), std=list(data_cfg['std']), label_names=data.classes)
+    from ..models.vit_minimal import describe_pretrained_cfg
+    cfg = describe_pretrained_cfg(getattr(model, 'pretrained_cfg', None) or {}, input_size=data_cfg['input_size'],
+                                  mean=data_cfg['mean'], std=data_cfg['std'])
+    cfg.update(num_classes=data.num_classes, label_names=data.classes)  # timm reads these from here too
     return dict(architecture=split_model_name(model_name)[0], num_classes=data.num_classes,
                 num_features=getattr(model, 'num_features', None), model_args=model_kwargs, pretrained_cfg=cfg)
 
