@@ -9,6 +9,7 @@ import torch
 
 import timm_minimal
 from timm_minimal.tools import benchmark as B
+from timm_minimal.tools.benchmark.accuracy import as_percent
 
 torch.set_num_threads(1)
 
@@ -80,7 +81,7 @@ def test_accuracy_results_reader(tmp_path):
             dict(model='vit_minimal_std_mlp_6x1', dataset='mnist', params=279106, epochs=5, val_acc=None)]
     path.write_text(json.dumps(rows))
     loaded = B.load_reproduce_results(str(path))
-    assert len(loaded) == 1 and B._as_percent([r['val_acc'] for r in loaded]) == [97.0]
+    assert len(loaded) == 1 and as_percent([r['val_acc'] for r in loaded]) == [97.0]
 
 
 @pytest.fixture(scope='module')

@@ -1,0 +1,157 @@
+"""The command line: ``timm-minimal-benchmark`` and ``python scripts/benchmark.py``.
+
+``main`` measures (``suite.run_benchmark``) or reads a saved results JSON (``--from-json``), writes the
+report and plots (``report.render_report``) and prints them with the headline ratios. With
+``--training`` it runs ``timm_minimal.tools.training_benchmark`` instead, with the other arguments.
+"""
+import argparse
+import json
+import os
+import sys
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from ...models.vit_minimal import DATASETS
+from .report import render_report, summary_lines
+from .suite import BenchmarkConfig, run_benchmark, select_models
+
+
+def _csv_ints(text: str) -> Tuple[int, ...]:
+    return tuple(int(v) for v in text.split(',') if v.strip())
+
+
+def build_parser() -> argparse.ArgumentParser:
+    d = BenchmarkConfig()
+    p = argparse.ArgumentParser(
+        prog='timm-minimal-benchmark',
+        description='Benchmark the vit_minimal architectures: parameters, FLOPs, throughput, memory, ratios '
+                    'against the paper\'s baseline and timm\'s VisionTransformer, scaling; writes BENCHMARKS.md '
+                    'and PNG plots.')
+    _add_run_options(p, d)
+    _add_comparison_options(p, d)
+    _add_output_options(p, d)
+    return p
+
+
+def _add_run_options(p: argparse.ArgumentParser, d: BenchmarkConfig) -> None:
+    """What is measured, where and how."""
+    p.add_argument('--models', nargs='+', default=None,
+                   help=f'glob(s) over the registered names (default {" ".join(d.models)}); the std_mlp baseline '
+                        'of each depth is always added')
+    p.add_argument('--dataset', default=d.dataset, choices=sorted(DATASETS), help='geometry tag (default mnist)')
+    p.add_argument('--batch-size', type=int, default=None, help=f'batch size (default {d.batch_size})')
+    p.add_argument('--repeats', type=int, default=None, help=f'timed repeats (default {d.repeats})')
+    p.add_argument('--warmup', type=int, default=None, help=f'warm-up steps per model (default {d.warmup})')
+    p.add_argument('--target-time', type=float, default=None,
+                   help=f'seconds per timed repeat and model (default {d.target_time})')
+    p.add_argument('--device', default='auto', help='cpu, cuda or auto (default: cuda when available)')
+    p.add_argument('--threads', type=int, default=d.threads, help=f'torch.set_num_threads (default {d.threads}; 0: leave)')
+    p.add_argument('--clock', default=d.clock, choices=('auto', 'cpu', 'wall'),
+                   help='cpu: images per second of process CPU time, immune to other jobs on a shared machine '
+                        '(needs --threads 1); wall: wall time; auto (default): cpu on a CPU with one thread, else wall')
+    p.add_argument('--amp', action='store_true', help='autocast (CUDA, or CPU bfloat16)')
+    p.add_argument('--amp-dtype', default=d.amp_dtype, choices=('bfloat16', 'float16'))
+
+
+def _add_comparison_options(p: argparse.ArgumentParser, d: BenchmarkConfig) -> None:
+    """The comparisons: SDPA off, timm's reference, memory, blocks and the scaling sweeps."""
+    p.add_argument('--sdpa-models', nargs='+', default=None,
+                   help='globs of the selected models also measured with SDPA off '
+                        f'(default {" ".join(d.sdpa_models)}; \'*\' for all)')
+    p.add_argument('--no-sdpa', action='store_true', help='skip the SDPA-off comparison (also in the token sweep)')
+    p.add_argument('--no-timm', action='store_true', help='skip the comparison with timm VisionTransformer')
+    p.add_argument('--timm-pairs', type=int, default=None, help=f'alternated repeats ours vs timm (default {d.timm_pairs})')
+    p.add_argument('--no-memory', action='store_true', help='skip the peak-memory measurement')
+    p.add_argument('--memory-method', default=d.memory_method, choices=('tensors', 'rss'),
+                   help='tensors: peak of torch allocations (profiler on CPU, allocator on CUDA), in process; '
+                        'rss: CPU peak RSS growth, one fresh process per model (default tensors)')
+    p.add_argument('--block-size', type=int, default=None,
+                   help=f'models measured together with the baseline in one block (default {d.block_size})')
+    p.add_argument('--no-scaling', action='store_true', help='skip the token/depth scaling sweep')
+    p.add_argument('--scaling-tokens', type=_csv_ints, default=None,
+                   help=f'token counts of the sweep, squares (default {",".join(map(str, d.scaling_tokens))})')
+    p.add_argument('--scaling-depths', type=_csv_ints, default=None,
+                   help=f'depths of the sweep (default {",".join(map(str, d.scaling_depths))})')
+    p.add_argument('--scaling-tokens-per-batch', type=int, default=None,
+                   help=f'tokens per batch in the sweeps, batch = this / tokens (default {d.scaling_tokens_per_batch})')
+    p.add_argument('--scaling-models', nargs='+', default=None,
+                   help=f'models of the sweeps (default {" ".join(d.scaling_models)})')
+
+
+def _add_output_options(p: argparse.ArgumentParser, d: BenchmarkConfig) -> None:
+    """Where the report, plots and results go, and the other modes (from JSON, quick, training)."""
+    p.add_argument('--output', default=d.output, help='markdown report path (default BENCHMARKS.md)')
+    p.add_argument('--plots-dir', default=None, help='folder of the PNG plots (default: benchmarks/ beside the report)')
+    p.add_argument('--json', default=None, help='raw results JSON (default: results.json in the plots folder)')
+    p.add_argument('--no-plots', action='store_true', help='write no PNG plots')
+    p.add_argument('--results', default=d.results_path,
+                   help='reproduce-paper results for the accuracy plot (default results/reproduce_paper.json)')
+    p.add_argument('--from-json', default=None, metavar='PATH',
+                   help='measure nothing: rebuild the report and plots from a saved results JSON')
+    p.add_argument('--quick', action='store_true', help='smoke test: 2 models, tiny batches, 1-2 repeats')
+    p.add_argument('--training', action='store_true',
+                   help='instead: the trainer against the bare training step (timm_minimal.tools.training_benchmark); '
+                        'every other argument goes to it, see --training --help')
+
+
+def config_from_args(args: argparse.Namespace) -> BenchmarkConfig:
+    overrides: Dict[str, Any] = {}
+    for arg, key in (('batch_size', 'batch_size'), ('repeats', 'repeats'), ('warmup', 'warmup'),
+                     ('target_time', 'target_time'), ('timm_pairs', 'timm_pairs'), ('scaling_tokens', 'scaling_tokens'),
+                     ('scaling_depths', 'scaling_depths'), ('scaling_tokens_per_batch', 'scaling_tokens_per_batch'),
+                     ('block_size', 'block_size')):
+        if getattr(args, arg) is not None:
+            overrides[key] = getattr(args, arg)
+    if args.models:
+        overrides['models'] = tuple(args.models)
+    if args.scaling_models:
+        overrides['scaling_models'] = tuple(select_models(args.scaling_models))
+    if args.sdpa_models:
+        overrides['sdpa_models'] = tuple(args.sdpa_models)
+    if args.no_sdpa:
+        overrides['sdpa_models'] = ()
+    overrides.update(
+        dataset=args.dataset, device=args.device, threads=args.threads or None, clock=args.clock, amp=args.amp,
+        amp_dtype=args.amp_dtype, timm_compare=not args.no_timm, memory=not args.no_memory,
+        memory_method=args.memory_method,
+        scaling=not args.no_scaling, output=args.output, results_path=args.results, plots=not args.no_plots,
+    )
+    plots_dir = os.path.normpath(args.plots_dir or os.path.join(os.path.dirname(args.output) or '.', 'benchmarks'))
+    overrides['plots_dir'] = plots_dir
+    overrides['json_path'] = args.json or os.path.join(plots_dir, 'results.json')
+    return BenchmarkConfig.quick_config(**overrides) if args.quick else BenchmarkConfig(**overrides)
+
+
+def _dispatch_training(argv: Sequence[str]) -> Optional[List[str]]:
+    """The arguments for ``training_benchmark`` when ``--training`` comes before any ``--``, else None."""
+    head = list(argv[:argv.index('--')]) if '--' in argv else list(argv)
+    if '--training' not in head:
+        return None
+    rest = list(argv)
+    rest.remove('--training')
+    return rest
+
+
+def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
+    training_argv = _dispatch_training(list(sys.argv[1:] if argv is None else argv))
+    if training_argv is not None:
+        from .. import training_benchmark
+        sys.exit(training_benchmark.main(training_argv))
+    args = build_parser().parse_args(argv)
+    config = config_from_args(args)
+    if args.from_json:
+        with open(args.from_json) as f:
+            results = json.load(f)
+    else:
+        argv_list = list(sys.argv[1:] if argv is None else argv)
+        config.command = ' '.join(['timm-minimal-benchmark'] + argv_list)
+        results = run_benchmark(config)
+        if config.json_path:
+            os.makedirs(os.path.dirname(os.path.abspath(config.json_path)), exist_ok=True)
+            with open(config.json_path, 'w') as f:
+                json.dump(results, f, indent=1)
+    text = render_report(results, config.output, config.plots_dir if config.plots else None, config.results_path)
+    print(text)
+    print('\n'.join(['', '## Headline'] + summary_lines(results)))
+    print(f'\nwrote {config.output}' + (f', plots in {config.plots_dir}' if config.plots else '')
+          + (f', raw results {config.json_path}' if config.json_path and not args.from_json else ''))
+    return results
