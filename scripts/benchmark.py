@@ -7,7 +7,9 @@
 
 All the work is in ``timm_minimal.tools.benchmark``; ``--help`` lists the options.
 """
+import sys
+
 from timm_minimal.tools.benchmark import main
 
 if __name__ == '__main__':
-    main()
+    sys.exit(main())

@@ -92,7 +92,7 @@ def quick_run(tmp_path_factory):
                                              val_acc=91.5, train_acc=92.0)]))
     argv = ['--quick', '--output', str(out / 'BENCHMARKS.md'), '--results', str(results_json), '--threads', '1',
             '--device', 'cpu']  # the CPU clock and memory methods, on a machine with a GPU too
-    results = B.main(argv)
+    results = B.run(argv)
     return out, results
 
 
@@ -177,8 +177,8 @@ def test_quick_scaling_and_accuracy(quick_run):
 
 def test_report_rebuilds_from_json(quick_run, tmp_path):
     out, _ = quick_run
-    B.main(['--from-json', str(out / 'benchmarks' / 'results.json'), '--output', str(tmp_path / 'B.md'),
-            '--results', str(tmp_path / 'none.json')])
+    assert B.main(['--from-json', str(out / 'benchmarks' / 'results.json'), '--output', str(tmp_path / 'B.md'),
+                   '--results', str(tmp_path / 'none.json')]) == 0  # the exit status of the console script
     md = (tmp_path / 'B.md').read_text()
     assert '## Per model' in md and 'paper\'s Table 2 points only' in md
     assert (tmp_path / 'benchmarks' / 'accuracy_vs_params.png').exists()

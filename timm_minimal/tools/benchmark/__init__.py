@@ -43,7 +43,7 @@ The modules, by job:
 - ``cli``: the command line (``main``); ``python -m timm_minimal.tools.benchmark`` runs it too.
 """
 from .accuracy import PAPER_TABLE2, load_reproduce_results
-from .cli import build_parser, config_from_args, main
+from .cli import build_parser, config_from_args, main, run
 from .measure import (TIMM_REF, ModelSpec, Runner, build_model, build_timm_reference, count_flops, count_params,
                       geometry, measure_throughput, median, parse_name, ratios, set_fused_attn)
 from .memory import measure_memory, tensor_memory_peak
@@ -52,7 +52,7 @@ from .suite import BenchmarkConfig, baseline_of, run_benchmark, select_models
 
 __all__ = [
     'BenchmarkConfig', 'PAPER_TABLE2', 'build_model', 'build_timm_reference', 'count_flops', 'count_params',
-    'run_benchmark', 'render_report', 'load_reproduce_results', 'main',
+    'run_benchmark', 'render_report', 'load_reproduce_results', 'main', 'run',
     # also used by the tests and the other tools
     'TIMM_REF', 'ModelSpec', 'Runner', 'baseline_of', 'build_parser', 'config_from_args', 'geometry',
     'measure_memory', 'measure_throughput', 'median', 'parse_name', 'ratios', 'select_models', 'set_fused_attn',

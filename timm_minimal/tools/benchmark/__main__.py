@@ -1,4 +1,6 @@
 """``python -m timm_minimal.tools.benchmark``: the same as ``timm-minimal-benchmark``."""
+import sys
+
 from . import main
 
-main()
+sys.exit(main())

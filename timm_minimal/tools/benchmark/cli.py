@@ -131,11 +131,18 @@ def _dispatch_training(argv: Sequence[str]) -> Optional[List[str]]:
     return rest
 
 
-def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """The command line; returns the exit status (``--training`` hands over to the training benchmark's)."""
     training_argv = _dispatch_training(list(sys.argv[1:] if argv is None else argv))
     if training_argv is not None:
         from .. import training_benchmark
-        sys.exit(training_benchmark.main(training_argv))
+        return training_benchmark.main(training_argv)
+    run(argv)
+    return 0
+
+
+def run(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
+    """Measure (or read ``--from-json``), write the report and return the results."""
     args = build_parser().parse_args(argv)
     config = config_from_args(args)
     if args.from_json:
