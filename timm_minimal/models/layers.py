@@ -102,7 +102,7 @@ class MinimalAttention(nn.Module):
         raise NotImplementedError
 
     def attention_scores(self, x: torch.Tensor) -> torch.Tensor:
-        """The scaled scores q k^T / sqrt(head_dim) (B, H, T, T) before the softmax (symmetric for ``sym``, ``chol``)."""
+        """The scaled scores q k^T / sqrt(head_dim) (B, H, T, T) before the softmax; symmetric for ``sym``, ``chol``."""
         q, k, _ = self.compute_qkv(x)
         return (q * self.scale) @ k.transpose(-2, -1)
 
