@@ -10,7 +10,7 @@ report.
 """
 import argparse
 import sys
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence
 
 import torch
 
@@ -19,29 +19,43 @@ from ..training.data import DatasetError, build_transforms, load_dataset
 from ..training.device_data import images_to_array
 from ..training.engine import eval_metrics, eval_sums
 
-__all__ = ['evaluate_model', 'main']
+__all__ = ['evaluate_model', 'evaluate_forwards', 'main']
 
 
 @torch.no_grad()
+def evaluate_forwards(forwards: Mapping[str, Callable[[torch.Tensor], torch.Tensor]], data_cfg: Mapping[str, Any],
+                      num_classes: int, dataset: str, data_dir: Optional[str] = None, batch_size: int = 1000,
+                      device: str = 'cpu', download: bool = False) -> Dict[str, Dict[str, Any]]:
+    """Loss and top-1 / top-5 accuracy (%) of each function from images to logits over the evaluation split of
+    ``dataset``, prepared once with the preprocessing ``data_cfg`` (timm's ``resolve_data_config``)."""
+    data = load_dataset(dataset, data_dir, download=download)
+    img_mode = 'L' if data_cfg['input_size'][0] == 1 else 'RGB'
+    _, eval_tf = build_transforms(data_cfg['input_size'], data_cfg['mean'], data_cfg['std'],
+                                  interpolation=data_cfg['interpolation'], crop_pct=data_cfg['crop_pct'])
+    images, labels = images_to_array(data.eval, eval_tf, data_cfg['input_size'], img_mode)
+    normalize = BatchAugment(BatchAugmentConfig(), data_cfg['mean'], data_cfg['std'], torch.device(device))
+    sums = {key: torch.zeros(4, dtype=torch.float64, device=device) for key in forwards}
+    for i in range(0, len(images), batch_size):
+        x = normalize(torch.from_numpy(images[i:i + batch_size].copy()).to(device), None)
+        y = torch.from_numpy(labels[i:i + batch_size].copy()).to(device)
+        for key, forward in forwards.items():
+            sums[key] += eval_sums(forward(x), y)
+    results = {}
+    for key in forwards:
+        res = eval_metrics(sums[key], num_classes=num_classes)
+        results[key] = dict(dataset=data.name, split=data.eval_split, samples=res['count'], loss=res['loss'],
+                            acc=res['acc'], acc5=res.get('acc5'))
+    return results
+
+
 def evaluate_model(model: torch.nn.Module, dataset: str, data_dir: Optional[str] = None, batch_size: int = 1000,
                    device: str = 'cpu', download: bool = False) -> Dict[str, Any]:
     """Loss and top-1 / top-5 accuracy (%) of ``model`` over the evaluation split of ``dataset``."""
     from timm.data import resolve_data_config
-    data = load_dataset(dataset, data_dir, download=download)
-    cfg = resolve_data_config({}, model=model)
-    img_mode = 'L' if cfg['input_size'][0] == 1 else 'RGB'
-    _, eval_tf = build_transforms(cfg['input_size'], cfg['mean'], cfg['std'], interpolation=cfg['interpolation'],
-                                  crop_pct=cfg['crop_pct'])
-    images, labels = images_to_array(data.eval, eval_tf, cfg['input_size'], img_mode)
-    normalize = BatchAugment(BatchAugmentConfig(), cfg['mean'], cfg['std'], torch.device(device))
     model = model.to(device).eval()
-    sums = torch.zeros(4, dtype=torch.float64, device=device)
-    for i in range(0, len(images), batch_size):
-        x = normalize(torch.from_numpy(images[i:i + batch_size].copy()).to(device), None)
-        sums += eval_sums(model(x), torch.from_numpy(labels[i:i + batch_size].copy()).to(device))
-    res = eval_metrics(sums, num_classes=model.num_classes)
-    return dict(dataset=data.name, split=data.eval_split, samples=res['count'], loss=res['loss'], acc=res['acc'],
-                acc5=res.get('acc5'))
+    cfg = resolve_data_config({}, model=model)
+    return evaluate_forwards({'model': model}, cfg, model.num_classes, dataset, data_dir, batch_size, device,
+                             download)['model']
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -1,0 +1,423 @@
+"""Export a model for deployment: ONNX with a dynamic batch dimension, its preprocessing, an int8 copy.
+
+    timm-minimal-export vit_minimal_sym_6x4.mnist --out export/sym-mnist
+    timm-minimal-export vit_minimal_sym_6x4.cifar10 --out export/sym-cifar10 --int8 --verify-data-dir data
+
+The model is a ``vit_minimal_*`` architecture with an optional tag (its shipped weights), or a
+``local-dir:`` / ``hf-hub:`` checkpoint. ``--out`` receives ``model.onnx`` (fp32; input
+``pixel_values`` (batch, C, H, W), normalised; output ``logits`` (batch, classes)), with ``--int8``
+``model.int8.onnx`` (weights quantised to int8, activations quantised on the fly: onnxruntime's
+``quantize_dynamic``) and ``preprocessing.json`` (input size, channels, resize and crop, mean and
+std, label names: timm's pretrained cfg of the model). The graph comes from ``torch.onnx.export``
+with the dynamo exporter; nothing is rewritten by hand.
+
+Every file is checked with onnxruntime before the folder appears: the fp32 logits must equal torch's
+within ``--atol`` (1e-4) on batches of another size than the exported one, and with
+``--verify-data-dir`` the top-1 accuracy of torch, fp32 and int8 over the whole test split is
+measured (int8 at most ``--max-int8-drop`` points below fp32). Files are written into a temporary
+folder beside ``--out`` and renamed into place, so a failure leaves nothing half-written.
+
+Needs the ``export`` extra: ``pip install -e ".[export]"`` (onnx, onnxscript, onnxruntime).
+"""
+import argparse
+import importlib
+import json
+import logging
+import os
+import shutil
+import sys
+import tempfile
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+
+import torch
+import torch.nn as nn
+
+__all__ = ['ExportResult', 'ExportError', 'VerificationError', 'MissingExtraError', 'EXPORT_PACKAGES',
+           'require_export_extra', 'resolve_model', 'model_label', 'preprocessing_config', 'export_onnx',
+           'quantize_int8', 'staged_folder', 'ort_session', 'ort_forward', 'max_abs_diff', 'export_model',
+           'format_report', 'main']
+
+EXPORT_PACKAGES = ('onnx', 'onnxscript', 'onnxruntime')
+INSTALL_HINT = 'pip install -e ".[export]" (or: pip install onnx onnxscript onnxruntime)'
+INPUT_NAME, OUTPUT_NAME = 'pixel_values', 'logits'
+FP32_FILE, INT8_FILE, PREPROCESSING_FILE = 'model.onnx', 'model.int8.onnx', 'preprocessing.json'
+# the ops whose weights dynamic quantisation stores as int8: the attention and MLP maps and the classifier;
+# the patch embedding (a Conv on the raw pixels) stays fp32
+INT8_OP_TYPES = ('MatMul', 'Gemm')
+# the evaluation dataset of a pretrained tag
+TAG_DATASETS = {'mnist': 'mnist', 'cifar10': 'cifar10', 'in1k': 'imagenet'}
+EXPORT_BATCH = 2  # the example batch; 1 would be specialised by torch.export, verification uses 1 and 5
+
+
+class ExportError(ValueError):
+    """A model, option or output folder that cannot be exported, with what is allowed."""
+
+
+class VerificationError(RuntimeError):
+    """An exported file that does not compute what the torch model computes."""
+
+
+class MissingExtraError(ImportError):
+    """The optional export packages are not installed."""
+
+
+@dataclass
+class ExportResult:
+    """What ``export_model`` wrote and measured."""
+    model: str
+    out_dir: Path
+    files: Dict[str, int]  # file name -> size in bytes
+    max_abs_diff: float  # fp32 ONNX logits against torch eager
+    int8_max_abs_diff: Optional[float] = None  # int8 ONNX logits against torch eager (not bounded)
+    accuracy: Optional[Dict[str, Dict[str, Any]]] = None  # 'torch', 'fp32', 'int8' -> evaluate_forwards metrics
+    preprocessing: Dict[str, Any] = field(default_factory=dict)
+
+
+def require_export_extra() -> None:
+    """Import onnx, onnxscript and onnxruntime, or fail with what to install."""
+    missing = []
+    for name in EXPORT_PACKAGES:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            missing.append(name)
+    if missing:
+        raise MissingExtraError(f'ONNX export needs {", ".join(missing)}: {INSTALL_HINT}')
+
+
+# -- the model and its preprocessing ---------------------------------------------------------------
+
+def _allowed_models() -> str:
+    import timm
+    from ..models.paper import VARIANTS
+    from ..models.vit_minimal import ARCHITECTURES, DATASETS
+    return (f'a vit_minimal architecture vit_minimal_<{"|".join(VARIANTS)}>[_mlp]_<depth>x<heads> '
+            f'({len(ARCHITECTURES)} registered: timm.list_models("vit_minimal*")) with an optional tag '
+            f'{", ".join("." + t for t in DATASETS)}; shipped weights: {", ".join(timm.list_pretrained("vit_minimal*"))}; '
+            f'or local-dir:PATH / hf-hub:REPO')
+
+
+def resolve_model(name: str, pretrained: bool = True) -> nn.Module:
+    """The model ``name`` names, in eval mode: a ``vit_minimal_*`` architecture with an optional tag (its weights
+    with ``pretrained``, else a random initialisation), or a ``local-dir:`` / ``hf-hub:`` checkpoint."""
+    import timm
+    from ..models.vit_minimal import ARCHITECTURES, DATASETS, VisionTransformerMinimal
+    checkpoint = name.startswith(('local-dir:', 'hf-hub:'))
+    if not checkpoint:
+        arch, _, tag = name.partition('.')
+        if arch not in ARCHITECTURES:
+            raise ExportError(f"unknown model '{name}': expected {_allowed_models()}")
+        if tag and tag not in DATASETS:
+            raise ExportError(f"unknown tag '.{tag}' in '{name}': the tags are {', '.join('.' + t for t in DATASETS)}")
+    try:
+        model = timm.create_model(name, pretrained=pretrained or checkpoint)
+    except RuntimeError as e:
+        if str(e).startswith('No pretrained weights exist'):
+            raise ExportError(f'{e} (--random-init exports the untrained model)') from e
+        raise ExportError(f'cannot load {name}: {e}') from e
+    except (OSError, ValueError) as e:
+        raise ExportError(f'cannot load {name}: {e}') from e
+    if not isinstance(model, VisionTransformerMinimal):
+        raise ExportError(f'{name} is a {type(model).__name__}, not a vit_minimal model; expected {_allowed_models()}')
+    return model.eval()
+
+
+def model_label(model: nn.Module) -> str:
+    """``<architecture>.<tag>`` of a model built from the registry (its pretrained cfg)."""
+    cfg = getattr(model, 'pretrained_cfg', None) or {}
+    arch, tag = cfg.get('architecture'), cfg.get('tag')
+    return f'{arch}.{tag}' if arch and tag else (arch or type(model).__name__)
+
+
+def _label_names(model: nn.Module) -> List[str]:
+    """The class names the Hugging Face config of the model gives (its ``id2label``): one source for both."""
+    from ..models.configuration_vit_minimal import VitMinimalConfig
+    id2label = VitMinimalConfig.from_timm(model).id2label
+    return [str(id2label[i]) for i in sorted(id2label)]
+
+
+def _check_geometry(model: nn.Module, input_size: Tuple[int, ...]) -> None:
+    """The preprocessing must describe the model: its pretrained cfg's input size is the one it takes."""
+    actual = (model.in_chans, *model.patch_embed.img_size)
+    if input_size[0] != actual[0] or (input_size[1:] != actual[1:] and not model.dynamic_img_size):
+        raise ExportError(f"the model takes {'x'.join(map(str, actual))} inputs but its pretrained cfg says "
+                          f"{'x'.join(map(str, input_size))}: give the model a matching pretrained cfg "
+                          f"(pretrained_cfg_overlay=dict(input_size=..., mean=..., std=...))")
+
+
+def preprocessing_config(model: nn.Module, name: Optional[str] = None) -> Dict[str, Any]:
+    """What the exported graph expects: timm's evaluation preprocessing of the model (``resolve_data_config``
+    and the transform ``create_transform`` builds from it), the input and output tensors and the class names."""
+    from timm.data import create_transform, resolve_data_config
+    from torchvision import transforms
+    cfg = resolve_data_config({}, model=model)
+    _check_geometry(model, tuple(cfg['input_size']))
+    tf = create_transform(**cfg)
+    resize = next(t for t in tf.transforms if isinstance(t, transforms.Resize))
+    crop = next(t for t in tf.transforms if isinstance(t, transforms.CenterCrop))
+    channels, height, width = cfg['input_size']
+    return dict(
+        model=name or model_label(model),
+        input=dict(name=INPUT_NAME, shape=['batch', channels, height, width], dtype='float32', layout='NCHW'),
+        output=dict(name=OUTPUT_NAME, shape=['batch', model.num_classes], dtype='float32', meaning='logits'),
+        input_size=list(cfg['input_size']), channels=channels, color_mode='L' if channels == 1 else 'RGB',
+        resize=resize.size if isinstance(resize.size, int) else list(resize.size), interpolation=cfg['interpolation'],
+        crop_pct=cfg['crop_pct'], crop_mode=cfg['crop_mode'], center_crop=list(crop.size),
+        pixel_scale=1 / 255, mean=list(cfg['mean']), std=list(cfg['std']),
+        steps=['convert the image to ' + ('grey (L)' if channels == 1 else 'RGB'),
+               f'resize (shorter side to {resize.size}, {cfg["interpolation"]})', f'center crop {height}x{width}',
+               'scale pixels to [0, 1]', '(x - mean) / std per channel', 'stack as float32 NCHW'],
+        label_names=_label_names(model),
+    )
+
+
+# -- writing ------------------------------------------------------------------------------------------
+
+def export_onnx(model: nn.Module, path: Path, opset: Optional[int] = None) -> None:
+    """``model`` as an fp32 ONNX file with a dynamic batch dimension (torch's dynamo exporter), without the
+    exporter's per-node debugging metadata (source paths and stack traces; onnx_ir's metadata pass)."""
+    from onnx_ir.passes.common import ClearMetadataAndDocStringPass
+    example = torch.randn(EXPORT_BATCH, *model.pretrained_cfg['input_size'])
+    program = torch.onnx.export(
+        model, (example,), dynamo=True, verbose=False, opset_version=opset, input_names=[INPUT_NAME],
+        output_names=[OUTPUT_NAME], dynamic_shapes=({0: torch.export.Dim('batch')},), external_data=False)
+    ClearMetadataAndDocStringPass()(program.model)
+    program.save(str(path), external_data=False)
+
+
+def quantize_int8(src: Path, dst: Path) -> None:
+    """The dynamically quantised copy of an fp32 ONNX file: onnxruntime's shape inference and graph
+    optimisation (``quant_pre_process``, advised before quantising), then ``quantize_dynamic`` with int8
+    weights for the ``INT8_OP_TYPES``."""
+    from onnxruntime.quantization import QuantType, quant_pre_process, quantize_dynamic
+    with tempfile.TemporaryDirectory() as scratch:
+        prepared = Path(scratch) / 'prepared.onnx'
+        quant_pre_process(str(src), str(prepared))
+        quantize_dynamic(str(prepared), str(dst), op_types_to_quantize=list(INT8_OP_TYPES),
+                         weight_type=QuantType.QInt8)
+
+
+def ort_session(path: Path, threads: Optional[int] = None) -> Any:
+    """An onnxruntime CPU session of an ONNX file (``threads``: intra-op threads, default all cores)."""
+    import onnxruntime as ort
+    options = ort.SessionOptions()
+    if threads:
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+    return ort.InferenceSession(str(path), options, providers=['CPUExecutionProvider'])
+
+
+def ort_forward(session: Any) -> Callable[[torch.Tensor], torch.Tensor]:
+    """A function from a batch of normalised images to logits that runs an onnxruntime session."""
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        return torch.from_numpy(session.run([OUTPUT_NAME], {INPUT_NAME: x.detach().cpu().numpy()})[0])
+    return forward
+
+
+@contextmanager
+def staged_folder(out: Path, overwrite: bool = False) -> Iterator[Path]:
+    """A temporary folder beside ``out`` that becomes ``out`` when the block succeeds and is removed otherwise."""
+    out = Path(out).absolute()
+    if out.exists() and not overwrite and (not out.is_dir() or any(out.iterdir())):
+        raise ExportError(f'{out} exists and is not empty: pass --overwrite to replace it')
+    out.parent.mkdir(parents=True, exist_ok=True)
+    stage = out.with_name(f'.{out.name}.tmp-{os.getpid()}')
+    shutil.rmtree(stage, ignore_errors=True)
+    stage.mkdir()
+    try:
+        yield stage
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+    old = out.with_name(f'.{out.name}.old-{os.getpid()}')
+    if out.exists():
+        out.rename(old)
+    stage.rename(out)
+    if old.is_dir():
+        shutil.rmtree(old)
+    elif old.exists():
+        old.unlink()
+
+
+# -- verification -------------------------------------------------------------------------------------
+
+VERIFY_BATCHES = (1, 5)  # batch sizes other than the exported one: the batch dimension is dynamic
+
+
+@torch.no_grad()
+def max_abs_diff(model: nn.Module, forward: Callable[[torch.Tensor], torch.Tensor]) -> float:
+    """The largest |logit difference| between ``forward`` and the torch model over seeded random batches."""
+    generator = torch.Generator().manual_seed(0)
+    worst = 0.0
+    for batch in VERIFY_BATCHES:
+        x = torch.randn(batch, *model.pretrained_cfg['input_size'], generator=generator)
+        ref, out = model(x), forward(x)
+        if out.shape != ref.shape:
+            raise VerificationError(f'the ONNX model gave logits of shape {list(out.shape)} for a batch of {batch}; '
+                                    f'torch gives {list(ref.shape)}')
+        worst = max(worst, float((out - ref).abs().max()))
+    return worst
+
+
+def _check_accuracy(accuracy: Dict[str, Dict[str, Any]], max_int8_drop: float) -> None:
+    if 'int8' in accuracy:
+        drop = accuracy['fp32']['acc'] - accuracy['int8']['acc']
+        if not drop <= max_int8_drop:
+            raise VerificationError(f"int8 top-1 {accuracy['int8']['acc']:.2f}% is {drop:.2f} points below fp32 "
+                                    f"{accuracy['fp32']['acc']:.2f}% (allowed: {max_int8_drop:g}, --max-int8-drop)")
+
+
+def _versions() -> Dict[str, str]:
+    import onnx
+    import onnxruntime
+    import onnxscript
+    return dict(torch=torch.__version__, onnx=onnx.__version__, onnxscript=onnxscript.__version__,
+                onnxruntime=onnxruntime.__version__)
+
+
+def _write_and_verify(model: nn.Module, stage: Path, int8: bool, preprocessing: Dict[str, Any], atol: float,
+                      opset: Optional[int], evaluate: Optional[Callable[[Dict[str, Any]], Dict[str, Any]]],
+                      max_int8_drop: float) -> ExportResult:
+    """Write the files into ``stage`` and check them with onnxruntime (``evaluate``: the test-split accuracy)."""
+    export_onnx(model, stage / FP32_FILE, opset)
+    sessions = {'fp32': ort_session(stage / FP32_FILE)}
+    if int8:
+        quantize_int8(stage / FP32_FILE, stage / INT8_FILE)
+        sessions['int8'] = ort_session(stage / INT8_FILE)
+    diffs = {key: max_abs_diff(model, ort_forward(session)) for key, session in sessions.items()}
+    if not diffs['fp32'] <= atol:
+        raise VerificationError(f"the ONNX logits differ from torch's by up to {diffs['fp32']:.2e} (allowed: {atol:g})")
+    accuracy = evaluate(sessions) if evaluate is not None else None
+    if accuracy is not None:
+        _check_accuracy(accuracy, max_int8_drop)
+    files = {'fp32': FP32_FILE, **({'int8': INT8_FILE} if int8 else {})}
+    verification = dict(max_abs_logit_diff=diffs, atol=atol, batch_sizes=list(VERIFY_BATCHES),
+                        **({'accuracy': accuracy} if accuracy is not None else {}))
+    config = dict(preprocessing, files=files, verification=verification, versions=_versions())
+    (stage / PREPROCESSING_FILE).write_text(json.dumps(config, indent=2) + '\n')
+    sizes = {name: (stage / name).stat().st_size for name in [*files.values(), PREPROCESSING_FILE]}
+    return ExportResult(preprocessing['model'], stage, sizes, diffs['fp32'], diffs.get('int8'), accuracy,
+                        preprocessing)
+
+
+def export_model(model: Union[str, nn.Module], out_dir: Union[str, Path], int8: bool = False, *,
+                 pretrained: bool = True, verify_data_dir: Optional[str] = None, dataset: Optional[str] = None,
+                 atol: float = 1e-4, max_int8_drop: float = 0.5, opset: Optional[int] = None,
+                 overwrite: bool = False, batch_size: int = 1000) -> ExportResult:
+    """Export ``model`` (a name for ``resolve_model`` or a vit_minimal model) to ONNX in ``out_dir``, with
+    ``int8`` also its dynamically quantised copy, and its preprocessing; verified with onnxruntime (see the
+    module's description). Raises ``ExportError``, ``VerificationError`` or ``MissingExtraError``;
+    ``out_dir`` then stays as it was."""
+    require_export_extra()
+    if isinstance(model, str):
+        name, model = model, resolve_model(model, pretrained)
+    else:
+        from ..models.vit_minimal import VisionTransformerMinimal
+        if not isinstance(model, VisionTransformerMinimal):
+            raise ExportError(f'export_model takes a VisionTransformerMinimal, got {type(model).__name__}')
+        name, model = model_label(model), model.eval()
+    evaluate = None
+    if verify_data_dir is not None:
+        evaluate = _test_split_evaluator(model, dataset, verify_data_dir, batch_size)
+    preprocessing = preprocessing_config(model, name)
+    with staged_folder(Path(out_dir), overwrite) as stage:
+        result = _write_and_verify(model, stage, int8, preprocessing, atol, opset, evaluate, max_int8_drop)
+    result.out_dir = Path(out_dir)
+    return result
+
+
+def _test_split_evaluator(model: nn.Module, dataset: Optional[str], data_dir: str,
+                          batch_size: int) -> Callable[[Dict[str, Any]], Dict[str, Dict[str, Any]]]:
+    """A function from onnxruntime sessions to the test-split metrics of torch and of each session."""
+    from timm.data import resolve_data_config
+    from .evaluate import evaluate_forwards
+    dataset = dataset or TAG_DATASETS.get(model.pretrained_cfg.get('tag'))
+    if dataset is None:
+        raise ExportError('the model has no dataset tag: name the test data with --dataset')
+    cfg = resolve_data_config({}, model=model)
+
+    def evaluate(sessions: Dict[str, Any]) -> Dict[str, Dict[str, Any]]:
+        forwards = {'torch': model, **{key: ort_forward(s) for key, s in sessions.items()}}
+        return evaluate_forwards(forwards, cfg, model.num_classes, dataset, data_dir, batch_size)
+    return evaluate
+
+
+# -- command line -------------------------------------------------------------------------------------
+
+def _size(n: int) -> str:
+    return f'{n / 1e6:.2f} MB' if n >= 1e6 else f'{n / 1e3:.1f} kB'
+
+
+def format_report(result: ExportResult) -> str:
+    """A table of the files written: size, the largest logit difference to torch, test-split top-1."""
+    acc = result.accuracy or {}
+    first = next(iter(acc.values()), None)
+    acc_head = f"top-1 {first['dataset']} {first['split']} ({first['samples']:,})" if first else ''
+    rows = [('file', 'size', 'max |logit - torch|', acc_head)]
+    kinds = {FP32_FILE: ('fp32', result.max_abs_diff), INT8_FILE: ('int8', result.int8_max_abs_diff)}
+    for name, size in result.files.items():
+        kind, diff = kinds.get(name, (None, None))
+        rows.append((name, _size(size), f'{diff:.1e}' if diff is not None else '',
+                     f"{acc[kind]['acc']:.2f}%" if kind in acc else ''))
+    if 'torch' in acc:
+        rows.append(('torch (eager)', '', '', f"{acc['torch']['acc']:.2f}%"))
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    lines = ['  '.join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
+             for r in rows]
+    return f'{result.model} -> {result.out_dir}\n' + '\n'.join(lines)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with its errors on one line (and status 2)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f'{self.prog}: error: {message} (--help lists the options)\n')
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(prog='timm-minimal-export', description=__doc__.split('\n\n')[0])
+    p.add_argument('model', help='vit_minimal_<attention>[_mlp]_<depth>x<heads>[.tag], local-dir:PATH or hf-hub:REPO')
+    p.add_argument('--out', required=True, help='the folder to write (created; see --overwrite)')
+    p.add_argument('--int8', action='store_true', help='also write model.int8.onnx, dynamically quantised')
+    p.add_argument('--verify-data-dir', default=None,
+                   help='measure top-1 of torch, fp32 and int8 over the test split of the data here')
+    p.add_argument('--dataset', default=None, help="the test data for --verify-data-dir (default: the tag's)")
+    p.add_argument('--max-int8-drop', type=float, default=0.5, help='allowed int8 top-1 loss against fp32, in points (%(default)s)')
+    p.add_argument('--atol', type=float, default=1e-4, help='allowed |fp32 ONNX logit - torch logit| (%(default)s)')
+    p.add_argument('--random-init', action='store_true', help='export the untrained model (for tags without weights)')
+    p.add_argument('--opset', type=int, default=None, help="ONNX opset (default: the exporter's)")
+    p.add_argument('--batch-size', type=int, default=1000, help='batch size of the test-split evaluation (%(default)s)')
+    p.add_argument('--overwrite', action='store_true', help='replace an existing --out folder')
+    return p
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """The command line; returns the exit status (0 written, 1 verification failed, 2 bad command line)."""
+    from ..training.data import DatasetError
+    prog = 'timm-minimal-export'
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as e:  # --help (0) or a bad command line (2), already printed
+        return e.code if isinstance(e.code, int) else 2
+    try:
+        require_export_extra()
+        logging.getLogger('onnx_ir').setLevel(logging.ERROR)  # the exporter's notes on attribute types
+        result = export_model(args.model, args.out, args.int8, pretrained=not args.random_init,
+                              verify_data_dir=args.verify_data_dir, dataset=args.dataset, atol=args.atol,
+                              max_int8_drop=args.max_int8_drop, opset=args.opset, overwrite=args.overwrite,
+                              batch_size=args.batch_size)
+    except (MissingExtraError, ExportError, DatasetError) as e:
+        print(f'{prog}: error: {e}', file=sys.stderr)
+        return 2
+    except VerificationError as e:
+        print(f'{prog}: verification failed, nothing written: {e}', file=sys.stderr)
+        return 1
+    print(format_report(result))
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
