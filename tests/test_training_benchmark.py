@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from timm_minimal.tools import benchmark as B
-from timm_minimal.tools.benchmark.cli import _dispatch_training
+from timm_minimal.tools.benchmark.cli import _dispatch
 from timm_minimal.tools import training_benchmark as T
 
 
@@ -166,8 +166,9 @@ def test_missing_data_dir_exits_2(tmp_path, capsys):
 
 
 def test_benchmark_training_flag_dispatches(tmp_path, capsys):
-    assert _dispatch_training(['--quick']) is None
-    assert _dispatch_training(['--training', '--quick', '--', '--lr', '1']) == ['--quick', '--', '--lr', '1']
-    assert _dispatch_training(['--quick', '--', '--training']) is None  # a trainer argument
+    assert _dispatch(['--quick']) is None
+    assert _dispatch(['--training', '--quick', '--', '--lr', '1']) == ('training_benchmark', ['--quick', '--', '--lr', '1'])
+    assert _dispatch(['--quick', '--', '--training']) is None  # a trainer argument
+    assert _dispatch(['--deployment', '--quick']) == ('deployment_benchmark', ['--quick'])
     assert B.main(['--training', '--batch-sizes', '0']) == 2
     assert 'positive integer' in capsys.readouterr().err

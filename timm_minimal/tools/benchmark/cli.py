@@ -2,9 +2,11 @@
 
 ``main`` measures (``suite.run_benchmark``) or reads a saved results JSON (``--from-json``), writes the
 report and plots (``report.render_report``) and prints them with the headline ratios. With
-``--training`` it runs ``timm_minimal.tools.training_benchmark`` instead, with the other arguments.
+``--training`` it runs ``timm_minimal.tools.training_benchmark`` instead, with the other arguments, and with
+``--deployment`` ``timm_minimal.tools.deployment_benchmark``.
 """
 import argparse
+import importlib
 import json
 import os
 import sys
@@ -91,6 +93,10 @@ def _add_output_options(p: argparse.ArgumentParser, d: BenchmarkConfig) -> None:
     p.add_argument('--training', action='store_true',
                    help='instead: the trainer against the bare training step (timm_minimal.tools.training_benchmark); '
                         'every other argument goes to it, see --training --help')
+    p.add_argument('--deployment', action='store_true',
+                   help='instead: batch-1 CPU latency of every shipped checkpoint in torch eager against onnxruntime '
+                        'fp32 and int8 (timm_minimal.tools.deployment_benchmark, needs the export extra); every '
+                        'other argument goes to it, see --deployment --help')
 
 
 def config_from_args(args: argparse.Namespace) -> BenchmarkConfig:
@@ -121,22 +127,28 @@ def config_from_args(args: argparse.Namespace) -> BenchmarkConfig:
     return BenchmarkConfig.quick_config(**overrides) if args.quick else BenchmarkConfig(**overrides)
 
 
-def _dispatch_training(argv: Sequence[str]) -> Optional[List[str]]:
-    """The arguments for ``training_benchmark`` when ``--training`` comes before any ``--``, else None."""
+# Flags that hand the whole command line over to another benchmark module of timm_minimal.tools.
+DISPATCH = {'--training': 'training_benchmark', '--deployment': 'deployment_benchmark'}
+
+
+def _dispatch(argv: Sequence[str]) -> Optional[Tuple[str, List[str]]]:
+    """The module and its arguments when ``--training`` or ``--deployment`` comes before any ``--``, else None."""
     head = list(argv[:argv.index('--')]) if '--' in argv else list(argv)
-    if '--training' not in head:
-        return None
-    rest = list(argv)
-    rest.remove('--training')
-    return rest
+    for flag, module in DISPATCH.items():
+        if flag in head:
+            rest = list(argv)
+            rest.remove(flag)
+            return module, rest
+    return None
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """The command line; returns the exit status (``--training`` hands over to the training benchmark's)."""
-    training_argv = _dispatch_training(list(sys.argv[1:] if argv is None else argv))
-    if training_argv is not None:
-        from .. import training_benchmark
-        return training_benchmark.main(training_argv)
+    """The command line; returns the exit status (``--training`` and ``--deployment`` hand over to the exit
+    status of the benchmark they run)."""
+    dispatched = _dispatch(list(sys.argv[1:] if argv is None else argv))
+    if dispatched is not None:
+        module = importlib.import_module(f'..{dispatched[0]}', __package__)
+        return module.main(dispatched[1])
     run(argv)
     return 0
 

@@ -124,6 +124,7 @@ def render_report(results: Dict[str, Any], output: str, plots_dir: Optional[str]
     md += _scaling_section(results, plots)
     md += _accuracy_section(results, results_path, plots)
     md += _training_sections(output)
+    md += _deployment_sections(output)
     md.append(_method_section(results['config'], results['env']))
     text = '\n'.join(md)
     os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
@@ -411,21 +412,35 @@ def _accuracy_section(results: Dict[str, Any], results_path: Optional[str], plot
     return md
 
 
-def _training_sections(output: str) -> List[str]:
-    """The training benchmark's reports (``benchmarks/training*.md``, written by ``timm-minimal-benchmark
-    --training``), one subsection each, under a section of their own."""
+def _included_reports(output: str, pattern: str, heading: str) -> List[str]:
+    """Reports another benchmark wrote beside the results (``benchmarks/<pattern>``), one subsection each,
+    under a section of their own with ``heading`` (title line and introduction)."""
     folder = os.path.join(os.path.dirname(os.path.abspath(output)), 'benchmarks')
-    files = sorted(glob.glob(os.path.join(folder, 'training*.md')))
+    files = sorted(glob.glob(os.path.join(folder, pattern)))
     if not files:
         return []
-    md = ['## Training speed: the trainer against the bare step\n',
-          'Written by `timm-minimal-benchmark --training` (`timm_minimal/tools/training_benchmark.py`), one report per '
-          'device; the raw numbers are in the JSON file of the same name.\n']
+    md = [heading]
     for path in files:
         with open(path) as f:
             lines = f.read().strip().splitlines()
         md.append('\n'.join('#' + line if line.startswith('#') else line for line in lines) + '\n')
     return md
+
+
+def _training_sections(output: str) -> List[str]:
+    """The training benchmark's reports (``benchmarks/training*.md``, by ``timm-minimal-benchmark --training``)."""
+    return _included_reports(output, 'training*.md', (
+        '## Training speed: the trainer against the bare step\n\n'
+        'Written by `timm-minimal-benchmark --training` (`timm_minimal/tools/training_benchmark.py`), one report per '
+        'device; the raw numbers are in the JSON file of the same name.\n'))
+
+
+def _deployment_sections(output: str) -> List[str]:
+    """The deployment benchmark's reports (``benchmarks/deployment*.md``, by ``timm-minimal-benchmark --deployment``)."""
+    return _included_reports(output, 'deployment*.md', (
+        '## Deployment: onnxruntime fp32 and int8 against torch eager\n\n'
+        'Written by `timm-minimal-benchmark --deployment` (`timm_minimal/tools/deployment_benchmark.py`), one report '
+        'per device; the raw numbers are in the JSON file of the same name.\n'))
 
 
 def _method_section(cfg: Dict[str, Any], env: Dict[str, Any]) -> str:
