@@ -102,7 +102,7 @@ def test_cli_resizes_and_writes_png(tmp_path, capsys):
 
 
 @pytest.mark.parametrize('argv, message', [
-    (['img.png', '--model', 'vit_minimal_nope_6x1'], "unknown model 'vit_minimal_nope_6x1'; choose a vit_minimal_*"),
+    (['img.png', '--model', 'vit_minimal_nope_6x1'], "unknown model 'vit_minimal_nope_6x1': expected a vit_minimal architecture"),
     (['img.png', '--model', 'vit_minimal_sym_6x4.imagenet'], "unknown model 'vit_minimal_sym_6x4.imagenet'"),
     (['img.png', '--model', 'vit_minimal_chol_6x1.in1k', '--pretrained'], 'No pretrained weights exist'),
     (['missing.png'], 'no image file missing.png'),

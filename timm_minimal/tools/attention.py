@@ -18,18 +18,19 @@ the same for every attention variant. With T tokens (one per patch; the models a
   matrices, each titled with its asymmetry ||M - M^T|| / ||M||: S is symmetric (0) for ``sym`` and
   ``chol``; A is not, as the softmax normalises each row on its own.
 """
-import argparse
 import io
 import os
 import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, List, NoReturn, Optional, Sequence, Tuple, Union
+from typing import Any, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
 from PIL import Image, UnidentifiedImageError
+
+from .common import OneLineParser, allowed_models, create_named_model
 
 __all__ = ['AttentionMaps', 'AttentionInputError', 'attention_rollout', 'asymmetry', 'create_attention_model',
            'label_names', 'load_image', 'preprocess', 'compute_attention', 'plot_attention', 'render_attention',
@@ -106,29 +107,9 @@ class AttentionMaps:
         return [a.mean(dim=-2) for a in self.attentions]
 
 
-def _allowed_models() -> str:
-    import timm
-    from ..models.vit_minimal import DATASETS
-    tags = ', '.join(f'.{t}' for t in DATASETS)
-    return (f"a vit_minimal_* architecture (timm.list_models('vit_minimal*')) with a tag {tags}; with weights "
-            f"(--pretrained): {', '.join(timm.list_pretrained('vit_minimal*'))}; or local-dir:/hf-hub: checkpoints")
-
-
 def create_attention_model(name: str, pretrained: bool = False) -> torch.nn.Module:
     """Build ``name`` for attention maps, or raise ``AttentionInputError`` naming the models allowed."""
-    import timm
-    from ..models.vit_minimal import ARCHITECTURES, DATASETS
-    if ':' not in name:
-        arch, _, tag = name.partition('.')
-        if arch not in ARCHITECTURES or (tag and tag not in DATASETS):
-            raise AttentionInputError(f"unknown model '{name}'; choose {_allowed_models()}.")
-    try:
-        model = timm.create_model(name, pretrained=pretrained)
-    except (RuntimeError, ValueError, OSError) as e:
-        raise AttentionInputError(f"cannot build '{name}': {e}") from e
-    if not hasattr(model, 'get_attention_maps'):
-        raise AttentionInputError(f"'{name}' has no get_attention_maps; choose {_allowed_models()}.")
-    return model.eval()
+    return create_named_model(name, pretrained, AttentionInputError, ' (leave out --pretrained for random weights)')
 
 
 def load_image(path: Union[str, Path]) -> Image.Image:
@@ -320,7 +301,7 @@ def render_attention(image: Union[str, Path, Image.Image], model: Union[str, tor
     if isinstance(model, str):
         model = create_attention_model(model, pretrained)
     elif not hasattr(model, 'get_attention_maps'):
-        raise AttentionInputError(f'{type(model).__name__} has no get_attention_maps; choose {_allowed_models()}.')
+        raise AttentionInputError(f'{type(model).__name__} has no get_attention_maps; choose {allowed_models()}.')
     if not isinstance(image, Image.Image):
         image = load_image(image)
     maps = compute_attention(model, image)
@@ -336,15 +317,8 @@ def render_attention(image: Union[str, Path, Image.Image], model: Union[str, tor
     return maps
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse that reports misuse in one line (exit 2), without the usage block."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f'{self.prog}: error: {message} (--help lists the options)\n')
-
-
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    p = _Parser(prog=PROG, description=__doc__.split('\n\n')[0])
+    p = OneLineParser(prog=PROG, description=__doc__.split('\n\n')[0])
     p.add_argument('image', help='an image file (any size and mode PIL reads; resized to the model input)')
     p.add_argument('--model', default=DEFAULT_MODEL,
                    help='a vit_minimal_* name with its tag (default: %(default)s), local-dir:..., hf-hub:...')

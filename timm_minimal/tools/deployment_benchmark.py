@@ -28,6 +28,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
+from .common import OneLineParser
 from .export import (FP32_FILE, INPUT_NAME, INT8_FILE, ExportError, MissingExtraError, VerificationError, export_model,
                      ort_session, require_export_extra, resolve_model)
 
@@ -200,16 +201,9 @@ def run(config: DeploymentConfig, log: Callable[[str], None] = print) -> Dict[st
     return dict(command=config.command, settings=asdict(config), environment=environment(), rows=rows)
 
 
-class _Parser(argparse.ArgumentParser):
-    """An argument parser whose errors are one line (no usage block) and exit status 2."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(2, f'{self.prog}: error: {message} (see --help)\n')
-
-
 def build_parser() -> argparse.ArgumentParser:
     d = DeploymentConfig()
-    p = _Parser(prog=PROG, description=__doc__.split('\n\n')[0])
+    p = OneLineParser(prog=PROG, description=__doc__.split('\n\n')[0])
     p.add_argument('--models', nargs='+', default=None, help='checkpoints (default: every shipped one)')
     p.add_argument('--threads', type=int, default=d.threads, help='threads of every runtime (%(default)s)')
     p.add_argument('--warmup', type=int, default=d.warmup, help='untimed calls per runtime and model (%(default)s)')

@@ -35,6 +35,8 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 import torch
 import torch.nn as nn
 
+from .common import OneLineParser, create_named_model
+
 __all__ = ['ExportResult', 'ExportError', 'VerificationError', 'MissingExtraError', 'EXPORT_PACKAGES',
            'require_export_extra', 'resolve_model', 'model_label', 'preprocessing_config', 'export_onnx',
            'quantize_int8', 'staged_folder', 'ort_session', 'ort_forward', 'max_abs_diff', 'export_model',
@@ -90,39 +92,9 @@ def require_export_extra() -> None:
 
 # -- the model and its preprocessing ---------------------------------------------------------------
 
-def _allowed_models() -> str:
-    import timm
-    from ..models.paper import VARIANTS
-    from ..models.vit_minimal import ARCHITECTURES, DATASETS
-    return (f'a vit_minimal architecture vit_minimal_<{"|".join(VARIANTS)}>[_mlp]_<depth>x<heads> '
-            f'({len(ARCHITECTURES)} registered: timm.list_models("vit_minimal*")) with an optional tag '
-            f'{", ".join("." + t for t in DATASETS)}; shipped weights: {", ".join(timm.list_pretrained("vit_minimal*"))}; '
-            f'or local-dir:PATH / hf-hub:REPO')
-
-
 def resolve_model(name: str, pretrained: bool = True) -> nn.Module:
-    """The model ``name`` names, in eval mode: a ``vit_minimal_*`` architecture with an optional tag (its weights
-    with ``pretrained``, else a random initialisation), or a ``local-dir:`` / ``hf-hub:`` checkpoint."""
-    import timm
-    from ..models.vit_minimal import ARCHITECTURES, DATASETS, VisionTransformerMinimal
-    checkpoint = name.startswith(('local-dir:', 'hf-hub:'))
-    if not checkpoint:
-        arch, _, tag = name.partition('.')
-        if arch not in ARCHITECTURES:
-            raise ExportError(f"unknown model '{name}': expected {_allowed_models()}")
-        if tag and tag not in DATASETS:
-            raise ExportError(f"unknown tag '.{tag}' in '{name}': the tags are {', '.join('.' + t for t in DATASETS)}")
-    try:
-        model = timm.create_model(name, pretrained=pretrained or checkpoint)
-    except RuntimeError as e:
-        if str(e).startswith('No pretrained weights exist'):
-            raise ExportError(f'{e} (--random-init exports the untrained model)') from e
-        raise ExportError(f'cannot load {name}: {e}') from e
-    except (OSError, ValueError) as e:
-        raise ExportError(f'cannot load {name}: {e}') from e
-    if not isinstance(model, VisionTransformerMinimal):
-        raise ExportError(f'{name} is a {type(model).__name__}, not a vit_minimal model; expected {_allowed_models()}')
-    return model.eval()
+    """The model ``name`` names, in eval mode (see ``common.create_named_model``)."""
+    return create_named_model(name, pretrained, ExportError, ' (--random-init exports the untrained model)')
 
 
 def model_label(model: nn.Module) -> str:
@@ -370,15 +342,8 @@ def format_report(result: ExportResult) -> str:
     return f'{result.model} -> {result.out_dir}\n' + '\n'.join(lines)
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse with its errors on one line (and status 2)."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(2, f'{self.prog}: error: {message} (--help lists the options)\n')
-
-
 def _parser() -> argparse.ArgumentParser:
-    p = _Parser(prog='timm-minimal-export', description=__doc__.split('\n\n')[0])
+    p = OneLineParser(prog='timm-minimal-export', description=__doc__.split('\n\n')[0])
     p.add_argument('model', help='vit_minimal_<attention>[_mlp]_<depth>x<heads>[.tag], local-dir:PATH or hf-hub:REPO')
     p.add_argument('--out', required=True, help='the folder to write (created; see --overwrite)')
     p.add_argument('--int8', action='store_true', help='also write model.int8.onnx, dynamically quantised')

@@ -43,7 +43,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Dict, List, NoReturn, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import timm
 import torch
@@ -52,6 +52,7 @@ from timm.data import resolve_model_data_config
 from timm.optim import create_optimizer_v2
 
 from ..models.vit_minimal import ARCHITECTURES
+from .common import OneLineParser
 
 __all__ = [
     'TrainingBenchmarkConfig', 'MeasurementError', 'TrainerError', 'UsageError', 'TrainerThroughput', 'TimeToTarget',
@@ -500,13 +501,6 @@ def run(config: TrainingBenchmarkConfig, runner: Optional[TrainerRunner] = None)
 
 # -- command line ----------------------------------------------------------------------------------
 
-class _Parser(argparse.ArgumentParser):
-    """An argument parser whose errors are one line (no usage block) and exit status 2."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f'{self.prog}: error: {message} (see --help)\n')
-
-
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -528,7 +522,7 @@ def _target(text: str) -> Tuple[str, float]:
 def build_parser() -> argparse.ArgumentParser:
     """The command line; trainer arguments follow ``--``."""
     d = TrainingBenchmarkConfig()
-    p = _Parser(prog=PROG, description=(
+    p = OneLineParser(prog=PROG, description=(
         'Measure the trainer against the bare training step on the same hardware: (a) trainer images/s with the '
         'real data path (median of epochs 2..n), (b) the bare step on resident random data (compile and bf16 on '
         'CUDA), their ratio; (c) with --time-to-target, the wall time of a default-recipe run to a test accuracy. '

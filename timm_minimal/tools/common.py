@@ -1,0 +1,52 @@
+"""What the command-line tools share: an argument parser whose misuse errors are one line with exit
+status 2, and the model a tool is pointed at by name, refused with the names allowed."""
+import argparse
+from typing import NoReturn, Type
+
+import torch.nn as nn
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse that reports misuse in one line (no usage block, no traceback) with exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f'{self.prog}: error: {message} (--help lists the options)\n')
+
+
+def allowed_models() -> str:
+    """The model names a tool takes, for error messages."""
+    import timm
+    from ..models.paper import VARIANTS
+    from ..models.vit_minimal import ARCHITECTURES, DATASETS
+    return (f'a vit_minimal architecture vit_minimal_<{"|".join(VARIANTS)}>[_mlp]_<depth>x<heads> '
+            f'({len(ARCHITECTURES)} registered: timm.list_models("vit_minimal*")) with an optional tag '
+            f'{", ".join("." + t for t in DATASETS)}; shipped weights: {", ".join(timm.list_pretrained("vit_minimal*"))}; '
+            f'or local-dir:PATH / hf-hub:REPO')
+
+
+def create_named_model(name: str, pretrained: bool, error: Type[Exception] = ValueError,
+                       no_weights_hint: str = '') -> nn.Module:
+    """The model ``name`` names, in eval mode: a ``vit_minimal_*`` architecture with an optional tag (its
+    weights with ``pretrained``, else a random initialisation), or a ``local-dir:`` / ``hf-hub:`` checkpoint
+    (always with its weights). Anything else raises ``error`` with what is allowed; a tag without weights adds
+    ``no_weights_hint``."""
+    import timm
+    from ..models.vit_minimal import ARCHITECTURES, DATASETS, VisionTransformerMinimal
+    checkpoint = name.startswith(('local-dir:', 'hf-hub:'))
+    if not checkpoint:
+        arch, _, tag = name.partition('.')
+        if arch not in ARCHITECTURES:
+            raise error(f"unknown model '{name}': expected {allowed_models()}")
+        if tag and tag not in DATASETS:
+            raise error(f"unknown model '{name}': the tags are {', '.join('.' + t for t in DATASETS)}")
+    try:
+        model = timm.create_model(name, pretrained=pretrained or checkpoint)
+    except RuntimeError as e:
+        if str(e).startswith('No pretrained weights exist'):
+            raise error(f'{e}{no_weights_hint}') from e
+        raise error(f'cannot load {name}: {e}') from e
+    except (OSError, ValueError) as e:
+        raise error(f'cannot load {name}: {e}') from e
+    if not isinstance(model, VisionTransformerMinimal):
+        raise error(f'{name} is a {type(model).__name__}, not a vit_minimal model; expected {allowed_models()}')
+    return model.eval()
