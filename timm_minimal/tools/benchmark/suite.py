@@ -17,15 +17,21 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import timm
 import torch
 
+from ...models.paper import arch_name
 from ...models.vit_minimal import ARCHITECTURES, DATASETS
 from .measure import (TIMM_REF, ModelSpec, Runner, calibrate, count_flops, count_params, geometry, measure_rounds,
                       measure_throughput, parse_name)
 from .memory import MemoryServer, measure_memory
 
 
+def baseline_at(depth: int) -> str:
+    """The paper's baseline (unchanged attention with MLP, 1 head) with ``depth`` layers."""
+    return arch_name('std', True, depth, 1)
+
+
 def baseline_of(name: str) -> str:
-    """The paper's baseline (unchanged attention with MLP, 1 head) at the depth of ``name``."""
-    return f'vit_minimal_std_mlp_{parse_name(name)["depth"]}x1'
+    """The paper's baseline at the depth of ``name``."""
+    return baseline_at(parse_name(name)['depth'])
 
 
 # -- configuration ---------------------------------------------------------------------------------
@@ -239,7 +245,7 @@ def _model_row(config: BenchmarkConfig, runner: Runner) -> Dict[str, Any]:
         params=count_params(runner.model), params_total=count_params(runner.model, trainable_only=False),
         flops=count_flops(runner.model, s.input_shape()),
         flops_train=count_flops(runner.model, s.input_shape(), backward=True),
-        baseline=baseline_of(s.name) if s.name != TIMM_REF else f'vit_minimal_std_mlp_{s.depth}x1',
+        baseline=baseline_of(s.name) if s.name != TIMM_REF else baseline_at(s.depth),
     )
 
 
@@ -276,7 +282,7 @@ def compare_with_timm(config: BenchmarkConfig, depths: Sequence[int], device: to
 
 def _timm_entry(config: BenchmarkConfig, depth: int, batch: int, modes: Sequence[str], device: torch.device,
                 clock: str) -> Dict[str, Any]:
-    ours, ref = f'vit_minimal_std_mlp_{depth}x1', f'{TIMM_REF}_{depth}x1'
+    ours, ref = baseline_at(depth), f'{TIMM_REF}_{depth}x1'
     specs = [ModelSpec(ours, ours, config.dataset, True, seed=config.seed),
              ModelSpec(ref, TIMM_REF, config.dataset, True, depth=depth, heads=1, seed=config.seed),
              ModelSpec(ours + '[copy]', ours, config.dataset, True, seed=config.seed)]
