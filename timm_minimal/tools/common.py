@@ -1,7 +1,10 @@
 """What the command-line tools share: an argument parser whose misuse errors are one line with exit
-status 2, and the model a tool is pointed at by name, refused with the names allowed."""
+status 2, the model a tool is pointed at by name, refused with the names allowed, and the writing of a
+benchmark's JSON and markdown report."""
 import argparse
-from typing import NoReturn, Type
+import json
+import os
+from typing import Any, Dict, NoReturn, Optional, Type
 
 import torch.nn as nn
 
@@ -50,3 +53,15 @@ def create_named_model(name: str, pretrained: bool, error: Type[Exception] = Val
     if not isinstance(model, VisionTransformerMinimal):
         raise error(f'{name} is a {type(model).__name__}, not a vit_minimal model; expected {allowed_models()}')
     return model.eval()
+
+
+def write_report(results: Dict[str, Any], text: str, out_json: Optional[str], out_md: Optional[str]) -> None:
+    """Write a benchmark's results (JSON) and report (markdown) where given (an empty path: not written),
+    then print which files were written and the report."""
+    for path, content in ((out_json, json.dumps(results, indent=1) + '\n'), (out_md, text)):
+        if path:
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            with open(path, 'w') as f:
+                f.write(content)
+    written = [p for p in (out_json, out_md) if p]
+    print(('\nwrote ' + ', '.join(written) + '\n' if written else '\n') + '\n' + text, end='', flush=True)

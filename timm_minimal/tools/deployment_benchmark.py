@@ -13,7 +13,6 @@ load falls on all three alike. The table gives the median and the 90th percentil
 Needs the ``export`` extra (``pip install -e ".[export]"``).
 """
 import argparse
-import json
 import os
 import platform
 import shlex
@@ -28,7 +27,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from .common import OneLineParser
+from .common import OneLineParser, write_report
 from .export import (FP32_FILE, INPUT_NAME, INT8_FILE, ExportError, MissingExtraError, VerificationError, export_model,
                      ort_session, require_export_extra, resolve_model)
 
@@ -229,13 +228,6 @@ def config_from_args(args: argparse.Namespace, command: str) -> DeploymentConfig
                             out_md=args.out_md, quick=args.quick, command=command, **counts)
 
 
-def _write(path: Optional[str], text: str) -> None:
-    if path:
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        with open(path, 'w') as f:
-            f.write(text)
-
-
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """The command line; returns the exit status (0 done, 1 an export failed verification, 2 bad command line)."""
     from ..training.data import DatasetError
@@ -253,11 +245,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except VerificationError as e:
         print(f'{PROG}: {e}', file=sys.stderr, flush=True)
         return 1
-    text = render_markdown(results)
-    _write(config.out_json, json.dumps(results, indent=1) + '\n')
-    _write(config.out_md, text)
-    written = [p for p in (config.out_json, config.out_md) if p]
-    print(('\nwrote ' + ', '.join(written) + '\n' if written else '\n') + '\n' + text, end='', flush=True)
+    write_report(results, render_markdown(results), config.out_json, config.out_md)
     return 0
 
 

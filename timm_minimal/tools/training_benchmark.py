@@ -52,7 +52,7 @@ from timm.data import resolve_model_data_config
 from timm.optim import create_optimizer_v2
 
 from ..models.vit_minimal import ARCHITECTURES
-from .common import OneLineParser
+from .common import OneLineParser, write_report
 
 __all__ = [
     'TrainingBenchmarkConfig', 'MeasurementError', 'TrainerError', 'UsageError', 'TrainerThroughput', 'TimeToTarget',
@@ -617,13 +617,6 @@ def config_from_args(args: argparse.Namespace, trainer_args: Sequence[str] = (),
     return config
 
 
-def _write(path: Optional[str], text: str) -> None:
-    if path:
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        with open(path, 'w') as f:
-            f.write(text)
-
-
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """The command line; returns the exit status (0 done, 1 a measurement failed, 2 bad command line)."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -641,11 +634,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except MeasurementError as e:
         print(f'{PROG}: {e}', file=sys.stderr, flush=True)
         return 1
-    text = render_markdown(results)
-    _write(config.out_json, json.dumps(results, indent=1) + '\n')
-    _write(config.out_md, text)
-    written = [p for p in (config.out_json, config.out_md) if p]
-    print(('\nwrote ' + ', '.join(written) + '\n' if written else '\n') + '\n' + text, end='', flush=True)
+    write_report(results, render_markdown(results), config.out_json, config.out_md)
     return 0
 
 
