@@ -5,11 +5,11 @@ KDIR 2024 (arXiv:2410.13732). This module is the one home of these facts: the gr
 (``timm_minimal.tools.reproduce``), the benchmark, the publisher and the tests read them from here.
 """
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Dict, List, Optional
 
 __all__ = ['PAPER', 'PAPER_EPOCHS', 'TRAIN_SAMPLES', 'NUM_CLASSES', 'MODIFICATIONS', 'VARIANTS', 'PaperRow',
-           'TABLE1', 'TABLE2', 'arch_name', 'parse_arch']
+           'TABLE1', 'TABLE2', 'TABLE2_CIFAR10', 'arch_name', 'parse_arch']
 
 PAPER = 'Bermeitinger et al., "Reducing the Transformer Architecture to a Minimum", KDIR 2024 (arXiv:2410.13732)'
 PAPER_EPOCHS = 500
@@ -36,19 +36,28 @@ MODIFICATIONS = {v['paper']: attn for attn, v in VARIANTS.items() if attn != 'ch
 
 @dataclass(frozen=True)
 class PaperRow:
-    """One row of the paper's Table 1 or 2 (accuracies in percent, losses as cross-entropy)."""
+    """One row of the paper's Table 1 or 2 (accuracies in percent, losses as cross-entropy).
+
+    A row beyond the paper (``TABLE2_CIFAR10``) has no paper numbers: ``q``, the losses, the accuracies and
+    ``params`` are None and ``measured`` is False.
+    """
     table: int
     dataset: str
     depth: int
     heads: int
     mlp: bool
     modification: str
-    q: float
-    train_loss: float
-    val_loss: float
-    train_acc: float
-    val_acc: float
+    q: Optional[float]
+    train_loss: Optional[float]
+    val_loss: Optional[float]
+    train_acc: Optional[float]
+    val_acc: Optional[float]
     params: Optional[int] = None  # as stated in the paper (None where it states only Q)
+
+    @property
+    def measured(self) -> bool:
+        """Whether the paper reports numbers for this row."""
+        return self.val_acc is not None
 
     @property
     def arch(self) -> str:
@@ -63,8 +72,10 @@ class PaperRow:
         return f't{self.table}-{self.dataset}-{MODIFICATIONS[self.modification]}{"-mlp" if self.mlp else ""}-{self.depth}x{self.heads}'
 
     @property
-    def params_from_q(self) -> int:
+    def params_from_q(self) -> Optional[int]:
         """The parameter count Q implies: training samples x classes / Q (rounded; Q has 3 digits)."""
+        if self.q is None:
+            return None
         return round(TRAIN_SAMPLES[self.dataset] * NUM_CLASSES / self.q)
 
     @property
@@ -115,6 +126,12 @@ TABLE2: List[PaperRow] = [
     _t2(1, False, 'Wqk', 70_570, 8.50, 0.0374, 0.0996, 98.70, 97.60),
     _t2(1, False, 'Wqk + no Wv,Wo', 26_650, 22.51, 0.1697, 0.1536, 94.82, 95.32),
 ]
+
+# Beyond the paper: Table 2's architectures on CIFAR-10. The paper tested the matrix variants on MNIST
+# only, so these rows carry no paper numbers; the grid trains them at one equal budget.
+TABLE2_CIFAR10: List[PaperRow] = [
+    replace(r, dataset='cifar10', q=None, train_loss=None, val_loss=None, train_acc=None, val_acc=None, params=None)
+    for r in TABLE2]
 
 
 _NAME_RE = re.compile(r'^vit_minimal_(?P<attn>[a-z]+?)(?P<mlp>_mlp)?_(?P<depth>\d+)x(?P<heads>\d+)$')
