@@ -34,3 +34,24 @@ def mnist_dir(tmp_path_factory):
         _write_idx(root / f'{prefix}-images-idx3-ubyte', sample[f'{split}_images'])
         _write_idx(root / f'{prefix}-labels-idx1-ubyte', sample[f'{split}_labels'])
     return root
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A real file system of a given size (tmpfs), to fill up: ``small_disk(kib)`` mounts one and returns its
+    folder; unmounted at the end. Skipped where this process may not mount (not root, or no tmpfs)."""
+    import subprocess
+    mounted = []
+
+    def make(kib):
+        where = tmp_path / f'disk{len(mounted)}'
+        where.mkdir()
+        r = subprocess.run(['mount', '-t', 'tmpfs', '-o', f'size={kib}k', 'tmpfs', str(where)],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            pytest.skip(f'cannot mount a small tmpfs to fill up here: {r.stderr.strip() or r.returncode}')
+        mounted.append(where)
+        return where
+    yield make
+    for where in mounted:
+        subprocess.run(['umount', '-l', str(where)], capture_output=True)

@@ -114,21 +114,43 @@ def test_missing_extra_says_what_to_install(tmp_path, capsys, monkeypatch):
     assert not (tmp_path / 'out').exists()
 
 
-def test_failed_verification_leaves_nothing_and_existing_output_is_kept(tmp_path, monkeypatch):
+def test_failed_verification_leaves_nothing_and_an_earlier_export_is_kept(tmp_path, monkeypatch):
     model = timm.create_model('vit_minimal_qk_6x1.mnist', depth=1).eval()
     out = tmp_path / 'out'
-    out.mkdir()
-    (out / 'keep.txt').write_text('mine')
+    ex.export_model(model, out)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
     with pytest.raises(ex.ExportError, match='--overwrite'):
         ex.export_model(model, out)
     monkeypatch.setattr(ex, 'max_abs_diff', lambda *a: 1.0)
     with pytest.raises(ex.VerificationError, match='differ'):
         ex.export_model(model, out, overwrite=True)
-    assert [p.name for p in tmp_path.iterdir()] == ['out'] and (out / 'keep.txt').read_text() == 'mine'
+    assert [p.name for p in tmp_path.iterdir()] == ['out']
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
     monkeypatch.undo()
     ex.export_model(model, out, overwrite=True)
-    assert sorted(p.name for p in out.iterdir()) == ['model.onnx', 'preprocessing.json']
+    assert sorted(p.name for p in out.iterdir()) == [ex.MARKER_FILE, 'model.onnx', 'preprocessing.json']
     assert [p.name for p in tmp_path.iterdir()] == ['out']
+
+
+def test_overwrite_never_replaces_a_users_folder(tmp_path, monkeypatch, capsys):
+    """--overwrite replaces an earlier export only: not '.', not '..', not a folder with other files."""
+    work = tmp_path / 'thesis'
+    (work / 'src').mkdir(parents=True)
+    (work / 'thesis.tex').write_text('mine')
+    monkeypatch.chdir(work)
+    for out in ('.', '..', str(work)):
+        rc = ex.main(['vit_minimal_sym_6x4.mnist', '--out', out, '--overwrite'])
+        err = capsys.readouterr().err
+        assert rc == 2 and 'working folder' in err and err.count('\n') == 1, err
+    rc = ex.main(['vit_minimal_sym_6x4.mnist', '--out', 'src', '--overwrite'])
+    assert rc == 0
+    (work / 'src' / 'notes.txt').write_text('mine too')
+    rc = ex.main(['vit_minimal_sym_6x4.mnist', '--out', 'src', '--overwrite'])
+    err = capsys.readouterr().err
+    assert rc == 2 and 'did not write (notes.txt)' in err
+    assert sorted(p.name for p in work.iterdir()) == ['src', 'thesis.tex']
+    assert (work / 'thesis.tex').read_text() == 'mine' and (work / 'src' / 'notes.txt').is_file()
+    assert not list(tmp_path.glob('.*tmp*')) and not list(work.glob('.*tmp*'))
 
 
 def test_deployment_benchmark_quick(tmp_path, capsys):

@@ -15,7 +15,9 @@ Every file is checked with onnxruntime before the folder appears: the fp32 logit
 within ``--atol`` (1e-4) on batches of another size than the exported one, and with
 ``--verify-data-dir`` the top-1 accuracy of torch, fp32 and int8 over the whole test split is
 measured (int8 at most ``--max-int8-drop`` points below fp32). Files are written into a temporary
-folder beside ``--out`` and renamed into place, so a failure leaves nothing half-written.
+folder beside ``--out`` and renamed into place, so a failure leaves nothing half-written. ``--overwrite``
+replaces only an earlier export (recognised by its ``.timm-minimal-export.json``) or an empty folder: never a
+folder with other files, the working folder or one of its ancestors.
 
 Needs the ``export`` extra: ``pip install -e ".[export]"`` (onnx, onnxscript, onnxruntime).
 """
@@ -24,18 +26,17 @@ import importlib
 import json
 import logging
 import os
-import shutil
 import sys
 import tempfile
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
 
 from .common import OneLineParser, create_named_model
+from .staging import staged_folder
 
 __all__ = ['ExportResult', 'ExportError', 'VerificationError', 'MissingExtraError', 'EXPORT_PACKAGES',
            'require_export_extra', 'resolve_model', 'model_label', 'preprocessing_config', 'export_onnx',
@@ -46,6 +47,7 @@ EXPORT_PACKAGES = ('onnx', 'onnxscript', 'onnxruntime')
 INSTALL_HINT = 'pip install -e ".[export]" (or: pip install onnx onnxscript onnxruntime)'
 INPUT_NAME, OUTPUT_NAME = 'pixel_values', 'logits'
 FP32_FILE, INT8_FILE, PREPROCESSING_FILE = 'model.onnx', 'model.int8.onnx', 'preprocessing.json'
+MARKER_FILE = '.timm-minimal-export.json'  # lists the files an export wrote: --overwrite replaces only such a folder
 # the ops whose weights dynamic quantisation stores as int8: the attention and MLP maps and the classifier;
 # the patch embedding (a Conv on the raw pixels) stays fp32
 INT8_OP_TYPES = ('MatMul', 'Gemm')
@@ -189,31 +191,6 @@ def ort_forward(session: Any) -> Callable[[torch.Tensor], torch.Tensor]:
     return forward
 
 
-@contextmanager
-def staged_folder(out: Path, overwrite: bool = False) -> Iterator[Path]:
-    """A temporary folder beside ``out`` that becomes ``out`` when the block succeeds and is removed otherwise."""
-    out = Path(out).absolute()
-    if out.exists() and not overwrite and (not out.is_dir() or any(out.iterdir())):
-        raise ExportError(f'{out} exists and is not empty: pass --overwrite to replace it')
-    out.parent.mkdir(parents=True, exist_ok=True)
-    stage = out.with_name(f'.{out.name}.tmp-{os.getpid()}')
-    shutil.rmtree(stage, ignore_errors=True)
-    stage.mkdir()
-    try:
-        yield stage
-    except BaseException:
-        shutil.rmtree(stage, ignore_errors=True)
-        raise
-    old = out.with_name(f'.{out.name}.old-{os.getpid()}')
-    if out.exists():
-        out.rename(old)
-    stage.rename(out)
-    if old.is_dir():
-        shutil.rmtree(old)
-    elif old.exists():
-        old.unlink()
-
-
 # -- verification -------------------------------------------------------------------------------------
 
 VERIFY_BATCHES = (1, 5)  # batch sizes other than the exported one: the batch dimension is dynamic
@@ -295,7 +272,7 @@ def export_model(model: Union[str, nn.Module], out_dir: Union[str, Path], int8: 
     if verify_data_dir is not None:
         evaluate = _test_split_evaluator(model, dataset, verify_data_dir, batch_size)
     preprocessing = preprocessing_config(model, name)
-    with staged_folder(Path(out_dir), overwrite) as stage:
+    with staged_folder(Path(out_dir), overwrite, marker=MARKER_FILE, error=ExportError) as stage:
         result = _write_and_verify(model, stage, int8, preprocessing, atol, opset, evaluate, max_int8_drop)
     result.out_dir = Path(out_dir)
     return result
@@ -355,7 +332,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument('--random-init', action='store_true', help='export the untrained model (for tags without weights)')
     p.add_argument('--opset', type=int, default=None, help="ONNX opset (default: the exporter's)")
     p.add_argument('--batch-size', type=int, default=1000, help='batch size of the test-split evaluation (%(default)s)')
-    p.add_argument('--overwrite', action='store_true', help='replace an existing --out folder')
+    p.add_argument('--overwrite', action='store_true', help='replace an earlier export in --out (never other files)')
     return p
 
 

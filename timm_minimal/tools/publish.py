@@ -25,6 +25,7 @@ import yaml
 from .benchmark import count_flops
 from ..models.paper import TABLE1, TABLE2, VARIANTS
 from ..training.run_folder import RunFolder
+from .staging import staged_folder
 from ..models.vit_minimal import ARCHITECTURES, DATASETS
 
 __all__ = ['RunInfo', 'read_run', 'export_run', 'render_card', 'push_folder', 'main']
@@ -238,10 +239,6 @@ def export_run(run_dir: Path, out_dir: Path, repo_id: str, checkpoint: str = 'la
     ``ship_weights`` (a maintainer step): also copy the weights into this folder, a checkout's
     ``timm_minimal/models/weights``, as ``<architecture>.<tag>.safetensors``; the installed package is never written.
     """
-    import timm
-    from ..models.image_processing_vit_minimal import VitMinimalImageProcessor
-    from ..models.modeling_vit_minimal import VitMinimalForImageClassification
-
     from huggingface_hub.utils import HFValidationError, validate_repo_id
     try:
         validate_repo_id(repo_id)
@@ -259,34 +256,37 @@ def export_run(run_dir: Path, out_dir: Path, repo_id: str, checkpoint: str = 'la
                            f'model overrides can ship as {info.architecture}.{info.tag}; this run has '
                            f'model_kwargs={info.run.get("model_kwargs")}.')
     out_dir = Path(out_dir)
-    if out_dir.exists() and any(out_dir.iterdir()):
-        raise PublishError(f'{out_dir} exists and is not empty; choose a new folder.')
     model = _load_model(info)
-    classes = info.run['dataset'].get('classes')
-    if classes and len(classes) == model.num_classes:
-        model.pretrained_cfg = dict(model.pretrained_cfg, label_names=list(classes))
-    hf_model = VitMinimalForImageClassification.from_timm(model).eval()
-    hf_model.save_pretrained(out_dir)
-    VitMinimalImageProcessor.from_pretrained_cfg(model.pretrained_cfg).save_pretrained(out_dir)
-    card = render_card(info, repo_id, model, note=note)
-    card.save(out_dir / 'README.md')
-
-    # the folder must give the run's logits in both libraries
-    x = torch.randn(2, *model.pretrained_cfg['input_size'], generator=torch.Generator().manual_seed(0))
-    with torch.no_grad():
-        ref = model(x)
-        via_timm = timm.create_model(f'local-dir:{out_dir}', pretrained=True).eval()(x)
-        via_hf = VitMinimalForImageClassification.from_pretrained(out_dir).eval()(pixel_values=x).logits
-    for name, logits in (('timm', via_timm), ('transformers', via_hf)):
-        if not torch.allclose(logits, ref, atol=1e-5, rtol=1e-5):
-            raise RuntimeError(f'the exported folder gives other logits in {name} than the run checkpoint.')
-
+    with staged_folder(out_dir, error=PublishError) as stage:
+        _write_repo_folder(info, model, stage, repo_id, note)
     if card_copy is not None:
         Path(card_copy).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(out_dir / 'README.md', card_copy)
     if ship_weights:
         shutil.copyfile(out_dir / 'model.safetensors', Path(ship_weights) / f'{info.architecture}.{info.tag}.safetensors')
     return out_dir
+
+
+def _write_repo_folder(info: RunInfo, model, folder: Path, repo_id: str, note: str) -> None:
+    """The Hub repository files of a run's model in ``folder``, checked: both libraries must read back its logits."""
+    import timm
+    from ..models.image_processing_vit_minimal import VitMinimalImageProcessor
+    from ..models.modeling_vit_minimal import VitMinimalForImageClassification
+    classes = info.run['dataset'].get('classes')
+    if classes and len(classes) == model.num_classes:
+        model.pretrained_cfg = dict(model.pretrained_cfg, label_names=list(classes))
+    hf_model = VitMinimalForImageClassification.from_timm(model).eval()
+    hf_model.save_pretrained(folder)
+    VitMinimalImageProcessor.from_pretrained_cfg(model.pretrained_cfg).save_pretrained(folder)
+    render_card(info, repo_id, model, note=note).save(folder / 'README.md')
+    x = torch.randn(2, *model.pretrained_cfg['input_size'], generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        ref = model(x)
+        via_timm = timm.create_model(f'local-dir:{folder}', pretrained=True).eval()(x)
+        via_hf = VitMinimalForImageClassification.from_pretrained(folder).eval()(pixel_values=x).logits
+    for name, logits in (('timm', via_timm), ('transformers', via_hf)):
+        if not torch.allclose(logits, ref, atol=1e-5, rtol=1e-5):
+            raise RuntimeError(f'the exported folder gives other logits in {name} than the run checkpoint.')
 
 
 def push_folder(folder: Path, repo_id: str, private: bool = False, revision: Optional[str] = None,

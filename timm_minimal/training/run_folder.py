@@ -7,7 +7,8 @@ A run folder holds
 - ``args.yaml``: the resolved options (what ``--resume`` reads back),
 - ``metrics.jsonl``: one JSON line per finished epoch,
 - ``curves.png``: loss, accuracy and learning rate per epoch,
-- ``checkpoints/last`` and ``checkpoints/best`` (see ``timm_minimal.training.checkpoint``).
+- ``checkpoints/last`` and ``checkpoints/best`` (see ``timm_minimal.training.checkpoint``),
+- ``.lock``: an OS lock held by the training process, so that two runs never write one folder.
 
 Every file is written atomically (temporary file, then rename). The trainer writes through this
 class; ``timm_minimal.tools.reproduce`` and ``timm_minimal.tools.publish`` read through it.
@@ -20,10 +21,12 @@ from typing import Any, Dict, List, Optional, Union
 import yaml
 
 from . import checkpoint as ckpt
+from .files import FolderLock
 
 __all__ = ['RunFolder', 'RUN_FORMAT']
 
 RUN_FORMAT = 'timm-minimal-run/1'
+LOCK_FILE = '.lock'  # held by the training process that writes the folder
 
 
 class RunFolder:
@@ -31,6 +34,7 @@ class RunFolder:
 
     def __init__(self, path: Union[str, Path]) -> None:
         self.path = Path(path)
+        self._lock: Optional[FolderLock] = None
 
     def __repr__(self) -> str:
         return f'RunFolder({str(self.path)!r})'
@@ -71,7 +75,19 @@ class RunFolder:
         return self.path.is_dir()
 
     def is_empty(self) -> bool:
-        return not self.path.exists() or not any(self.path.iterdir())
+        """No files but, perhaps, the lock file of a start that was killed before it wrote anything."""
+        return not self.path.exists() or all(p.name == LOCK_FILE for p in self.path.iterdir())
+
+    def lock(self) -> None:
+        """Take the folder's OS lock until ``unlock`` or the end of the process (``FolderBusy`` when another
+        process holds it)."""
+        if self._lock is None:
+            self._lock = FolderLock(self.path, LOCK_FILE).acquire()
+
+    def unlock(self) -> None:
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
 
     def is_run(self) -> bool:
         """Whether the folder holds a run (its ``run.json`` and ``metrics.jsonl``)."""

@@ -58,6 +58,7 @@ from .engine import (
     Diverged, FiniteGuard, Run, TrainHooks, TrainState, check_finite, epoch_row, evaluate, save_checkpoint,
     set_rng_state, train_one_epoch, weights_hash,
 )
+from .files import FolderBusy, describe_write_error, is_disk_full
 from .run_folder import RUN_FORMAT, RunFolder
 
 _logger = logging.getLogger('timm_minimal.training.train')
@@ -69,11 +70,16 @@ RECIPES = {'mnist': 'mnist', 'cifar10': 'cifar10', 'imagenet': 'imagenet', 'fold
 DATA_PATHS = ('auto', 'device', 'loader')
 EXIT_BAD_INPUT = 2
 EXIT_DIVERGED = 3
+EXIT_WRITE_FAILED = 1
 # A resumed run may change its schedule (epochs, learning rates, warm-up) and system options; these stay fixed
 FIXED_ON_RESUME = ('opt', 'seed', 'grad_accum_steps', 'train_subset', 'model_kwargs', 'drop_path', 'drop')
 SCHEDULE_OPTIONS = ('epochs', 'lr', 'sched', 'warmup_epochs', 'warmup_lr', 'min_lr')
 MAX_WARMUP_FRACTION = 0.25  # the warm-up is capped at this part of the run
 PLOT_INTERVAL = 30.0  # seconds between redraws of curves.png during a run (a plot costs more than a fast epoch)
+
+
+class WriteFailed(RuntimeError):
+    """The run could not write its folder (a full disk); the message names the cause and the checkpoint kept."""
 
 
 class UsageError(ValueError):
@@ -231,10 +237,34 @@ def load_recipe(name_or_path: str) -> Dict[str, Any]:
         if name_or_path not in shipped:
             raise UsageError(f"Unknown recipe '{name_or_path}'; choose one of {', '.join(shipped)} or a YAML file.")
         text = resources.files('timm_minimal.training').joinpath(f'recipes/{name_or_path}.yaml').read_text()
-    cfg = yaml.safe_load(text) or {}
+    return read_options_yaml(text, f'Recipe {name_or_path}')
+
+
+def read_options_yaml(text: str, what: str) -> Dict[str, Any]:
+    """A YAML mapping of option names to plain values (safe_load: no Python tags); UsageError otherwise."""
+    try:
+        cfg = yaml.safe_load(text) or {}
+    except yaml.YAMLError as e:
+        where = getattr(e, 'problem_mark', None)
+        raise UsageError(f'{what} is not valid YAML' + (f' (line {where.line + 1})' if where else '') + ': '
+                         + ' '.join(str(getattr(e, 'problem', None) or e).split())) from e
     if not isinstance(cfg, dict):
-        raise UsageError(f'Recipe {name_or_path} must be a mapping of option names to values.')
+        raise UsageError(f'{what} must be a mapping of option names to values.')
     return cfg
+
+
+def check_option_types(parser: argparse.ArgumentParser, values: Dict[str, Any], what: str) -> None:
+    """Each value of a recipe or args.yaml must be what the option's command-line type gives."""
+    for action in parser._actions:
+        value = values.get(action.dest)
+        if value is None or action.type not in (int, float):
+            continue
+        items = value if isinstance(value, list) and action.nargs not in (None, '?') else [value]
+        for item in items:
+            ok = isinstance(item, (int, float)) and not isinstance(item, bool)
+            if not ok or (action.type is int and isinstance(item, float) and not item.is_integer()):
+                raise UsageError(f'{what}: {action.dest} must be {"an integer" if action.type is int else "a number"}'
+                                 f' (as --{action.dest.replace("_", "-")} takes), got {item!r}.')
 
 
 def recipe_for(recipe: Optional[str], dataset: Optional[str]) -> str:
@@ -279,7 +309,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> Tuple[argparse.Namespace
             raise UsageError('--resume needs a run folder: --resume RUN, or --output RUN --resume.')
         args_file = Path(run_dir) / 'args.yaml'
         if args_file.is_file():
-            saved = yaml.safe_load(args_file.read_text()) or {}
+            saved = read_options_yaml(args_file.read_text(), str(args_file))
+            check_option_types(parser, saved, str(args_file))
         elif not Path(run_dir).exists() or 'model' not in explicit:
             raise UsageError(f'Cannot resume {run_dir}: no args.yaml there (is it a run folder?).')
         for key in ('model', 'dataset'):
@@ -299,6 +330,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> Tuple[argparse.Namespace
     if unknown:
         raise UsageError(f'Recipe {recipe_name} has unknown keys {unknown}; keys are option names such as '
                          f'lr, batch_size, epochs.')
+    check_option_types(parser, recipe, f'Recipe {recipe_name}')
     resolved = dict(defaults)
     resolved.update(recipe)
     resolved.update({k: v for k, v in saved.items() if k in dests})
@@ -431,13 +463,18 @@ def prepare_folder(args: argparse.Namespace, accelerator: Any) -> Tuple[RunFolde
         args.output = name[0]
     folder = RunFolder(args.output)
     resuming = args.resume is not None
-    last_dir = folder.find_checkpoint() if resuming else None
     if not resuming and not folder.is_empty():
         raise UsageError(f'Run folder {folder} already exists and is not empty; pass --resume to continue that run, '
                          f'or choose another --output.')
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
+        try:
+            folder.lock()  # released when this process ends, however it ends
+        except FolderBusy as e:
+            raise UsageError(f'{e}: one run folder takes one training run at a time; wait for it to end, or '
+                             f'choose another --output.') from e
         folder.prepare()
+    last_dir = folder.find_checkpoint() if resuming else None
     accelerator.wait_for_everyone()
     if resuming and last_dir is None:
         accelerator.print(f'No checkpoint in {folder} yet: starting the run from the beginning.')
@@ -662,10 +699,15 @@ def restore(run: Run, state: TrainState, last_dir: Path) -> None:
     except Exception as e:  # noqa: BLE001 (a truncated or foreign file)
         raise UsageError(f'Cannot resume from {last_dir}: its checkpoint files cannot be read ({type(e).__name__}: '
                          f'{str(e).strip()[:200]}).') from e
+    _check_resumable(last_dir, training_state, weights)
     if training_state.get('batch_size') not in (None, args.batch_size):
         raise UsageError(f"The run was trained with --batch-size {training_state['batch_size']}; resume it with the same.")
-    run.unwrapped.load_state_dict(weights, strict=True)
-    run.optimizer.load_state_dict(training_state['optimizer'])
+    try:
+        run.unwrapped.load_state_dict(weights, strict=True)
+        run.optimizer.load_state_dict(training_state['optimizer'])
+    except (RuntimeError, ValueError, KeyError) as e:
+        raise UsageError(f'Cannot resume from {last_dir}: its weights do not fit {run.model_name} (the model its '
+                         f'args.yaml names): {" ".join(str(e).split())[:300]}') from e
     _apply_changed_options(run, saved)
     changed = [k for k in SCHEDULE_OPTIONS if k in saved and saved[k] != getattr(args, k)]
     if training_state.get('epochs') not in (None, args.epochs) and 'epochs' not in changed:
@@ -685,6 +727,21 @@ def restore(run: Run, state: TrainState, last_dir: Path) -> None:
     state.load_state_dict(training_state)
     acc.print(f'Resumed {run.folder} from {last_dir} at epoch {state.epoch + 1}, batch {state.batch}/'
               f'{run.batches_per_epoch} (optimizer update {state.update}).')
+
+
+RESUME_KEYS = ('optimizer', 'rng', 'epoch', 'batch', 'update')
+
+
+def _check_resumable(last_dir: Path, training_state: Any, weights: Dict[str, torch.Tensor]) -> None:
+    """Refuse a training state of another structure and weights that are not finite (a run never resumes from them)."""
+    missing = [k for k in RESUME_KEYS if not isinstance(training_state, dict) or k not in training_state]
+    if missing:
+        raise UsageError(f'Cannot resume from {last_dir}: {ckpt.STATE_FILE} is not a timm-minimal training state '
+                         f'(missing {", ".join(missing)}).')
+    bad = [k for k, v in weights.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]
+    if bad:
+        raise UsageError(f'Cannot resume from {last_dir}: its weights are not finite ({", ".join(bad[:3])}'
+                         f'{", ..." if len(bad) > 3 else ""}); start a new run.')
 
 
 def _apply_changed_options(run: Run, saved: Dict[str, Any]) -> None:
@@ -770,43 +827,47 @@ def setup(args: argparse.Namespace, provenance: Dict[str, Any], argv: Sequence[s
     if args.batch_size % world:
         raise UsageError(f'--batch-size {args.batch_size} must be a multiple of the number of processes ({world}).')
     folder, last_dir = prepare_folder(args, accelerator)
-    with accelerator.main_process_first():
-        data = load_dataset(
-            args.dataset, args.data_dir, download=not args.no_download, cache_dir=args.cache_dir,
-            train_split=args.train_split, eval_split=args.val_split, num_classes=args.num_classes, seed=args.seed,
-            batch_size=args.batch_size // world)
-    model, model_name, model_kwargs = build_model(args, data)
-    data_cfg = _data_config(model, args)
-    n_train, updates_per_epoch, batches_per_epoch = count_batches(args, data)
-    data_path = build_data_path(args, data, data_cfg, accelerator, batches_per_epoch)
-    optimizer, scheduler = build_optimization(args, model, updates_per_epoch, accelerator.device)
-    loss_fn, mixup_fn = build_loss(args, data.num_classes, args.batch_size // world)
-    prepared, optimizer = accelerator.prepare(model, optimizer)
-    unwrapped = accelerator.unwrap_model(prepared)
-    compiled = args.compile if args.compile is not None else accelerator.device.type == 'cuda'
-    train_model = torch.compile(prepared, mode=compile_mode(args, accelerator), dynamic=False) if compiled else prepared
-    ema = ModelEmaV3(unwrapped, decay=args.model_ema_decay, use_warmup=args.model_ema_warmup) if args.model_ema else None
-    run = Run(args=args, accelerator=accelerator, model=train_model, unwrapped=unwrapped, optimizer=optimizer,
-              scheduler=scheduler, ema=ema, data=data_path, loss_fn=loss_fn, mixup_fn=mixup_fn, folder=folder,
-              model_name=model_name, model_config=model_config(unwrapped, model_name, model_kwargs, data, data_cfg),
-              batches_per_epoch=batches_per_epoch, hooks=hooks, compiled=compiled)
-    state = TrainState()
-    if last_dir is not None:
-        restore(run, state, last_dir)
-    if scheduler is not None:
-        scheduler.step_update(state.update)
-    run.guard = FiniteGuard(accelerator.device, state.epoch * batches_per_epoch + state.batch)
-    info = dict(argv=list(argv), model_kwargs=model_kwargs, data_cfg=data_cfg, provenance=provenance,
-                num_params=sum(p.numel() for p in unwrapped.parameters()),
-                dataset=dict(data.describe(), train_samples_used=n_train,
-                             eval_samples_used=len(data.eval) if args.eval_subset is None
-                             else min(args.eval_subset, _len_or_none(data.eval) or args.eval_subset)))
-    accelerator.print(
-        f'{model_name}: {info["num_params"]:,} parameters; {data.name}: {n_train:,} train / '
-        f'{info["dataset"]["eval_samples_used"]:,} {data.eval_split} images, {data.num_classes} classes; {world} '
-        f'process(es) on {accelerator.device}, batch {args.batch_size} ({args.batch_size // world} per process) x '
-        f'{args.grad_accum_steps}, {updates_per_epoch} updates/epoch, {data_path.name} data path, mixed precision '
-        f'{accelerator.mixed_precision}, {"compiled" if compiled else "eager"}.')
+    try:
+        with accelerator.main_process_first():
+            data = load_dataset(
+                args.dataset, args.data_dir, download=not args.no_download, cache_dir=args.cache_dir,
+                train_split=args.train_split, eval_split=args.val_split, num_classes=args.num_classes, seed=args.seed,
+                batch_size=args.batch_size // world)
+        model, model_name, model_kwargs = build_model(args, data)
+        data_cfg = _data_config(model, args)
+        n_train, updates_per_epoch, batches_per_epoch = count_batches(args, data)
+        data_path = build_data_path(args, data, data_cfg, accelerator, batches_per_epoch)
+        optimizer, scheduler = build_optimization(args, model, updates_per_epoch, accelerator.device)
+        loss_fn, mixup_fn = build_loss(args, data.num_classes, args.batch_size // world)
+        prepared, optimizer = accelerator.prepare(model, optimizer)
+        unwrapped = accelerator.unwrap_model(prepared)
+        compiled = args.compile if args.compile is not None else accelerator.device.type == 'cuda'
+        train_model = torch.compile(prepared, mode=compile_mode(args, accelerator), dynamic=False) if compiled else prepared
+        ema = ModelEmaV3(unwrapped, decay=args.model_ema_decay, use_warmup=args.model_ema_warmup) if args.model_ema else None
+        run = Run(args=args, accelerator=accelerator, model=train_model, unwrapped=unwrapped, optimizer=optimizer,
+                  scheduler=scheduler, ema=ema, data=data_path, loss_fn=loss_fn, mixup_fn=mixup_fn, folder=folder,
+                  model_name=model_name, model_config=model_config(unwrapped, model_name, model_kwargs, data, data_cfg),
+                  batches_per_epoch=batches_per_epoch, hooks=hooks, compiled=compiled)
+        state = TrainState()
+        if last_dir is not None:
+            restore(run, state, last_dir)
+        if scheduler is not None:
+            scheduler.step_update(state.update)
+        run.guard = FiniteGuard(accelerator.device, state.epoch * batches_per_epoch + state.batch)
+        info = dict(argv=list(argv), model_kwargs=model_kwargs, data_cfg=data_cfg, provenance=provenance,
+                    num_params=sum(p.numel() for p in unwrapped.parameters()),
+                    dataset=dict(data.describe(), train_samples_used=n_train,
+                                 eval_samples_used=len(data.eval) if args.eval_subset is None
+                                 else min(args.eval_subset, _len_or_none(data.eval) or args.eval_subset)))
+        accelerator.print(
+            f'{model_name}: {info["num_params"]:,} parameters; {data.name}: {n_train:,} train / '
+            f'{info["dataset"]["eval_samples_used"]:,} {data.eval_split} images, {data.num_classes} classes; {world} '
+            f'process(es) on {accelerator.device}, batch {args.batch_size} ({args.batch_size // world} per process) x '
+            f'{args.grad_accum_steps}, {updates_per_epoch} updates/epoch, {data_path.name} data path, mixed precision '
+            f'{accelerator.mixed_precision}, {"compiled" if compiled else "eager"}.')
+    except BaseException:
+        folder.unlock()
+        raise
     return run, state, info, last_dir
 
 
@@ -816,6 +877,15 @@ def train(args: argparse.Namespace, provenance: Optional[Dict[str, Any]] = None,
     t_launch = time.perf_counter()
     argv = list(sys.argv[1:] if argv is None else argv)
     run, state, info, last_dir = setup(args, provenance or {}, argv, hooks or TrainHooks())
+    try:
+        return _train(run, state, info, last_dir, args, t_launch)
+    finally:
+        run.folder.unlock()
+
+
+def _train(run: Run, state: TrainState, info: Dict[str, Any], last_dir: Optional[Path], args: argparse.Namespace,
+           t_launch: float) -> Dict[str, Any]:
+    """The epochs of a set-up run, then its record; raises ``Diverged`` or ``WriteFailed`` when it stopped early."""
     acc = run.accelerator
     if run.is_main:
         write_run_record(run, state, info, last_dir)
@@ -845,15 +915,34 @@ def train(args: argparse.Namespace, provenance: Optional[Dict[str, Any]] = None,
         message = (f'Training diverged: {e}. Stopped without saving; the last good checkpoint is '
                    f'{kept if kept else "none (the run diverged before its first checkpoint)"}. Try a lower --lr, '
                    f'--clip-grad 1.0, a longer --warmup-epochs, or --mixed-precision no.')
+    except Exception as e:  # noqa: BLE001 (safetensors and torch.save report a full disk in their own types)
+        if not is_disk_full(e, run.folder.path):
+            raise
+        ckpt.clean_stale_temp(run.folder.checkpoints)
+        kept = run.folder.find_checkpoint()
+        status, message = 'failed', (f'{describe_write_error(e, run.folder.path)}; the last checkpoint is '
+                                     f'{kept or "none"}, and --resume {run.folder} continues from it.')
     acc.wait_for_everyone()
     if args.rank_report:
         _rank_report(run, status, local_samples)
-    summary = finish_run(run, state, status, message, time.perf_counter() - t_launch) if run.is_main else {}
+    summary = _finish(run, state, status, message, time.perf_counter() - t_launch) if run.is_main else {}
     acc.wait_for_everyone()
     acc.end_training()
     if status == 'diverged':
         raise Diverged(message)
+    if status == 'failed':
+        raise WriteFailed(message)
     return summary
+
+
+def _finish(run: Run, state: TrainState, status: str, message: Optional[str], launch_time: float) -> Dict[str, Any]:
+    """``finish_run``; on a full disk, as much of it as fits (the run's status above all)."""
+    try:
+        return finish_run(run, state, status, message, launch_time)
+    except Exception as e:  # noqa: BLE001
+        if status == 'finished' or not is_disk_full(e, run.folder.path):
+            raise
+        return {}
 
 
 def main(argv: Optional[Sequence[str]] = None, hooks: Optional[TrainHooks] = None) -> int:
@@ -867,6 +956,9 @@ def main(argv: Optional[Sequence[str]] = None, hooks: Optional[TrainHooks] = Non
     except Diverged as e:
         print(f'timm-minimal-train: {e}', file=sys.stderr, flush=True)
         return EXIT_DIVERGED
+    except WriteFailed as e:
+        print(f'timm-minimal-train: error: {e}', file=sys.stderr, flush=True)
+        return EXIT_WRITE_FAILED
     return 0
 
 

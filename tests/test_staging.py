@@ -1,0 +1,76 @@
+"""Output folders (timm_minimal.tools.staging): whole or nothing, and only a tool's own output is replaced."""
+import errno
+import json
+
+import pytest
+
+from timm_minimal.tools.staging import staged_folder
+
+
+class Refused(ValueError):
+    pass
+
+
+def _write(out, overwrite=False, files=('a.txt',)):
+    with staged_folder(out, overwrite, marker='.mark.json', error=Refused) as stage:
+        for name in files:
+            (stage / name).write_text(name)
+
+
+def test_the_folder_appears_whole_with_its_marker(tmp_path):
+    _write(tmp_path / 'out', files=('a.txt', 'b.txt'))
+    assert sorted(p.name for p in (tmp_path / 'out').iterdir()) == ['.mark.json', 'a.txt', 'b.txt']
+    assert json.loads((tmp_path / 'out' / '.mark.json').read_text()) == {'files': ['a.txt', 'b.txt']}
+    assert [p.name for p in tmp_path.iterdir()] == ['out']
+
+
+def test_a_failure_leaves_nothing_and_keeps_the_earlier_output(tmp_path):
+    out = tmp_path / 'out'
+    _write(out)
+    with pytest.raises(KeyError):
+        with staged_folder(out, True, marker='.mark.json', error=Refused) as stage:
+            (stage / 'half.txt').write_text('x')
+            raise KeyError('boom')
+    assert sorted(p.name for p in out.iterdir()) == ['.mark.json', 'a.txt']
+    assert [p.name for p in tmp_path.iterdir()] == ['out']
+
+
+def test_overwrite_replaces_its_own_output_and_empty_folders_only(tmp_path):
+    out = tmp_path / 'out'
+    _write(out)
+    _write(out, overwrite=True, files=('c.txt',))
+    assert sorted(p.name for p in out.iterdir()) == ['.mark.json', 'c.txt']
+    (tmp_path / 'empty').mkdir()
+    _write(tmp_path / 'empty')
+    mine = tmp_path / 'mine'
+    mine.mkdir()
+    (mine / 'thesis.tex').write_text('keep')
+    with pytest.raises(Refused, match='did not write'):
+        _write(mine, overwrite=True)
+    (out / 'extra.txt').write_text('keep')
+    with pytest.raises(Refused, match=r'did not write \(extra.txt\)'):
+        _write(out, overwrite=True)
+    assert (mine / 'thesis.tex').read_text() == 'keep' and (out / 'extra.txt').read_text() == 'keep'
+    with pytest.raises(Refused, match='not empty'):
+        _write(mine)
+    (tmp_path / 'file').write_text('x')
+    with pytest.raises(Refused, match='not a folder'):
+        _write(tmp_path / 'file', overwrite=True)
+
+
+def test_the_working_folder_and_its_ancestors_are_never_replaced(tmp_path, monkeypatch):
+    work = tmp_path / 'a' / 'b'
+    work.mkdir(parents=True)
+    monkeypatch.chdir(work)
+    for out in ('.', '..', '../..', str(tmp_path), '/'):
+        with pytest.raises(Refused, match='working folder'):
+            _write(out, overwrite=True)
+    assert sorted(p.name for p in tmp_path.rglob('*')) == ['a', 'b']
+
+
+def test_a_full_disk_is_named_and_nothing_is_left(tmp_path):
+    out = tmp_path / 'out'
+    with pytest.raises(Refused, match='no space left on the device'):
+        with staged_folder(out, marker='.mark.json', error=Refused):
+            raise OSError(errno.ENOSPC, 'No space left on device')
+    assert list(tmp_path.iterdir()) == []

@@ -1,0 +1,133 @@
+"""The trainer against faults and misuse: two runs on one folder, a full disk, checkpoints that must not be
+resumed (non-finite, foreign, of another architecture), and recipes or args.yaml that are not what they claim."""
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+import yaml
+from safetensors.torch import load_file, save_file
+
+from test_train import DDP_ARGS, ROOT, metrics, run_inprocess, run_subprocess
+from timm_minimal.training import train as train_mod
+from timm_minimal.training.files import FolderLock
+
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope='module')
+def data(mnist_dir):
+    return ['--data-dir', mnist_dir]
+
+
+@pytest.fixture(scope='module')
+def one_epoch(tmp_path_factory, data):
+    run = tmp_path_factory.mktemp('one') / 'run'
+    assert run_inprocess(DDP_ARGS + data + ['--epochs', '1', '--output', run]) == 0
+    return run
+
+
+def _copy(run, tmp_path):
+    import shutil
+    out = tmp_path / 'copy'
+    shutil.copytree(run, out)
+    return out
+
+
+def test_a_second_trainer_on_the_same_folder_is_refused(data, tmp_path, capsys):
+    run = tmp_path / 'run'
+    holder = FolderLock(run, '.lock').acquire()  # another process's lock, as the OS sees it
+    try:
+        child = run_subprocess(DDP_ARGS + data + ['--epochs', '1', '--output', run])
+        assert child.returncode == train_mod.EXIT_BAD_INPUT, child.stderr
+        assert 'another process' in child.stderr and 'one training run at a time' in child.stderr
+        assert 'Traceback' not in child.stderr
+        assert sorted(p.name for p in run.iterdir()) == ['.lock']
+    finally:
+        holder.release()
+    # the lock of a process that is gone does not block: the same folder starts (it holds only the lock file)
+    assert run_inprocess(DDP_ARGS + data + ['--epochs', '1', '--output', run]) == 0
+    assert len(metrics(run)) == 1
+
+
+def test_two_trainers_started_at_once_one_runs(data, tmp_path):
+    run = tmp_path / 'run'
+    env_args = DDP_ARGS + data + ['--epochs', '1', '--output', run]
+    cmd = [sys.executable, '-m', 'timm_minimal.training.train', *map(str, env_args)]
+    import os
+    env = dict(os.environ, OMP_NUM_THREADS='1')
+    procs = [subprocess.Popen(cmd + ['--seed', str(seed)], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for seed in (1, 2)]
+    outs = [p.communicate(timeout=600) for p in procs]
+    codes = sorted(p.returncode for p in procs)
+    assert codes == [0, train_mod.EXIT_BAD_INPUT], outs
+    assert len(metrics(run)) == 1
+    seeds = {json.loads((run / 'run.json').read_text())['args']['seed']}
+    winner = [s for s, p in zip((1, 2), procs) if p.returncode == 0]
+    assert seeds == set(winner)
+
+
+def test_a_full_disk_is_named_and_the_run_can_resume(one_epoch, data, small_disk, capsys):
+    disk = small_disk(1024)
+    run = disk / 'run'
+    rc = run_inprocess(DDP_ARGS + data + ['--epochs', '3', '--output', run])
+    err = capsys.readouterr().err
+    assert rc == train_mod.EXIT_WRITE_FAILED, err
+    assert 'no space left on the device' in err and 'Traceback' not in err and err.strip().count('\n') == 0
+    assert not list((run / 'checkpoints').glob('.*tmp*'))
+    assert json.loads((run / 'run.json').read_text())['status'] == 'failed'
+
+
+def test_a_non_finite_checkpoint_is_never_resumed(one_epoch, tmp_path, capsys):
+    run = _copy(one_epoch, tmp_path)
+    path = run / 'checkpoints' / 'last' / 'model.safetensors'
+    w = load_file(str(path))
+    key = next(k for k, v in w.items() if v.is_floating_point())
+    w[key] = torch.full_like(w[key], float('nan'))
+    save_file(w, str(path))
+    assert run_inprocess(['--resume', run, '--epochs', '2']) == train_mod.EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert 'weights are not finite' in err and key in err and 'last good' not in err
+    assert len(metrics(run)) == 1
+
+
+def test_a_foreign_training_state_is_named(one_epoch, tmp_path, capsys):
+    run = _copy(one_epoch, tmp_path)
+    torch.save({'epoch': 1}, run / 'checkpoints' / 'last' / 'training_state.pt')
+    assert run_inprocess(['--resume', run, '--epochs', '2']) == train_mod.EXIT_BAD_INPUT
+    assert 'not a timm-minimal training state (missing optimizer' in capsys.readouterr().err
+
+
+def test_args_yaml_naming_another_architecture_is_named(one_epoch, tmp_path, capsys):
+    run = _copy(one_epoch, tmp_path)
+    saved = yaml.safe_load((run / 'args.yaml').read_text())
+    saved['model'] = 'vit_minimal_sym_6x4'
+    (run / 'args.yaml').write_text(yaml.safe_dump(saved))
+    assert run_inprocess(['--resume', run, '--epochs', '2']) == train_mod.EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert 'do not fit vit_minimal_sym_6x4' in err and 'Traceback' not in err
+
+
+@pytest.mark.parametrize('text, message', [
+    ('lr: [1, 2\nepochs: 3\n', 'is not valid YAML (line'),
+    ('lr: !!python/object/apply:os.system ["echo hacked"]\n', 'is not valid YAML'),
+    ('lr: "fast"\n', "lr must be a number (as --lr takes), got 'fast'"),
+    ('epochs: 2.5\n', 'epochs must be an integer'),
+    ('- lr\n', 'must be a mapping'),
+])
+def test_bad_recipes_are_one_line(text, message, tmp_path, capsys):
+    recipe = tmp_path / 'mine.yaml'
+    recipe.write_text(text)
+    rc = train_mod.main(['--model', 'vit_minimal_std_6x1', '--dataset', 'mnist', '--recipe', str(recipe),
+                         '--output', str(tmp_path / 'run')])
+    err = capsys.readouterr().err
+    assert rc == train_mod.EXIT_BAD_INPUT and message in err and err.count('\n') == 1, err
+
+
+def test_bad_args_yaml_is_one_line(one_epoch, tmp_path, capsys):
+    run = _copy(one_epoch, tmp_path)
+    (run / 'args.yaml').write_text('!!python/object/new:os.system [echo hacked]\n')
+    assert run_inprocess(['--resume', run, '--epochs', '2']) == train_mod.EXIT_BAD_INPUT
+    assert 'args.yaml is not valid YAML' in capsys.readouterr().err

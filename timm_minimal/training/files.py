@@ -1,0 +1,79 @@
+"""What writing files can meet: a full disk, named as such, and another process on the same run folder."""
+import errno
+import fcntl
+import os
+import shutil
+from pathlib import Path
+from typing import IO, Optional, Union
+
+__all__ = ['is_disk_full', 'describe_write_error', 'FolderLock', 'FolderBusy']
+
+# torch.save reports a short write without the OS error ("unexpected pos ..."): below this much free space a
+# failed write is put down to a full disk
+_NEARLY_FULL = 1 << 20
+
+
+def is_disk_full(e: BaseException, where: Union[str, Path]) -> bool:
+    """Whether a failed write at ``where`` (a file or folder) met a full disk."""
+    if isinstance(e, OSError) and e.errno == errno.ENOSPC:
+        return True
+    text = str(e)
+    if 'No space left on device' in text or 'os error 28' in text:
+        return True
+    path = Path(where)
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    try:
+        return shutil.disk_usage(path).free < _NEARLY_FULL
+    except OSError:
+        return False
+
+
+def describe_write_error(e: BaseException, what: Union[str, Path]) -> str:
+    """One line for a failed write of ``what``; a full disk is named as such."""
+    if is_disk_full(e, what):
+        return f'no space left on the device while writing {what}: free some space and run again'
+    if isinstance(e, OSError):
+        return f'cannot write {what}: {e.strerror or e}' + (f' ({e.filename})' if e.filename else '')
+    return f'cannot write {what}: {type(e).__name__}: {str(e).strip()[:200]}'
+
+
+class FolderBusy(RuntimeError):
+    """Another process holds the folder's lock."""
+
+
+class FolderLock:
+    """An exclusive OS lock (``flock``) on ``<folder>/<name>``, held until ``release`` or the process ends.
+
+    The OS drops the lock of a killed process, so a stale lock file never blocks a later run; the file
+    records the holder's pid for the message of the process that is refused.
+    """
+
+    def __init__(self, folder: Union[str, Path], name: str = '.lock') -> None:
+        self.path = Path(folder) / name
+        self._file: Optional[IO[str]] = None
+
+    def acquire(self) -> 'FolderLock':
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        f = open(self.path, 'a+')
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            f.seek(0)
+            holder = f.read().strip() or 'unknown'
+            f.close()
+            if e.errno in (errno.EAGAIN, errno.EACCES):
+                raise FolderBusy(f'another process (pid {holder}) is using {self.path.parent}') from e
+            raise
+        f.seek(0)
+        f.truncate()
+        f.write(f'{os.getpid()}\n')
+        f.flush()
+        self._file = f
+        return self
+
+    def release(self) -> None:
+        if self._file is not None:
+            fcntl.flock(self._file, fcntl.LOCK_UN)
+            self._file.close()
+            self._file = None
