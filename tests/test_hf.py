@@ -408,6 +408,40 @@ def test_processor_errors(kwargs, message):
         VitMinimalImageProcessor(**kwargs)
 
 
+def _layouts(digit):
+    """One grey digit (uint8 H x W) in every input layout the processor takes, ViTImageProcessor's among them."""
+    rgb = np.repeat(digit[..., None], 3, axis=-1)
+    f = digit.astype(np.float32) / 255
+    return {
+        'PIL L': Image.fromarray(digit), 'PIL RGB': Image.fromarray(rgb),
+        'PIL I;16': Image.fromarray(digit.astype(np.uint16) * 257),
+        'numpy (H, W) uint8': digit, 'numpy (H, W, 1)': digit[..., None], 'numpy (1, H, W)': digit[None],
+        'numpy (H, W, 3)': rgb, 'numpy (3, H, W)': rgb.transpose(2, 0, 1), 'numpy (H, W) float': f,
+        'numpy (H, W) uint16': digit.astype(np.uint16) * 257,
+        'torch (1, H, W) float': torch.from_numpy(f)[None], 'torch (H, W) uint8': torch.from_numpy(digit),
+        'torch (3, H, W) uint8': torch.from_numpy(rgb).permute(2, 0, 1),
+    }
+
+
+def test_processor_takes_every_input_layout():
+    """Greyscale 2-D arrays, channel-first and channel-last, uint8, uint16 and float, PIL, numpy and torch: the
+    same pixel values for the same digit, in lists and in batches."""
+    processor = VitMinimalImageProcessor.from_pretrained_cfg(timm.create_model('vit_minimal_sym_6x4.mnist').pretrained_cfg)
+    digit = (np.arange(28 * 28).reshape(28, 28) % 251).astype(np.uint8)
+    want = processor(Image.fromarray(digit))['pixel_values']
+    assert want.shape == (1, 1, 28, 28)
+    for name, image in _layouts(digit).items():
+        got = processor(image)['pixel_values']
+        assert torch.allclose(got, want, atol=0.02), name  # RGB -> L rounds by one grey level at most
+    batch = processor([digit, digit[None]])['pixel_values']
+    stacked = processor(np.stack([digit[..., None]] * 2))['pixel_values']
+    assert batch.shape == stacked.shape == (2, 1, 28, 28) and torch.allclose(batch, stacked)
+    for bad, message in ((np.zeros((2, 2, 2, 2, 2)), 'Expected an image of shape'), (np.zeros((28, 28, 2)), 'C = 1, 3'),
+                         (np.full((28, 28), np.nan), 'non-finite')):
+        with pytest.raises(ValueError, match=message):
+            processor(bad)
+
+
 def test_bad_inputs_fail_clearly():
     processor = VitMinimalImageProcessor()
     with pytest.raises(TypeError, match='Expected a PIL image, numpy array or torch tensor'):

@@ -15,13 +15,60 @@ import torch
 from PIL import Image
 
 from transformers.image_processing_utils import BaseImageProcessor, BatchFeature
-from transformers.image_transforms import to_pil_image
 
-__all__ = ['VitMinimalImageProcessor']
+__all__ = ['VitMinimalImageProcessor', 'CHANNEL_MODES', 'image_mode', 'convert_image', 'array_to_image']
 
 INTERPOLATIONS = ('nearest', 'bilinear', 'bicubic', 'box', 'hamming', 'lanczos')
 CROP_MODES = ('center', 'squash', 'border')
-_CHANNEL_MODES = {1: 'L', 3: 'RGB'}
+CHANNEL_MODES = {1: 'L', 3: 'RGB'}  # a model's input channels -> the PIL mode its images are converted to
+
+
+def image_mode(channels: int) -> str:
+    """The PIL mode of a model's input: 'L' for 1 channel, 'RGB' for 3."""
+    if channels not in CHANNEL_MODES:
+        raise ValueError(f'images are converted for 1 (grayscale) or 3 (RGB) channels, not {channels}.')
+    return CHANNEL_MODES[channels]
+
+
+def convert_image(image: Image.Image, mode: str) -> Image.Image:
+    """``image`` in ``mode``; 16- and 32-bit integer and float images are scaled to 8 bits by their range
+    (PIL's own conversion clips them, which turns a 16-bit image white)."""
+    if image.mode == mode:
+        return image
+    if image.mode.startswith('I') or image.mode == 'F':
+        values = np.asarray(image, dtype=np.float64)
+        top = 1.0 if image.mode == 'F' and values.max(initial=0) <= 1.0 else (
+            255.0 if values.max(initial=0) <= 255 else 65535.0 if values.max(initial=0) <= 65535 else values.max())
+        image = Image.fromarray(np.clip(np.rint(values * (255.0 / top)), 0, 255).astype(np.uint8), 'L')
+    return image.convert(mode)
+
+
+def array_to_image(array: Any) -> Image.Image:
+    """A numpy array or torch tensor as a PIL image: (H, W), (H, W, C) or (C, H, W) with C in 1, 3, 4; uint8,
+    16-bit integers, or floats in [0, 1]."""
+    if isinstance(array, torch.Tensor):
+        array = array.detach().cpu().numpy()
+    if not isinstance(array, np.ndarray):
+        raise TypeError(f'Expected a PIL image, numpy array or torch tensor (or a list of them), got '
+                        f'{type(array).__name__}.')
+    if array.ndim == 3 and array.shape[0] in (1, 3, 4) and array.shape[-1] not in (1, 3, 4):
+        array = array.transpose(1, 2, 0)  # channels first
+    if array.ndim == 3 and array.shape[-1] == 1:
+        array = array[..., 0]
+    if array.ndim not in (2, 3) or (array.ndim == 3 and array.shape[-1] not in (3, 4)) or 0 in array.shape:
+        raise ValueError(f'Expected an image of shape (H, W), (H, W, C) or (C, H, W) with C = 1, 3 or 4, '
+                         f'got {tuple(array.shape)}.')
+    if array.dtype.kind == 'f':
+        if not np.isfinite(array).all():
+            raise ValueError('The image holds non-finite values.')
+        scale = 255.0 if array.max(initial=0) <= 1.0 else 1.0
+        array = np.clip(np.rint(array * scale), 0, 255).astype(np.uint8)
+    elif array.dtype == np.bool_:
+        array = array.astype(np.uint8) * 255
+    elif array.dtype != np.uint8:
+        top = 255 if array.max(initial=0) <= 255 else 65535
+        array = np.clip(array.astype(np.float64) * (255.0 / top), 0, 255).round().astype(np.uint8)
+    return Image.fromarray(np.ascontiguousarray(array))
 
 
 class VitMinimalImageProcessor(BaseImageProcessor):
@@ -53,7 +100,7 @@ class VitMinimalImageProcessor(BaseImageProcessor):
             **kwargs,
     ) -> None:
         super().__init__(**kwargs)
-        if num_channels not in _CHANNEL_MODES:
+        if num_channels not in CHANNEL_MODES:
             raise ValueError(f'num_channels must be 1 (grayscale) or 3 (RGB), got {num_channels}.')
         size = {'height': 28, 'width': 28} if size is None else dict(size)
         if set(size) != {'height', 'width'} or min(size.values()) < 1:
@@ -120,17 +167,8 @@ class VitMinimalImageProcessor(BaseImageProcessor):
 
     def _to_pil(self, image: Any) -> Image.Image:
         if not isinstance(image, Image.Image):
-            if isinstance(image, torch.Tensor):
-                image = image.detach().cpu().numpy()
-            if not isinstance(image, np.ndarray):
-                raise TypeError(
-                    f'Expected a PIL image, numpy array or torch tensor (or a list of them), got {type(image).__name__}.')
-            if image.ndim == 3 and 1 in (image.shape[0], image.shape[-1]) and min(image.shape[0], image.shape[-1]) == 1:
-                image = image.squeeze(0 if image.shape[0] == 1 else -1)
-            if image.ndim not in (2, 3):
-                raise ValueError(f'Expected an image of shape (H, W), (H, W, C) or (C, H, W), got {image.shape}.')
-            image = to_pil_image(image)
-        return image.convert(_CHANNEL_MODES[self.num_channels])
+            image = array_to_image(image)
+        return convert_image(image, image_mode(self.num_channels))
 
     def preprocess(
             self,

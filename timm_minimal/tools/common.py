@@ -16,6 +16,29 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f'{self.prog}: error: {message} (--help lists the options)\n')
 
 
+def positive_int(text: str) -> int:
+    """An argparse type: an integer of at least 1 (a count: a check that ran on nothing must not pass)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f'must be an integer of at least 1, got {text!r}')
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    """An argparse type: a finite number of at least 0."""
+    import math
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f'must be a finite number of at least 0, got {text!r}')
+    return value
+
+
 def allowed_models() -> str:
     """The model names a tool takes, for error messages."""
     import timm

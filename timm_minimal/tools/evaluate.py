@@ -18,6 +18,8 @@ from ..training.batch_augment import BatchAugment, BatchAugmentConfig
 from ..training.data import DatasetError, build_transforms, load_dataset
 from ..training.device_data import images_to_array
 from ..training.engine import eval_metrics, eval_sums
+from ..models.image_processing_vit_minimal import image_mode
+from .common import OneLineParser, positive_int
 
 __all__ = ['evaluate_model', 'evaluate_forwards', 'main']
 
@@ -28,8 +30,13 @@ def evaluate_forwards(forwards: Mapping[str, Callable[[torch.Tensor], torch.Tens
                       device: str = 'cpu', download: bool = False) -> Dict[str, Dict[str, Any]]:
     """Loss and top-1 / top-5 accuracy (%) of each function from images to logits over the evaluation split of
     ``dataset``, prepared once with the preprocessing ``data_cfg`` (timm's ``resolve_data_config``)."""
+    if batch_size < 1:
+        raise ValueError(f'the batch size must be at least 1, got {batch_size}')
     data = load_dataset(dataset, data_dir, download=download)
-    img_mode = 'L' if data_cfg['input_size'][0] == 1 else 'RGB'
+    if data.num_classes > num_classes:
+        raise DatasetError(f'{data.name} has {data.num_classes} classes and the model {num_classes} outputs: '
+                           f'evaluate a model trained on these classes.')
+    img_mode = image_mode(data_cfg['input_size'][0])
     _, eval_tf = build_transforms(data_cfg['input_size'], data_cfg['mean'], data_cfg['std'],
                                   interpolation=data_cfg['interpolation'], crop_pct=data_cfg['crop_pct'])
     images, labels = images_to_array(data.eval, eval_tf, data_cfg['input_size'], img_mode)
@@ -40,6 +47,8 @@ def evaluate_forwards(forwards: Mapping[str, Callable[[torch.Tensor], torch.Tens
         y = torch.from_numpy(labels[i:i + batch_size].copy()).to(device)
         for key, forward in forwards.items():
             sums[key] += eval_sums(forward(x), y)
+    if len(images) == 0:
+        raise DatasetError(f'the {data.eval_split} split of {data.name} holds no images: nothing was evaluated.')
     results = {}
     for key in forwards:
         res = eval_metrics(sums[key], num_classes=num_classes)
@@ -61,12 +70,13 @@ def evaluate_model(model: torch.nn.Module, dataset: str, data_dir: Optional[str]
 def main(argv: Optional[Sequence[str]] = None) -> int:
     import timm
     from ..models import vit_minimal  # noqa: F401  (registers the architectures)
-    p = argparse.ArgumentParser(prog='timm-minimal-evaluate', description=__doc__.split('\n\n')[0])
+    p = OneLineParser(prog='timm-minimal-evaluate', description=__doc__.split('\n\n')[0],
+                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument('model', help='timm model name with pretrained weights (a tag, local-dir:..., hf-hub:...)')
     p.add_argument('--dataset', required=True, help='mnist, cifar10, imagenet or an image folder')
-    p.add_argument('--data-dir', default='data')
-    p.add_argument('--batch-size', type=int, default=1000)
-    p.add_argument('--device', default='cpu')
+    p.add_argument('--data-dir', default='data', help='where the dataset lies')
+    p.add_argument('--batch-size', type=positive_int, default=1000, help='images per forward pass')
+    p.add_argument('--device', default='cpu', help='torch device')
     p.add_argument('--download', action='store_true', help='download the dataset when it is missing')
     args = p.parse_args(argv)
     try:

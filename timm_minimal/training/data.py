@@ -21,6 +21,7 @@ sample index): the same images come out whatever the number of workers or proces
 resumed in the middle of an epoch sees exactly the batches an uninterrupted run would.
 """
 import gzip
+import hashlib
 import logging
 import os
 import random
@@ -34,6 +35,8 @@ import numpy as np
 import torch
 from PIL import Image
 from torch.utils.data import DataLoader, Dataset, IterableDataset, Sampler
+
+from .image_folder import DatasetError, FolderDataset, FolderScan, folder_classes, scan_split
 
 _logger = logging.getLogger(__name__)
 
@@ -51,8 +54,6 @@ EVAL_SPLIT_DIRS = ('val', 'validation', 'test')
 CIFAR10_CLASSES = ('airplane', 'automobile', 'bird', 'cat', 'deer', 'dog', 'frog', 'horse', 'ship', 'truck')
 
 
-class DatasetError(ValueError):
-    """A dataset that cannot be found or read; the message says what was expected and where."""
 
 
 def default_cache_dir() -> Path:
@@ -206,6 +207,9 @@ class ImageData:
     eval_split: str = 'test'
     in_memory: bool = False
     info: Dict[str, Any] = field(default_factory=dict)
+    # per split ('train', 'eval'), a digest of the images' content where known (image folders): the key of the
+    # decoded-image caches, so that a cache is never read for other images
+    fingerprints: Dict[str, str] = field(default_factory=dict)
 
     @property
     def default_tag(self) -> str:
@@ -306,66 +310,74 @@ def find_image_folder_splits(root: Union[str, Path]) -> Tuple[Path, Path]:
 
 
 def _folder_classes(split_dir: Path) -> List[str]:
-    classes = sorted(p.name for p in split_dir.iterdir() if p.is_dir() and not p.name.startswith('.'))
+    classes = folder_classes(split_dir)
     if not classes:
         raise DatasetError(f'{split_dir} holds no class subfolders (expected {split_dir}/<class>/<image>).')
     return classes
 
 
-def load_image_folder(root: Union[str, Path], kind: str = 'folder', name: Optional[str] = None,
-                      img_mode: str = 'RGB') -> ImageData:
-    """An image-folder dataset read from disk with timm's folder reader; classes come from ``train/``."""
-    from timm.data import create_dataset
+def scan_image_folder(root: Union[str, Path]) -> Tuple[List[str], str, FolderScan, FolderScan]:
+    """Classes (``train/``'s top-level folders), the evaluation split's name and the scans of both splits."""
     train_dir, eval_dir = find_image_folder_splits(root)
     classes = _folder_classes(train_dir)
-    class_map = {c: i for i, c in enumerate(classes)}
-    extra = sorted(set(_folder_classes(eval_dir)) - set(classes))
+    extra = sorted(set(folder_classes(eval_dir)) - set(classes))
     if extra:
         raise DatasetError(f'{eval_dir} has classes that {train_dir} lacks: {extra}.')
-    train = create_dataset('', root=str(train_dir), split='train', search_split=False, class_map=class_map,
-                           input_img_mode=img_mode)
-    evald = create_dataset('', root=str(eval_dir), split=eval_dir.name, search_split=False, class_map=class_map,
-                           input_img_mode=img_mode)
-    if len(train) == 0:
-        raise DatasetError(f'{train_dir} holds no images.')
-    train.classes = evald.classes = classes
     if len(classes) < 2:
         raise DatasetError(f'{train_dir} holds {len(classes)} class folder ({classes[0]}/): a classifier needs at '
                            f'least two classes, one subfolder each.')
+    scans = scan_split(train_dir, classes), scan_split(eval_dir, classes)
+    skipped = scans[0].skipped_links + scans[1].skipped_links
+    if skipped:
+        _logger.warning(f'Skipped {len(skipped)} folder link(s) that lead back into a folder being read (a loop): '
+                        + ', '.join(skipped[:5]) + (', ...' if len(skipped) > 5 else ''))
+    if not scans[1].samples:
+        raise DatasetError(f'{eval_dir} holds no images.')
+    return classes, eval_dir.name, scans[0], scans[1]
+
+
+def load_image_folder(root: Union[str, Path], kind: str = 'folder', name: Optional[str] = None,
+                      img_mode: str = 'RGB') -> ImageData:
+    """An image-folder dataset read from disk (``timm_minimal.training.image_folder``: the top-level folder of an
+    image is its class); classes come from ``train/``."""
+    classes, eval_split, train, evald = scan_image_folder(root)
     return ImageData(
-        name=name or Path(root).name, kind=kind, train=train, eval=evald, classes=classes,
-        num_classes=len(classes), source=str(Path(root)), eval_split=eval_dir.name)
+        name=name or Path(root).name, kind=kind, train=FolderDataset(train.samples, classes, img_mode),
+        eval=FolderDataset(evald.samples, classes, img_mode), classes=classes, num_classes=len(classes),
+        source=str(Path(root)), eval_split=eval_split,
+        fingerprints=dict(train=train.fingerprint, eval=evald.fingerprint))
 
 
-def _decode_folder(split_dir: Path, classes: Sequence[str]) -> Tuple[np.ndarray, np.ndarray]:
-    images, labels = [], []
-    for label, cls in enumerate(classes):
-        for p in sorted((split_dir / cls).iterdir()):
-            with Image.open(p) as im:
-                images.append(np.asarray(im.convert('RGB')))
-            labels.append(label)
-    return np.stack(images), np.asarray(labels, dtype=np.int64)
+def _decode(samples: Sequence[Tuple[str, int]], classes: Sequence[str]) -> Tuple[np.ndarray, np.ndarray]:
+    ds = FolderDataset(samples, classes, 'RGB')
+    images = [np.asarray(ds[i][0]) for i in range(len(ds))]
+    shapes = sorted({im.shape for im in images})
+    if len(shapes) > 1:
+        raise DatasetError(f'the images of {ds.samples[0][0]}\'s folder differ in size ({shapes[:3]}); an in-memory '
+                           f'dataset needs one size.')
+    return np.stack(images), np.asarray([label for _, label in samples], dtype=np.int64)
 
 
-def load_image_folder_in_memory(root: Path, cache: Optional[Path], name: str, kind: str) -> ImageData:
-    """A small image folder decoded once into uint8 arrays (cached as .npz next to it or in ``cache``)."""
-    train_dir, eval_dir = find_image_folder_splits(root)
-    classes = _folder_classes(train_dir)
-    npz = cache if cache is not None else root / 'decoded.npz'
+def load_image_folder_in_memory(root: Path, cache_dir: Path, name: str, kind: str) -> ImageData:
+    """A small image folder decoded once into uint8 arrays, cached in ``cache_dir`` under a digest of its content."""
+    classes, eval_split, train, evald = scan_image_folder(root)
+    key = hashlib.sha256(f'{train.fingerprint}|{evald.fingerprint}'.encode()).hexdigest()[:16]
+    npz = Path(cache_dir) / f'{name}-folder-{key}.npz'
     if npz.is_file():
         with np.load(npz) as d:
             arrays = {k: d[k] for k in d.files}
     else:
-        tx, ty = _decode_folder(train_dir, classes)
-        ex, ey = _decode_folder(eval_dir, classes)
+        tx, ty = _decode(train.samples, classes)
+        ex, ey = _decode(evald.samples, classes)
         arrays = dict(train_images=tx, train_labels=ty, eval_images=ex, eval_labels=ey)
+        npz.parent.mkdir(parents=True, exist_ok=True)
         tmp = npz.with_name(f'.{npz.name}.{os.getpid()}.tmp.npz')
         np.savez(tmp, **arrays)
         os.replace(tmp, npz)
-    train = ArrayImageDataset(arrays['train_images'], arrays['train_labels'], classes)
-    evald = ArrayImageDataset(arrays['eval_images'], arrays['eval_labels'], classes)
-    return ImageData(name=name, kind=kind, train=train, eval=evald, classes=list(classes), num_classes=len(classes),
-                     source=str(root), eval_split=eval_dir.name, in_memory=True)
+    return ImageData(name=name, kind=kind, train=ArrayImageDataset(arrays['train_images'], arrays['train_labels'], classes),
+                     eval=ArrayImageDataset(arrays['eval_images'], arrays['eval_labels'], classes),
+                     classes=list(classes), num_classes=len(classes), source=str(root), eval_split=eval_split,
+                     in_memory=True, fingerprints=dict(train=train.fingerprint, eval=evald.fingerprint))
 
 
 def _extract_once(archive: Path, cache_dir: Path) -> Path:
@@ -417,14 +429,12 @@ def load_cifar10(root: Union[str, Path], cache_dir: Optional[Union[str, Path]] =
         archives = [a for a in archives if 'python' not in a.name]
         if archives:
             folder = _extract_once(archives[0], cache_dir)
-            data = load_image_folder_in_memory(folder, folder / 'decoded.npz', 'cifar10', 'cifar10')
+            data = load_image_folder_in_memory(folder, folder, 'cifar10', 'cifar10')
             data.source = f'{archives[0]} (extracted to {folder})'
             _check_cifar_classes(data)
             return data
         if (base / 'train').is_dir() and any((base / d).is_dir() for d in EVAL_SPLIT_DIRS):
-            cache = cache_dir / f'cifar10-folder-{abs(hash(str(base.resolve()))) % 10**8}.npz'
-            cache_dir.mkdir(parents=True, exist_ok=True)
-            data = load_image_folder_in_memory(base, cache, 'cifar10', 'cifar10')
+            data = load_image_folder_in_memory(base, cache_dir, 'cifar10', 'cifar10')
             _check_cifar_classes(data)
             return data
         if (base / 'cifar-10-batches-py').is_dir():

@@ -98,10 +98,11 @@ def images_to_array(ds: Dataset, transform: Any, input_size: Sequence[int], img_
     return images, labels
 
 
-def cache_file(cache_dir: Path, source: str, split: str, num_samples: int, input_size: Sequence[int],
-               img_mode: str, transform: Any) -> Path:
-    """Where the decoded arrays of an image-folder split are kept; the key covers what shapes them."""
-    key = '|'.join(map(str, (os.path.abspath(source), split, num_samples, tuple(input_size), img_mode, transform)))
+def cache_file(cache_dir: Path, content: str, split: str, input_size: Sequence[int], img_mode: str,
+               transform: Any) -> Path:
+    """Where the decoded arrays of an image-folder split are kept: the key covers the images' content (a digest
+    of their paths, sizes and modification times) and everything that shapes the arrays."""
+    key = '|'.join(map(str, (content, split, tuple(input_size), img_mode, transform)))
     return cache_dir / 'device-arrays' / f'{split}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.npz'
 
 

@@ -556,10 +556,10 @@ def device_path_blockers(args: argparse.Namespace, data: ImageData, input_size: 
 def _device_arrays(args, data: ImageData, split: str, indices: np.ndarray, eval_tf, data_cfg, img_mode: str):
     from .data import default_cache_dir
     ds = data.train if split == 'train' else data.eval
-    cache = None
-    if data.kind in ('folder', 'imagenet', 'timm'):
+    cache, content = None, data.fingerprints.get('train' if split == 'train' else 'eval')
+    if content:  # only where the content is known: a cache is never read for other images
         cache_dir = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
-        cache = cache_file(cache_dir, data.source, split, len(ds), data_cfg['input_size'], img_mode, eval_tf)
+        cache = cache_file(cache_dir, content, split, data_cfg['input_size'], img_mode, eval_tf)
     images, labels = images_to_array(ds, eval_tf, data_cfg['input_size'], img_mode, cache)
     return images[indices], labels[indices]
 

@@ -1,0 +1,109 @@
+"""Image folders: ``<split>/<class>/.../<image>``, read the way torchvision's ImageFolder defines them.
+
+- The class of an image is the top-level folder under the split it lies in, however deep it lies
+  (``train/a/b/x.png`` is class ``a``); hidden folders and files are ignored.
+- Folder links are followed, except a link to a folder being walked or to one of its ancestors (a loop):
+  that link is skipped, and the skipped links are reported.
+- A class folder without images, and an image file of zero bytes, are refused with their names.
+- ``fingerprint`` digests every image's relative path, size and modification time, so a cache keyed on it
+  is never read for other content.
+"""
+import hashlib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, List, Sequence, Tuple
+
+from PIL import Image
+from torch.utils.data import Dataset
+
+from ..models.image_processing_vit_minimal import convert_image
+
+__all__ = ['DatasetError', 'IMAGE_EXTENSIONS', 'FolderScan', 'scan_split', 'folder_classes', 'FolderDataset']
+
+IMAGE_EXTENSIONS = frozenset(('.png', '.jpg', '.jpeg', '.bmp', '.gif', '.tif', '.tiff', '.webp', '.ppm', '.pgm'))
+
+
+class DatasetError(ValueError):
+    """A dataset that cannot be found or read; the message says what was expected and where (defined here, the
+    lowest module that raises it; ``timm_minimal.training.data`` exports it)."""
+
+
+@dataclass
+class FolderScan:
+    """The images of one split: (path, label) in a stable order, the loops skipped and the content digest."""
+    samples: List[Tuple[str, int]]
+    skipped_links: List[str] = field(default_factory=list)
+    fingerprint: str = ''
+
+
+def folder_classes(split_dir: Path) -> List[str]:
+    """The class names of a split: its top-level, non-hidden folders (links to folders included), sorted."""
+    return sorted(p.name for p in Path(split_dir).iterdir() if p.is_dir() and not p.name.startswith('.'))
+
+
+def _walk(folder: Path, active: Tuple[str, ...], files: List[Tuple[str, os.stat_result]], skipped: List[str]) -> None:
+    """The image files under ``folder`` (depth first, sorted); ``active`` holds the real paths being walked."""
+    for entry in sorted(os.scandir(folder), key=lambda e: e.name):
+        if entry.name.startswith('.'):
+            continue
+        if entry.is_dir(follow_symlinks=True):
+            real = os.path.realpath(entry.path)
+            if any(a == real or a.startswith(real + os.sep) for a in active):  # back into a folder being walked
+                skipped.append(entry.path)
+                continue
+            _walk(Path(entry.path), active + (real,), files, skipped)
+        elif os.path.splitext(entry.name)[1].lower() in IMAGE_EXTENSIONS and entry.is_file(follow_symlinks=True):
+            files.append((entry.path, entry.stat(follow_symlinks=True)))
+
+
+def scan_split(split_dir: Path, classes: Sequence[str]) -> FolderScan:
+    """The images of ``split_dir`` labelled by their top-level folder among ``classes`` (others are not read)."""
+    split_dir = Path(split_dir)
+    digest = hashlib.sha256()
+    samples, skipped, empty, zero = [], [], [], []
+    for label, cls in enumerate(classes):
+        root = split_dir / cls
+        if not root.is_dir():
+            continue
+        files: List[Tuple[str, os.stat_result]] = []
+        _walk(root, (os.path.realpath(root),), files, skipped)
+        if not files:
+            empty.append(f'{root}/')
+        for path, st in files:
+            if st.st_size == 0:
+                zero.append(path)
+            samples.append((path, label))
+            digest.update(f'{os.path.relpath(path, split_dir)}|{label}|{st.st_size}|{st.st_mtime_ns}\n'.encode())
+    if zero:
+        raise DatasetError(f'{len(zero)} image file(s) of zero bytes in {split_dir}: {", ".join(zero[:5])}'
+                          f'{", ..." if len(zero) > 5 else ""}; remove or replace them.')
+    if empty:
+        raise DatasetError(f'class folder(s) without images in {split_dir}: {", ".join(empty[:5])}; every class needs '
+                          f'images (extensions {", ".join(sorted(IMAGE_EXTENSIONS))}), or remove the folder.')
+    return FolderScan(samples, skipped, digest.hexdigest())
+
+
+class FolderDataset(Dataset):
+    """(PIL image in ``img_mode``, label) of scanned samples; an unreadable image raises ``DatasetError`` naming it."""
+
+    def __init__(self, samples: Sequence[Tuple[str, int]], classes: Sequence[str], img_mode: str = 'RGB') -> None:
+        self.samples = list(samples)
+        self.classes = list(classes)
+        self.img_mode = img_mode
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, index: int) -> Tuple[Any, int]:
+        path, label = self.samples[index]
+        try:
+            with Image.open(path) as im:
+                im.load()
+                return convert_image(im, self.img_mode), label
+        except (OSError, ValueError, Image.DecompressionBombError) as e:
+            raise DatasetError(f'cannot read image {path}: {e}') from e
+
+    def filename(self, index: int, basename: bool = False, absolute: bool = False) -> str:
+        path = self.samples[index][0]
+        return os.path.basename(path) if basename else path if absolute else path
