@@ -32,6 +32,7 @@ from timm.models._registry import get_pretrained_cfg
 from timm.models.vision_transformer import global_pool_nlc, init_weights_vit_timm
 
 from .layers import Block, get_attn_layer, sincos_2d_pos_embed
+from .weights_check import check_finite_weights, check_weights_fit, weights_file
 
 __all__ = ['VisionTransformerMinimal', 'checkpoint_filter_fn', 'check_model_args', 'DATASETS', 'ARCHITECTURES']
 
@@ -72,7 +73,8 @@ def check_model_args(
         img_size: Union[int, Tuple[int, int]] = 28, patch_size: Union[int, Tuple[int, int]] = 7, in_chans: int = 1,
         num_classes: int = 10, global_pool: str = 'avg', embed_dim: int = 60, depth: int = 6, num_heads: int = 1,
         attn_type: str = 'std', mlp_hidden_dim: int = 256, class_token: bool = False, pos_embed: str = 'sincos',
-        dynamic_img_size: bool = False, **_: Any) -> None:
+        dynamic_img_size: bool = False, drop_rate: float = 0., pos_drop_rate: float = 0., proj_drop_rate: float = 0.,
+        attn_drop_rate: float = 0., drop_path_rate: float = 0., **_: Any) -> None:
     """The rules a set of ``VisionTransformerMinimal`` keywords must follow (ValueError naming the keyword and
     what is allowed). The model checks its arguments here, and so does the transformers config, which can thus
     refuse a config without building a model. The attention layer's own rules live with the layer."""
@@ -81,6 +83,14 @@ def check_model_args(
                              ('mlp_hidden_dim', mlp_hidden_dim, 1)):
         if not isinstance(value, int) or isinstance(value, bool) or value < low:
             raise ValueError(f'{name} must be an integer >= {low}, got {value!r}.')
+    for name, value in (('img_size', img_size), ('patch_size', patch_size)):
+        items = list(value) if isinstance(value, (tuple, list)) else [value]
+        if len(items) not in (1, 2) or any(not isinstance(v, int) or isinstance(v, bool) or v < 1 for v in items):
+            raise ValueError(f'{name} must be a positive integer or a pair of them, got {value!r}.')
+    for name, value in (('drop_rate', drop_rate), ('pos_drop_rate', pos_drop_rate), ('proj_drop_rate', proj_drop_rate),
+                        ('attn_drop_rate', attn_drop_rate), ('drop_path_rate', drop_path_rate)):
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value < 1:
+            raise ValueError(f'{name} is a probability: it must be >= 0 and < 1, got {value!r}.')
     get_attn_layer(attn_type).check_args(embed_dim, num_heads)
     _check_choice('global_pool', global_pool, GlobalPoolType)
     if global_pool == 'token' and not class_token:
@@ -261,6 +271,8 @@ class VisionTransformerMinimal(nn.Module):
         return self.head
 
     def reset_classifier(self, num_classes: int, global_pool: Optional[str] = None) -> None:
+        if not isinstance(num_classes, int) or isinstance(num_classes, bool) or num_classes < 0:
+            raise ValueError(f'num_classes must be an integer >= 0 (0: no classifier), got {num_classes!r}.')
         self.num_classes = num_classes
         if global_pool is not None:
             _check_choice('global_pool', global_pool, GlobalPoolType)
@@ -434,6 +446,7 @@ def checkpoint_filter_fn(state_dict: Dict[str, torch.Tensor], model: VisionTrans
     """
     state_dict = state_dict.get('model', state_dict)
     state_dict = state_dict.get('state_dict', state_dict)
+    check_finite_weights(state_dict)
     model_sd = model.state_dict()
     out_dict = {}
     for k, v in state_dict.items():
@@ -595,6 +608,9 @@ def _create_vit_minimal(variant: str, pretrained: bool = False, **kwargs) -> Vis
     if tag in DATASETS:
         for key, value in tag_geometry(tag).items():
             kwargs.setdefault(key, value)
+    path = weights_file(kwargs.get('pretrained_cfg')) if pretrained else None
+    if path is not None:  # a checkpoint's config must fit its weights before a model of its size is built
+        check_weights_fit(path, kwargs.get('depth', 6), kwargs.get('embed_dim', 60))
     try:
         return build_model_with_cfg(
             VisionTransformerMinimal,

@@ -71,6 +71,8 @@ def create_named_model(name: str, pretrained: bool, error: Type[Exception] = Val
         if str(e).startswith('No pretrained weights exist'):
             raise error(f'{e}{no_weights_hint}') from e
         raise error(f'cannot load {name}: {e}') from e
+    except json.JSONDecodeError as e:
+        raise error(f'cannot load {name}: its config.json is not valid JSON ({e})') from e
     except (OSError, ValueError) as e:
         raise error(f'cannot load {name}: {e}') from e
     if not isinstance(model, VisionTransformerMinimal):

@@ -97,7 +97,8 @@ class _DefaultsFormatter(argparse.HelpFormatter):
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ''
-        if action.default is not argparse.SUPPRESS and action.option_strings and '%(default)' not in text \
+        states_its_default = '%(default)' in text or (action.default is None and 'default' in text)
+        if action.default is not argparse.SUPPRESS and action.option_strings and not states_its_default \
                 and not isinstance(action, argparse._HelpAction):
             text += (' ' if text else '') + '(default: %(default)s)'
         return text
@@ -429,8 +430,10 @@ def check_numbers(args: argparse.Namespace) -> None:
         value = getattr(args, name)
         if value < low:
             raise UsageError(f'--{name.replace("_", "-")} must be at least {low}, got {value}.')
-    if args.eval_batch_size is not None and args.eval_batch_size < 1:
-        raise UsageError(f'--eval-batch-size must be at least 1, got {args.eval_batch_size}.')
+    for name in ('eval_batch_size', 'train_subset', 'eval_subset'):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise UsageError(f'--{name.replace("_", "-")} must be at least 1, got {value}.')
     if args.device_data_limit <= 0:
         raise UsageError(f'--device-data-limit must be a positive number of GB, got {args.device_data_limit}.')
 

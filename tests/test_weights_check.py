@@ -1,0 +1,88 @@
+"""A checkpoint is checked before a model is built for it (config against the weights file's header) and
+when it loads (dtypes, finite values); bad model arguments are refused by name."""
+import json
+import time
+
+import pytest
+import timm
+import torch
+from safetensors.torch import load_file, save_file
+
+import timm_minimal  # noqa: F401
+from timm_minimal.tools.common import create_named_model
+
+torch.set_num_threads(1)
+
+
+@pytest.fixture
+def folder(tmp_path):
+    model = timm.create_model('vit_minimal_qkonly_6x1.mnist', pretrained=True)
+    out = tmp_path / 'ckpt'
+    out.mkdir()
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(out / 'model.safetensors'))
+    (out / 'config.json').write_text(json.dumps(dict(
+        architecture='vit_minimal_qkonly_6x1', num_classes=10, pretrained_cfg=dict(model.pretrained_cfg, tag='mnist'))))
+    return out
+
+
+def _edit_config(folder, **model_args):
+    cfg = json.loads((folder / 'config.json').read_text())
+    cfg['model_args'] = model_args
+    (folder / 'config.json').write_text(json.dumps(cfg))
+
+
+def test_the_folder_loads(folder):
+    model = timm.create_model(f'local-dir:{folder}', pretrained=True)
+    assert model.depth if hasattr(model, 'depth') else len(model.blocks) == 6
+
+
+@pytest.mark.parametrize('model_args, message', [
+    (dict(depth=100000), 'depth=100000 but the weights file .* holds 6 blocks'),
+    (dict(embed_dim=4000000), 'embed_dim=4000000 but the weights file .* has width 60'),
+    (dict(embed_dim=4e6), 'embed_dim=4000000.0 but the weights file'),
+])
+def test_a_config_that_misstates_the_weights_fails_before_building(folder, model_args, message):
+    _edit_config(folder, **model_args)
+    t0 = time.perf_counter()
+    with pytest.raises(ValueError, match=message):
+        timm.create_model(f'local-dir:{folder}', pretrained=True)
+    assert time.perf_counter() - t0 < 10
+
+
+def test_weights_of_another_dtype_or_non_finite_are_refused(folder):
+    path = folder / 'model.safetensors'
+    w = load_file(str(path))
+    save_file({k: v.to(torch.int8) for k, v in w.items()}, str(path))
+    with pytest.raises(ValueError, match='not floating point .*I8'):
+        timm.create_model(f'local-dir:{folder}', pretrained=True)
+    w['head.weight'][0, 0] = float('nan')
+    save_file(w, str(path))
+    with pytest.raises(ValueError, match='non-finite values .* head.weight'):
+        timm.create_model(f'local-dir:{folder}', pretrained=True)
+
+
+def test_a_truncated_config_names_the_file(folder):
+    text = (folder / 'config.json').read_text()
+    (folder / 'config.json').write_text(text[:len(text) // 2])
+    with pytest.raises(ValueError, match=r'config.json is not valid JSON'):
+        create_named_model(f'local-dir:{folder}', pretrained=True)
+
+
+@pytest.mark.parametrize('kwargs, message', [
+    (dict(img_size=-28), 'img_size must be a positive integer'),
+    (dict(patch_size=0), 'patch_size must be a positive integer'),
+    (dict(img_size=28.0), 'img_size must be a positive integer'),
+    (dict(drop_path_rate=2), 'drop_path_rate is a probability'),
+    (dict(drop_rate=-0.1), 'drop_rate is a probability'),
+])
+def test_bad_model_arguments_are_named(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        timm.create_model('vit_minimal_sym_6x4', **kwargs)
+
+
+def test_reset_classifier_refuses_a_negative_count():
+    model = timm.create_model('vit_minimal_sym_6x4')
+    with pytest.raises(ValueError, match='num_classes must be an integer >= 0'):
+        model.reset_classifier(-5)
+    model.reset_classifier(0)
+    assert model(torch.randn(1, 1, 28, 28)).shape == (1, 60)
