@@ -176,3 +176,26 @@ def test_shipping_weights_writes_the_named_folder_never_the_installed_package(mn
     publish.export_run(mnist_run, tmp_path / 'out', 'x/y', ship_weights=weights)
     assert [p.name for p in weights.iterdir()] == ['vit_minimal_sym_6x1.mnist.safetensors']
     assert {p.name: p.stat().st_mtime_ns for p in WEIGHTS_DIR.iterdir()} == before
+
+
+def test_a_garbage_metrics_line_is_named(mnist_run, tmp_path, capsys):
+    run = tmp_path / 'copy'
+    shutil.copytree(mnist_run, run)
+    with open(run / 'metrics.jsonl', 'a') as f:
+        f.write('{"epoch": 2, "test_acc": \n')
+    assert publish.main([str(run), '--repo-id', 'x/y', '--out', str(tmp_path / 'out')]) == 2
+    err = capsys.readouterr().err
+    assert 'metrics.jsonl line 2 is not a JSON record' in err and err.count('\n') == 1
+    assert not (tmp_path / 'out').exists()
+
+
+def test_a_full_disk_leaves_nothing_and_a_retry_works(mnist_run, tmp_path, small_disk, capsys):
+    disk = small_disk(160)  # room for the config and the code, not for the weights
+    out = disk / 'repo'
+    assert publish.main([str(mnist_run), '--repo-id', 'x/y', '--out', str(out)]) == 2
+    err = capsys.readouterr().err
+    assert 'no space left on the device' in err and err.count('\n') == 1 and 'Traceback' not in err
+    assert list(disk.iterdir()) == []
+    bigger = small_disk(4096)
+    assert publish.main([str(mnist_run), '--repo-id', 'x/y', '--out', str(bigger / 'repo')]) == 0
+    assert (bigger / 'repo' / 'model.safetensors').is_file()

@@ -18,6 +18,7 @@ the same for every attention variant. With T tokens (one per patch; the models a
   matrices, each titled with its asymmetry ||M - M^T|| / ||M||: S is symmetric (0) for ``sym`` and
   ``chol``; A is not, as the softmax normalises each row on its own.
 """
+import argparse
 import io
 import os
 import sys
@@ -30,7 +31,8 @@ import numpy as np
 import torch
 from PIL import Image, UnidentifiedImageError
 
-from .common import OneLineParser, allowed_models, create_named_model
+from ..models.image_processing_vit_minimal import convert_image, image_mode
+from .common import OneLineParser, allowed_models, create_named_model, positive_int
 
 __all__ = ['AttentionMaps', 'AttentionInputError', 'attention_rollout', 'asymmetry', 'create_attention_model',
            'label_names', 'load_image', 'preprocess', 'compute_attention', 'plot_attention', 'render_attention',
@@ -121,6 +123,8 @@ def load_image(path: Union[str, Path]) -> Image.Image:
         with Image.open(path) as im:
             im.load()
             return im.copy()
+    except Image.DecompressionBombError as e:
+        raise AttentionInputError(f'{path} is too large to read safely ({e})') from e
     except (UnidentifiedImageError, OSError, ValueError) as e:
         raise AttentionInputError(f'cannot read {path} as an image ({type(e).__name__}: {e})') from e
 
@@ -134,10 +138,10 @@ def preprocess(image: Image.Image, model: torch.nn.Module) -> Tuple[torch.Tensor
     if image.size != (width, height):
         notes.append(f'the image is {image.size[0]}x{image.size[1]}, the model takes {width}x{height}: resized by '
                      f'its eval transform (shorter side to {min(height, width)}, centre crop {width}x{height})')
-    mode = 'L' if chans == 1 else 'RGB'
+    mode = image_mode(chans)
     if image.mode != mode:
         notes.append(f'the {image.mode} image is converted to {mode} for a model with {chans} input channel(s)')
-    image = image.convert(mode)
+    image = convert_image(image, mode)
     x = create_transform(**cfg)(image).unsqueeze(0)
     mean = torch.tensor(cfg['mean']).view(-1, 1, 1)
     std = torch.tensor(cfg['std']).view(-1, 1, 1)
@@ -317,6 +321,14 @@ def render_attention(image: Union[str, Path, Image.Image], model: Union[str, tor
     return maps
 
 
+def _dpi(text: str) -> int:
+    """``--dpi``: 1 to 1000 dots per inch."""
+    value = positive_int(text)
+    if value > 1000:
+        raise argparse.ArgumentTypeError(f'must be at most 1000, got {text!r}')
+    return value
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     p = OneLineParser(prog=PROG, description=__doc__.split('\n\n')[0])
     p.add_argument('image', help='an image file (any size and mode PIL reads; resized to the model input)')
@@ -327,7 +339,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument('--out', default='attention.png', help='the PNG to write (default: %(default)s)')
     p.add_argument('--head', type=int, default=1,
                    help='the head (1-based) whose score and attention matrices are shown (default: %(default)s)')
-    p.add_argument('--dpi', type=int, default=100, help='resolution of the PNG (default: %(default)s)')
+    p.add_argument('--dpi', type=_dpi, default=100, help='resolution of the PNG, 1 to 1000 (default: %(default)s)')
     args = p.parse_args(argv)
     if Path(args.out).suffix.lower() != '.png':
         p.error(f'--out {args.out}: the figure is written as a PNG; name a .png file')

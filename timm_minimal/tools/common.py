@@ -27,6 +27,18 @@ def positive_int(text: str) -> int:
     return value
 
 
+def positive_float(text: str) -> float:
+    """An argparse type: a finite number above 0."""
+    import math
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f'must be a finite number above 0, got {text!r}')
+    return value
+
+
 def non_negative_float(text: str) -> float:
     """An argparse type: a finite number of at least 0."""
     import math
@@ -73,7 +85,7 @@ def create_named_model(name: str, pretrained: bool, error: Type[Exception] = Val
         raise error(f'cannot load {name}: {e}') from e
     except json.JSONDecodeError as e:
         raise error(f'cannot load {name}: its config.json is not valid JSON ({e})') from e
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, TypeError, KeyError) as e:  # TypeError: a config naming another architecture's args
         raise error(f'cannot load {name}: {e}') from e
     if not isinstance(model, VisionTransformerMinimal):
         raise error(f'{name} is a {type(model).__name__}, not a vit_minimal model; expected {allowed_models()}')

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from timm.optim import create_optimizer_v2
 
 from ..models import vit_minimal  # noqa: F401  (registers the architectures)
+from .common import OneLineParser, positive_float, positive_int
 
 
 @lru_cache(maxsize=1)
@@ -71,13 +72,18 @@ def train(model_name: str, epochs: int, batch_size: int = 128, lr: float = 1e-3,
     )
 
 
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """The description as written, and each option's default."""
+
+
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = OneLineParser(prog='timm-minimal-demo', description=__doc__,
+                           formatter_class=_HelpFormatter)
     parser.add_argument('--model', nargs='+', default=['vit_minimal_std_mlp_6x1', 'vit_minimal_sym_6x4'],
-                        help='architectures to train (default: the paper baseline and symmetric attention)')
-    parser.add_argument('--epochs', type=int, default=10)
-    parser.add_argument('--batch-size', type=int, default=128)
-    parser.add_argument('--lr', type=float, default=1e-3)
+                        help='architectures to train (the paper baseline and symmetric attention)')
+    parser.add_argument('--epochs', type=positive_int, default=10, help='epochs per model')
+    parser.add_argument('--batch-size', type=positive_int, default=128, help='images per step')
+    parser.add_argument('--lr', type=positive_float, default=1e-3, help='AdamW learning rate')
     args = parser.parse_args(argv)
     for name in args.model:
         if name not in timm.list_models('vit_minimal*'):

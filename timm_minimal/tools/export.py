@@ -25,6 +25,7 @@ import argparse
 import importlib
 import json
 import logging
+import math
 import os
 import sys
 import tempfile
@@ -35,7 +36,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 import torch
 import torch.nn as nn
 
-from .common import OneLineParser, create_named_model
+from .common import OneLineParser, create_named_model, non_negative_float, positive_int
 from .staging import staged_folder
 
 __all__ = ['ExportResult', 'ExportError', 'VerificationError', 'MissingExtraError', 'EXPORT_PACKAGES',
@@ -261,6 +262,13 @@ def export_model(model: Union[str, nn.Module], out_dir: Union[str, Path], int8: 
     module's description). Raises ``ExportError``, ``VerificationError`` or ``MissingExtraError``;
     ``out_dir`` then stays as it was."""
     require_export_extra()
+    for key, value in (('atol', atol), ('max_int8_drop', max_int8_drop)):
+        if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            raise ExportError(f'{key} must be a finite number of at least 0, got {value!r}')
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise ExportError(f'batch_size must be an integer of at least 1, got {batch_size!r}')
+    if opset is not None and not MIN_OPSET <= opset <= _max_opset():
+        raise ExportError(f'opset must be from {MIN_OPSET} to {_max_opset()}, got {opset!r}')
     if isinstance(model, str):
         name, model = model, resolve_model(model, pretrained)
     else:
@@ -319,6 +327,25 @@ def format_report(result: ExportResult) -> str:
     return f'{result.model} -> {result.out_dir}\n' + '\n'.join(lines)
 
 
+MIN_OPSET = 18  # the lowest opset torch's dynamo exporter writes
+
+
+def _max_opset() -> int:
+    from torch.onnx._constants import ONNX_MAX_OPSET
+    return ONNX_MAX_OPSET
+
+
+def _opset(text: str) -> int:
+    """``--opset``: an opset the exporter writes."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not MIN_OPSET <= value <= _max_opset():
+        raise argparse.ArgumentTypeError(f'must be an ONNX opset from {MIN_OPSET} to {_max_opset()}, got {text!r}')
+    return value
+
+
 def _parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog='timm-minimal-export', description=__doc__.split('\n\n')[0])
     p.add_argument('model', help='vit_minimal_<attention>[_mlp]_<depth>x<heads>[.tag], local-dir:PATH or hf-hub:REPO')
@@ -327,11 +354,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument('--verify-data-dir', default=None,
                    help='measure top-1 of torch, fp32 and int8 over the test split of the data here')
     p.add_argument('--dataset', default=None, help="the test data for --verify-data-dir (default: the tag's)")
-    p.add_argument('--max-int8-drop', type=float, default=0.5, help='allowed int8 top-1 loss against fp32, in points (%(default)s)')
-    p.add_argument('--atol', type=float, default=1e-4, help='allowed |fp32 ONNX logit - torch logit| (%(default)s)')
+    p.add_argument('--max-int8-drop', type=non_negative_float, default=0.5, help='allowed int8 top-1 loss against fp32, in points (%(default)s)')
+    p.add_argument('--atol', type=non_negative_float, default=1e-4, help='allowed |fp32 ONNX logit - torch logit| (%(default)s)')
     p.add_argument('--random-init', action='store_true', help='export the untrained model (for tags without weights)')
-    p.add_argument('--opset', type=int, default=None, help="ONNX opset (default: the exporter's)")
-    p.add_argument('--batch-size', type=int, default=1000, help='batch size of the test-split evaluation (%(default)s)')
+    p.add_argument('--opset', type=_opset, default=None,
+                   help=f"ONNX opset, {MIN_OPSET} to {_max_opset()} (default: the exporter's)")
+    p.add_argument('--batch-size', type=positive_int, default=1000, help='batch size of the test-split evaluation (%(default)s)')
     p.add_argument('--overwrite', action='store_true', help='replace an earlier export in --out (never other files)')
     return p
 

@@ -25,6 +25,7 @@ import yaml
 from .benchmark import count_flops
 from ..models.paper import TABLE1, TABLE2, VARIANTS
 from ..training.run_folder import RunFolder
+from .common import OneLineParser
 from .staging import staged_folder
 from ..models.vit_minimal import ARCHITECTURES, DATASETS
 
@@ -88,7 +89,10 @@ def read_run(run_dir: Path, checkpoint: str = 'last') -> RunInfo:
     for f in (folder.run_file, folder.metrics_file):
         if not f.is_file():
             raise PublishError(f'{run_dir} is not a training run folder: {f.name} is missing.')
-    run, metrics = folder.read_run(), folder.read_metrics()
+    try:
+        run, metrics = folder.read_run(), folder.read_metrics()
+    except ValueError as e:
+        raise PublishError(f'{run_dir} cannot be read: {e}.') from e
     if not metrics:
         raise PublishError(f'{run_dir} has no finished epoch in metrics.jsonl: nothing measured to publish.')
     if run.get('status') != 'finished':
@@ -309,7 +313,7 @@ def push_folder(folder: Path, repo_id: str, private: bool = False, revision: Opt
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog='timm-minimal-publish', description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('run', type=Path, help='a finished training run folder (timm-minimal-train --output)')
     parser.add_argument('--repo-id', required=True, help='Hub repository, e.g. my-org/vit_minimal_sym_6x4.mnist')
@@ -331,12 +335,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    from transformers.utils import logging as hf_logging
     args = build_parser().parse_args(argv)
+    hf_logging.disable_progress_bar()  # save_pretrained's shard bar: the tool prints its own lines
     out = args.out or args.run / 'hub'
     try:
         export_run(args.run, out, args.repo_id, args.checkpoint, args.card_copy, args.ship_weights, args.note)
     except PublishError as e:
-        print(f'error: {e}', file=sys.stderr)
+        print(f'timm-minimal-publish: error: {e}', file=sys.stderr)
         return 2
     print(f'wrote {out}')
     if args.push:

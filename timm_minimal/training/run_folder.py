@@ -101,7 +101,15 @@ class RunFolder:
     # -- run.json -------------------------------------------------------------------------------
     def read_run(self) -> Dict[str, Any]:
         """``run.json`` as a dict ({} when absent)."""
-        return json.loads(self.run_file.read_text()) if self.run_file.is_file() else {}
+        if not self.run_file.is_file():
+            return {}
+        try:
+            run = json.loads(self.run_file.read_text())
+        except ValueError as e:
+            raise ValueError(f'{self.run_file} is not valid JSON ({e})') from e
+        if not isinstance(run, dict):
+            raise ValueError(f'{self.run_file} is not a JSON object')
+        return run
 
     def write_run(self, run: Dict[str, Any]) -> None:
         ckpt.write_json_atomic(self.run_file, run)
@@ -129,7 +137,18 @@ class RunFolder:
         """One dict per finished epoch ([] when absent)."""
         if not self.metrics_file.is_file():
             return []
-        return [json.loads(line) for line in self.metrics_file.read_text().splitlines() if line.strip()]
+        rows = []
+        for number, line in enumerate(self.metrics_file.read_text().splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except ValueError as e:
+                raise ValueError(f'{self.metrics_file} line {number} is not a JSON record ({e})') from e
+            if not isinstance(row, dict):
+                raise ValueError(f'{self.metrics_file} line {number} is not a JSON object')
+            rows.append(row)
+        return rows
 
     def write_metrics(self, rows: List[Dict[str, Any]]) -> None:
         """Replace ``metrics.jsonl`` with these rows (a resumed run rewrites the epochs it keeps)."""

@@ -14,6 +14,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ...models.vit_minimal import DATASETS
 from .report import render_report, summary_lines
+from ..common import OneLineParser
 from .suite import BenchmarkConfig, run_benchmark, select_models
 
 
@@ -23,7 +24,7 @@ def _csv_ints(text: str) -> Tuple[int, ...]:
 
 def build_parser() -> argparse.ArgumentParser:
     d = BenchmarkConfig()
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog='timm-minimal-benchmark',
         description='Benchmark the vit_minimal architectures: parameters, FLOPs, throughput, memory, ratios '
                     'against the paper\'s baseline and timm\'s VisionTransformer, scaling; writes BENCHMARKS.md '
@@ -155,8 +156,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 def run(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     """Measure (or read ``--from-json``), write the report and return the results."""
-    args = build_parser().parse_args(argv)
-    config = config_from_args(args)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        for patterns in (args.models, args.scaling_models, args.sdpa_models):
+            if patterns:
+                select_models(patterns)
+        config = config_from_args(args)
+    except ValueError as e:
+        parser.error(str(e))
     if args.from_json:
         with open(args.from_json) as f:
             results = json.load(f)
