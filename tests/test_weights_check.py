@@ -86,3 +86,11 @@ def test_reset_classifier_refuses_a_negative_count():
         model.reset_classifier(-5)
     model.reset_classifier(0)
     assert model(torch.randn(1, 1, 28, 28)).shape == (1, 60)
+
+
+def test_a_tagged_model_built_for_other_channels_names_the_input_size():
+    """timm's validate.py builds a .mnist model with its 3-channel default: the error says what to pass."""
+    model = timm.create_model('vit_minimal_sym_6x4.mnist', pretrained=True, in_chans=3)
+    with pytest.raises(ValueError, match=r'\(B, 3, H, W\).*--input-size 1 28 28'):
+        model(torch.randn(2, 1, 28, 28))
+    assert timm.create_model('vit_minimal_sym_6x4.mnist').input_hint == ''

@@ -46,12 +46,14 @@ GlobalPoolType = Literal['', 'avg', 'max', 'token']
 
 
 @register_notrace_function  # a leaf for torch.fx: its checks read shapes, which tracing cannot branch on
-def check_input(x: torch.Tensor, in_chans: int, img_size: Optional[Tuple[int, int]], dynamic_img_size: bool) -> None:
-    """Fail with the expected geometry instead of a shape error deep inside."""
+def check_input(x: torch.Tensor, in_chans: int, img_size: Optional[Tuple[int, int]], dynamic_img_size: bool,
+                hint: str = '') -> None:
+    """Fail with the expected geometry instead of a shape error deep inside (``hint``: how to build the model
+    for the geometry of its checkpoint, where it was built for another)."""
     if x.dim() != 4 or x.shape[1] != in_chans:
         raise ValueError(
             f'VisionTransformerMinimal expects images of shape (B, {in_chans}, H, W) '
-            f'(in_chans={in_chans}), got {list(x.shape)}.')
+            f'(in_chans={in_chans}), got {list(x.shape)}.{hint}')
     if not dynamic_img_size and img_size is not None:
         H, W = x.shape[-2], x.shape[-1]
         if H != img_size[0] or W != img_size[1]:
@@ -185,6 +187,7 @@ class VisionTransformerMinimal(nn.Module):
         self.attn_type = attn_type
         self.num_prefix_tokens = 1 if class_token else 0
         self.dynamic_img_size = dynamic_img_size
+        self.input_hint = ''  # set where a tag's checkpoint has another channel count than the model was built for
         self.pos_embed_type = pos_embed
         self.grad_checkpointing = False
 
@@ -282,7 +285,7 @@ class VisionTransformerMinimal(nn.Module):
         self.head = nn.Linear(self.embed_dim, num_classes) if num_classes > 0 else nn.Identity()
 
     def _check_input(self, x: torch.Tensor) -> None:
-        check_input(x, self.in_chans, self.patch_embed.img_size, self.dynamic_img_size)
+        check_input(x, self.in_chans, self.patch_embed.img_size, self.dynamic_img_size, self.input_hint)
 
     def _pos_embed(self, x: torch.Tensor) -> torch.Tensor:
         if self.dynamic_img_size:
@@ -612,7 +615,7 @@ def _create_vit_minimal(variant: str, pretrained: bool = False, **kwargs) -> Vis
     if path is not None:  # a checkpoint's config must fit its weights before a model of its size is built
         check_weights_fit(path, kwargs.get('depth', 6), kwargs.get('embed_dim', 60))
     try:
-        return build_model_with_cfg(
+        model = build_model_with_cfg(
             VisionTransformerMinimal,
             variant,
             pretrained,
@@ -634,6 +637,11 @@ def _create_vit_minimal(variant: str, pretrained: bool = False, **kwargs) -> Vis
             + (f'this architecture has weights for {", ".join(with_weights)}. ' if with_weights else '')
             + 'timm.list_pretrained("vit_minimal*") lists every tag with weights; without pretrained=True '
               'the model is built with a random initialisation.') from e
+    if tag in DATASETS and model.in_chans != DATASETS[tag]['input_size'][0]:
+        c, h, w = DATASETS[tag]['input_size']
+        model.input_hint = (f' The .{tag} checkpoint takes {c}x{h}x{w} images: build the model with in_chans={c} '
+                            f'(timm\'s validate.py and train.py: --input-size {c} {h} {w}).')
+    return model
 
 
 # -- registered architectures: vit_minimal_<attention>[_mlp]_<depth>x<heads> ----------------------

@@ -51,7 +51,7 @@ def _check_target(out: Path, overwrite: bool, marker: Optional[str], error: Type
     if not overwrite:
         if out.is_dir() and not any(out.iterdir()):
             return
-        raise error(f'{out} exists and is not empty: ' + ('pass --overwrite to replace an earlier output of this tool'
+        raise error(f'{out} exists and is not empty: ' + ('pass --overwrite (overwrite=True) to replace an earlier output of this tool'
                                                           if marker else 'choose a new folder'))
     _check_replaceable(out, marker, error)
 

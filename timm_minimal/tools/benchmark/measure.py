@@ -91,6 +91,26 @@ def count_params(model: nn.Module, trainable_only: bool = True) -> int:
     return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)
 
 
+def _cpu_sdpa_formulas() -> Dict[Any, Any]:
+    """FLOP formulas for the CPU SDPA kernels where this torch's ``FlopCounterMode`` has none (torch 2.14 counts
+    the CUDA kernels only): the same counts as the fused CUDA kernels, so every torch counts the architecture."""
+    from torch.utils import flop_counter as fc
+    aten = torch.ops.aten
+    formulas: Dict[Any, Any] = {}
+    forward = getattr(aten, '_scaled_dot_product_flash_attention_for_cpu', None)
+    if forward is not None and forward not in fc.flop_registry:
+        def sdpa_cpu(query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
+            return fc.sdpa_flop_count(query_shape, key_shape, value_shape)
+        formulas[forward] = sdpa_cpu
+    backward = getattr(aten, '_scaled_dot_product_flash_attention_for_cpu_backward', None)
+    if backward is not None and backward not in fc.flop_registry:
+        def sdpa_cpu_backward(grad_out_shape, query_shape, key_shape, value_shape, *args, out_shape=None,
+                              **kwargs) -> int:
+            return fc.sdpa_backward_flop_count(grad_out_shape, query_shape, key_shape, value_shape)
+        formulas[backward] = sdpa_cpu_backward
+    return formulas
+
+
 def count_flops(model: nn.Module, input_shape: Sequence[int], backward: bool = False) -> int:
     """FLOPs of one forward (and backward) pass of a single image, counted by ``FlopCounterMode``.
 
@@ -103,7 +123,7 @@ def count_flops(model: nn.Module, input_shape: Sequence[int], backward: bool = F
     was_training = model.training
     model.train(backward)
     try:
-        with FlopCounterMode(display=False) as counter:
+        with FlopCounterMode(display=False, custom_mapping=_cpu_sdpa_formulas()) as counter:
             if backward:
                 model(x).sum().backward()
             else:
