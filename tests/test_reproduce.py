@@ -31,19 +31,22 @@ def python(code: str) -> list:
 def test_paper_tables_map_to_registered_models():
     import timm
     rows = reproduce.select_rows([1, 2], ['mnist', 'cifar10'])
-    assert len(rows) == 26 and len({r.row_id for r in rows}) == 26
+    assert len({r.row_id for r in rows}) == len(rows)
     for r in rows:
         assert timm.is_model(r.arch), r.arch
-    t2 = {r.arch: r for r in reproduce.TABLE2}
-    assert len(t2) == 10 and t2['vit_minimal_qkonly_6x1'].params == 26_650 and t2['vit_minimal_sym_6x4'].val_acc == 98.24
-    # the five Table 2 counts the inferred architecture reproduces exactly
-    for arch in ('vit_minimal_std_mlp_6x1', 'vit_minimal_std_6x1', 'vit_minimal_qk_6x1', 'vit_minimal_qkonly_6x1',
-                 'vit_minimal_qkonly_mlp_6x1'):
-        model = timm.create_model(arch + '.mnist')
-        assert sum(p.numel() for p in model.parameters()) == t2[arch].params, arch
     assert [r.row_id for r in reproduce.select_rows([2], ['mnist'], ['vit_minimal_sym_6x4'])] == ['t2-mnist-sym-6x4']
     with pytest.raises(SystemExit, match='unknown rows'):
         reproduce.select_rows([2], ['mnist'], ['nope'])
+
+
+def test_table_2_on_cifar10_is_beyond_the_paper():
+    """The Table 2 architectures on CIFAR-10: selected like the paper's rows, with no paper numbers."""
+    mnist = reproduce.select_rows([2], ['mnist'])
+    cifar = reproduce.select_rows([2], ['cifar10'])
+    assert [r.arch for r in cifar] == [r.arch for r in mnist]
+    assert all(r.measured for r in mnist) and not any(r.measured for r in cifar)
+    assert all(r.val_acc is None and r.params_from_q is None for r in cifar)
+    assert {r.model for r in cifar} == {f'{r.arch}.cifar10' for r in mnist}
 
 
 def test_reproduce_report_from_run_folders(tmp_path):
@@ -70,6 +73,28 @@ def test_reproduce_report_from_run_folders(tmp_path):
     text = md.read_text()
     assert '| **97.90** / 98.24 | -0.34 |' in text and '2 / 500' in text and 'r.png' in text
     assert png.stat().st_size > 10_000
+
+
+def test_report_of_table_2_on_cifar10_beside_the_papers_table_1(tmp_path):
+    """CIFAR-10 rows with the paper's numbers (Table 1) and without them (Table 2, beyond the paper) in one
+    equal-budget table against the baseline."""
+    runs = tmp_path / 'runs'
+    for arch, acc, params in (('vit_minimal_std_mlp_6x1', 62.0, 279_046), ('vit_minimal_sym_6x4', 60.5, 70_870)):
+        d = runs / f'{arch}.cifar10'
+        d.mkdir(parents=True)
+        (d / 'run.json').write_text(json.dumps(dict(status='finished', num_params=params, wall_time=60.0,
+                                                    recipe='cifar10', launches=[dict(device='cpu')])))
+        (d / 'metrics.jsonl').write_text(json.dumps(dict(epoch=1, train_loss=1.0, train_acc=60.0, test_loss=1.1,
+                                                         test_acc=acc, epoch_time=30.0)) + '\n')
+    md, js, png = tmp_path / 'R.md', tmp_path / 'r.json', tmp_path / 'r.png'
+    assert reproduce.main(['--tables', '1', '2', '--datasets', 'cifar10', '--runs-dir', str(runs), '--report-only',
+                           '--rows', 'vit_minimal_std_mlp_6x1.cifar10', 'vit_minimal_sym_6x4.cifar10',
+                           '--results', str(md), '--json', str(js), '--plot', str(png)]) == 0
+    text = md.read_text()
+    assert 'Table 2: CIFAR-10, 6 layers, the matrix variants (beyond the paper' in text
+    assert '| **62.00** / 60.24 | +1.76 |' in text and '| **60.50** / – | – |' in text
+    assert '| `vit_minimal_sym_6x4` | 70,870 | 75% | 60.50 | -1.50 | – |' in text
+    assert 'Models at or above the paper\'s validation accuracy: 1 of 1.' in text
 
 
 # -- the pool -------------------------------------------------------------------------------------
@@ -144,8 +169,12 @@ def test_jobs_2_trains_two_runs_at_the_same_time(mnist_dir, tmp_path, monkeypatc
     assert kwargs['jobs'] == 2 and [c.name for c in commands] == MODELS
     assert [r.returncode for r in results] == [0, 0]
     assert max(r.started for r in results) < min(r.ended for r in results)  # the two ran at the same time
-    threads = str(max(1, (os.cpu_count() or 1) // 2))
+    threads = str(max(1, len(os.sched_getaffinity(0)) // 2))
     assert all(c.env['OMP_NUM_THREADS'] == threads for c in commands)  # the cores split between the two
+    for c in commands:  # and each run took that many torch threads, and says so in its record
+        run_dir = c.argv[c.argv.index('--output') + 1]
+        launch = json.loads((Path(run_dir) / 'run.json').read_text())['launches'][0]
+        assert launch['torch_threads'] == int(threads)
     out = capsys.readouterr().out
     for model in MODELS:
         folder = RunFolder(tmp_path / 'runs' / model)

@@ -1,0 +1,94 @@
+"""The one home of the dataset facts: one frozen record per pretrained tag.
+
+A tag (``.mnist``, ``.cifar10``, ``.in1k``) names a dataset and everything that follows from it: the
+geometry of its models (input size, patch size), the preprocessing (mean, std, crop, interpolation), the
+dataset kind the trainer reads (``--dataset``), the display name and Hub dataset id of the model cards,
+the number of training samples (the paper's Q = samples x classes / parameters), the class names and the
+training recipe. Every other module looks these facts up here; this module imports nothing of the
+package, so the remote code of a checkpoint can carry it.
+"""
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Tuple
+
+__all__ = ['DatasetInfo', 'DATASETS', 'dataset_for_kind', 'tag_for_kind', 'channel_stats', 'MNIST_CLASSES',
+           'CIFAR10_CLASSES']
+
+MNIST_CLASSES = tuple('0123456789')
+CIFAR10_CLASSES = ('airplane', 'automobile', 'bird', 'cat', 'deer', 'dog', 'frog', 'horse', 'ship', 'truck')
+# timm's ImageNet defaults (timm.data.IMAGENET_DEFAULT_MEAN / _STD), written out so this file imports nothing
+_IMAGENET_MEAN, _IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+
+
+@dataclass(frozen=True)
+class DatasetInfo:
+    """What a pretrained tag means."""
+    tag: str                              # the pretrained tag: vit_minimal_sym_6x4.<tag>
+    kind: str                             # the trainer's --dataset for it
+    display_name: str                     # for people: model cards, reports
+    hub_id: str                           # the dataset's Hugging Face Hub id (model card metadata)
+    train_samples: int                    # training images
+    input_size: Tuple[int, int, int]      # (channels, height, width)
+    patch_size: int
+    num_classes: int
+    mean: Tuple[float, ...]
+    std: Tuple[float, ...]
+    crop_pct: float
+    interpolation: str
+    recipe: str                           # the trainer's recipe (timm_minimal/training/recipes/<recipe>.yaml)
+    label_names: Optional[Tuple[str, ...]] = None  # None: timm's ImageNetInfo has them (in1k)
+    note: str = ''                        # what a model card says about the data
+
+    def preprocessing(self) -> Dict[str, object]:
+        """The keys of timm's pretrained cfg that describe the inputs and the classes."""
+        cfg: Dict[str, object] = dict(input_size=self.input_size, num_classes=self.num_classes, mean=self.mean,
+                                      std=self.std, crop_pct=self.crop_pct, interpolation=self.interpolation)
+        if self.label_names is not None:
+            cfg['label_names'] = self.label_names
+        return cfg
+
+    def geometry(self) -> Dict[str, object]:
+        """``in_chans``, ``img_size`` and ``patch_size`` of the models of this tag."""
+        return dict(in_chans=self.input_size[0], img_size=tuple(self.input_size[1:]), patch_size=self.patch_size)
+
+
+DATASETS: Dict[str, DatasetInfo] = {d.tag: d for d in (
+    DatasetInfo(
+        tag='mnist', kind='mnist', display_name='MNIST', hub_id='ylecun/mnist', train_samples=60_000,
+        input_size=(1, 28, 28), patch_size=7, num_classes=10, mean=(0.1307,), std=(0.3081,), crop_pct=1.0,
+        interpolation='bilinear', recipe='mnist', label_names=MNIST_CLASSES,
+        note='The MNIST test digits (as in the paper) also served as the validation set during training; there is '
+             'no separate held-out split.'),
+    DatasetInfo(
+        tag='cifar10', kind='cifar10', display_name='CIFAR-10', hub_id='uoft-cs/cifar10', train_samples=50_000,
+        input_size=(3, 32, 32), patch_size=4, num_classes=10, mean=(0.4914, 0.4822, 0.4465),
+        std=(0.2470, 0.2435, 0.2616), crop_pct=1.0, interpolation='bilinear', recipe='cifar10',
+        label_names=CIFAR10_CLASSES,
+        note='Trained and tested on a JPEG (quality 75) export of CIFAR-10; its pixels differ from the original '
+             'images by about 6/255 on average, so accuracy on the original files may differ slightly.'),
+    DatasetInfo(
+        tag='in1k', kind='imagenet', display_name='ImageNet-1k', hub_id='ILSVRC/imagenet-1k',
+        train_samples=1_281_167, input_size=(3, 224, 224), patch_size=16, num_classes=1000, mean=_IMAGENET_MEAN,
+        std=_IMAGENET_STD, crop_pct=0.9, interpolation='bicubic', recipe='imagenet'),
+)}
+
+
+def dataset_for_kind(kind: str) -> Optional[DatasetInfo]:
+    """The record of a dataset kind (``mnist``, ``cifar10``, ``imagenet``); None for folders and timm datasets."""
+    return next((d for d in DATASETS.values() if d.kind == kind), None)
+
+
+def tag_for_kind(kind: str) -> str:
+    """The pretrained tag (geometry and normalisation) a model gets for a dataset kind when its name has no tag:
+    the dataset's own, else ImageNet's (image folders and timm datasets)."""
+    info = dataset_for_kind(kind)
+    return info.tag if info is not None else 'in1k'
+
+
+def channel_stats(values: Tuple[float, ...], channels: int, name: str = 'mean') -> List[float]:
+    """A per-channel statistic for ``channels`` channels: one value is repeated, ``channels`` values are kept."""
+    values = [float(v) for v in values]
+    if len(values) == 1:
+        return values * channels
+    if len(values) != channels:
+        raise ValueError(f'{name} needs 1 or {channels} values (one per channel), got {values}.')
+    return values
