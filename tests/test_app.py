@@ -1,0 +1,138 @@
+"""The attention explorer (timm-minimal-app): a real server on a free local port, driven over HTTP by
+gradio_client and opened in a real headless browser (Debian's chromium through Playwright)."""
+import os
+import shutil
+import socket
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+gradio = pytest.importorskip('gradio', reason='the app extra is not installed: pip install -e ".[app]"')
+from gradio_client import Client, handle_file  # noqa: E402
+
+from timm_minimal.tools import app as app_mod  # noqa: E402
+
+torch.set_num_threads(1)
+ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM = shutil.which('chromium') or shutil.which('chromium-browser')
+CHECKPOINTS = ['vit_minimal_sym_6x4.mnist', 'vit_minimal_std_mlp_6x1.mnist', 'vit_minimal_sym_6x4.cifar10']
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope='module')
+def server():
+    os.environ.setdefault('GRADIO_ANALYTICS_ENABLED', 'False')
+    port = _free_port()
+    app = app_mod.launch(app_mod.build_app(CHECKPOINTS), port=port, block=False)
+    yield f'http://127.0.0.1:{port}/'
+    app.close()
+
+
+@pytest.fixture(scope='module')
+def client(server):
+    return Client(server, verbose=False)
+
+
+def _example(prefix):
+    return next(p for p in app_mod.example_images() if Path(p).name.startswith(prefix))
+
+
+def test_a_shipped_test_digit_is_recognised_over_http(client):
+    digit = _example('mnist_test0_digit7')
+    t0 = time.perf_counter()
+    summary, top, figure = client.predict('vit_minimal_sym_6x4.mnist', None, handle_file(digit), 'image',
+                                          api_name='/explore')
+    first_answer = time.perf_counter() - t0
+    assert top['label'] == '7' and 'predicts **7**' in summary and '70,930 parameters' in summary
+    assert len(top['confidences']) == 5
+    with Image.open(figure) as im:
+        assert im.size[0] > 400 and im.size[1] > 400
+    assert first_answer < 30, first_answer
+
+
+def test_a_drawing_is_white_ink_on_black(client, tmp_path):
+    canvas = np.zeros((280, 280, 4), np.uint8)
+    canvas[40:240, 130:150] = (0, 0, 0, 255)  # a black vertical stroke on a transparent canvas: a one
+    path = tmp_path / 'sketch.png'
+    Image.fromarray(canvas, 'RGBA').save(path)
+    sketch = dict(background=None, layers=[], composite=handle_file(str(path)))
+    summary, top, _ = client.predict('vit_minimal_sym_6x4.mnist', sketch, None, 'drawing', api_name='/explore')
+    assert top['label'] == '1', top
+
+
+def test_two_checkpoints_side_by_side(client):
+    table, top_a, _, top_b, _ = client.predict('vit_minimal_std_mlp_6x1.mnist', 'vit_minimal_sym_6x4.mnist', None,
+                                               handle_file(_example('mnist_test1_digit2')), 'image', api_name='/compare')
+    assert top_a['label'] == top_b['label'] == '2'
+    assert '| `vit_minimal_std_mlp_6x1.mnist` | 279,106 |' in table and '| `vit_minimal_sym_6x4.mnist` | 70,930 |' in table
+
+
+def test_bad_inputs_get_a_message_and_the_server_keeps_serving(client, tmp_path):
+    not_image = tmp_path / 'notes.png'
+    not_image.write_text('not an image')
+    huge = tmp_path / 'huge.png'
+    Image.new('1', (6000, 6000)).save(huge)
+    empty = tmp_path / 'empty.png'
+    Image.fromarray(np.zeros((280, 280, 4), np.uint8), 'RGBA').save(empty)
+    cases = [
+        (('vit_minimal_sym_6x4.mnist', None, handle_file(str(not_image)), 'image'), 'cannot read notes.png as an image'),
+        (('vit_minimal_sym_6x4.mnist', None, handle_file(str(huge)), 'image'), 'megapixels'),
+        (('vit_minimal_sym_6x4.mnist', dict(background=None, layers=[], composite=handle_file(str(empty))), None,
+          'drawing'), 'the sketch is empty'),
+        (('vit_minimal_sym_6x4.mnist', None, None, 'image'), 'no image'),
+    ]
+    for args, message in cases:
+        with pytest.raises(Exception, match=message):
+            client.predict(*args, api_name='/explore')
+    # an image of another mode and size: answered, with a note on the conversion
+    cmyk = tmp_path / 'photo.jpg'
+    Image.new('CMYK', (90, 60), (0, 0, 0, 255)).save(cmyk)
+    summary, top, _ = client.predict('vit_minimal_sym_6x4.cifar10', None, handle_file(str(cmyk)), 'image',
+                                     api_name='/explore')
+    assert 'resized' in summary and 'converted to RGB' in summary
+    summary, top, _ = client.predict('vit_minimal_sym_6x4.mnist', None, handle_file(_example('mnist_test3_digit0')),
+                                     'image', api_name='/explore')
+    assert top['label'] == '0'
+
+
+def test_command_line_misuse_is_one_line(capsys, monkeypatch):
+    with pytest.raises(SystemExit) as e:
+        app_mod.main(['--checkpoints', 'vit_minimal_nope.mnist'])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count('\n') == 1 and "unknown checkpoint 'vit_minimal_nope.mnist'" in err
+    monkeypatch.setitem(sys.modules, 'gradio', None)  # as if the extra were not installed
+    assert app_mod.main([]) == 2
+    err = capsys.readouterr().err
+    assert err.count('\n') == 1 and 'pip install -e ".[app]"' in err
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason='no chromium here (apt-get install chromium); .ci/run installs it')
+def test_the_page_renders_in_a_real_browser(server, tmp_path):
+    sync_api = pytest.importorskip('playwright.sync_api', reason='playwright is not installed')
+    shot = Path(os.environ.get('APP_SCREENSHOT', tmp_path / 'app.png'))
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=[
+            '--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update',
+            '--disable-sync', '--no-first-run', '--disable-quic'])
+        try:
+            page = browser.new_page(viewport={'width': 1280, 'height': 1400})
+            page.goto(server, wait_until='domcontentloaded')
+            page.get_by_text('where they look').wait_for(timeout=60_000)
+            page.get_by_text('mnist_test0_digit7.png').first.click()
+            page.get_by_role('button', name='Analyse').click()
+            page.get_by_text('predicts').first.wait_for(timeout=60_000)
+            assert 'predicts 7' in page.inner_text('body').replace('*', '')
+            page.screenshot(path=str(shot), full_page=True)
+        finally:
+            browser.close()
+    assert shot.stat().st_size > 20_000

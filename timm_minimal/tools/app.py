@@ -1,0 +1,259 @@
+"""An attention explorer for the zoo in the browser: a gradio app over the shipped checkpoints.
+
+    timm-minimal-app                       # http://127.0.0.1:7860
+    timm-minimal-app --port 8000 --checkpoints vit_minimal_sym_6x4.mnist vit_minimal_std_mlp_6x1.mnist
+
+Pick a shipped checkpoint (MNIST or CIFAR-10), then draw a digit, upload an image or pick one of the test
+images that ship with the package. The page shows the top-5 classes and the figure of
+``timm-minimal-attention``: the attention of every head of every layer over the image, the attention rollout,
+and each layer's raw scores S beside A = softmax(S) (S is symmetric for ``sym`` and ``chol``). The compare tab
+puts two checkpoints side by side on one input: parameters, prediction and where each one looks.
+
+The app is a view: every number comes from ``timm_minimal.tools.attention.render_attention`` (the model's own
+``get_attention_maps``). It serves on 127.0.0.1 and never asks for a public share link; the shipped weights
+load without a network. Bad input (not an image, too large, an empty sketch) gets a message in the page and
+the server keeps serving. Needs the ``app`` extra: ``pip install -e ".[app]"``.
+"""
+import argparse
+import functools
+import io
+import os
+import sys
+from importlib import resources
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+from PIL import Image
+
+from .attention import AttentionInputError, load_image, render_attention
+from .common import OneLineParser, create_named_model
+
+__all__ = ['AppInputError', 'shipped_checkpoints', 'example_images', 'sketch_to_image', 'analyse', 'compare',
+           'build_app', 'main']
+
+PROG = 'timm-minimal-app'
+INSTALL_HINT = 'pip install -e ".[app]" (or: pip install gradio)'
+MAX_PIXELS = 25_000_000  # a larger upload is refused before it is decoded in full
+TOP_K = 5
+DEFAULT_PAIR = ('vit_minimal_std_mlp_6x1.mnist', 'vit_minimal_sym_6x4.mnist')  # the paper's baseline, symmetric
+
+
+class AppInputError(ValueError):
+    """An input the app cannot analyse; the message is shown in the page."""
+
+
+class MissingExtraError(RuntimeError):
+    """gradio is not installed."""
+
+
+def require_gradio() -> Any:
+    try:
+        import gradio
+    except ImportError as e:
+        raise MissingExtraError(f'{PROG} needs gradio, which is not installed: {INSTALL_HINT}') from e
+    return gradio
+
+
+def shipped_checkpoints() -> List[str]:
+    """Every checkpoint that ships with the package, MNIST ones first."""
+    import timm
+    names = timm.list_pretrained('vit_minimal*')
+    return sorted(names, key=lambda n: (not n.endswith('.mnist'), n))
+
+
+def example_images() -> List[str]:
+    """The test images that ship with the package (a few MNIST digits and CIFAR-10 images)."""
+    folder = resources.files('timm_minimal').joinpath('data/examples')
+    return sorted(str(p) for p in folder.iterdir() if p.name.endswith('.png'))
+
+
+@functools.lru_cache(maxsize=16)
+def load_checkpoint(name: str) -> Any:
+    """A shipped (or local-dir:/hf-hub:) checkpoint in eval mode, built once per process."""
+    return create_named_model(name, pretrained=True, error=AppInputError)
+
+
+def sketch_to_image(value: Any) -> Image.Image:
+    """The drawing of a sketchpad as a grey image, white ink on black as MNIST digits are (ink = opacity)."""
+    composite = value.get('composite') if isinstance(value, dict) else value
+    if composite is None:
+        raise AppInputError('the sketch is empty: draw a digit first')
+    if not isinstance(composite, Image.Image):
+        composite = load_image(composite) if isinstance(composite, (str, Path)) else Image.fromarray(np.asarray(composite))
+    rgba = np.asarray(composite.convert('RGBA'), dtype=np.float32)
+    if (rgba[..., 3] < 255).any():  # a transparent canvas: the strokes are its opaque part
+        ink = rgba[..., 3]
+    else:  # an opaque drawing: dark strokes on a light canvas are inverted
+        grey = rgba[..., :3].mean(axis=-1)
+        ink = 255 - grey if grey.mean() > 127 else grey
+    if ink.max() < 8:
+        raise AppInputError('the sketch is empty: draw a digit first')
+    return Image.fromarray(ink.clip(0, 255).astype(np.uint8), 'L')
+
+
+def open_upload(path: Optional[str]) -> Image.Image:
+    """An uploaded file as an image, refused with a message when it is none or too large."""
+    if not path:
+        raise AppInputError('no image: upload one, or pick an example below')
+    try:
+        with Image.open(path) as im:
+            pixels = im.size[0] * im.size[1]
+    except Exception:  # noqa: BLE001 (load_image names what is wrong)
+        pixels = 0
+    if pixels > MAX_PIXELS:
+        raise AppInputError(f'the image is {pixels / 1e6:.0f} megapixels; the app takes at most '
+                            f'{MAX_PIXELS / 1e6:.0f} (the models see 28x28 or 32x32 pixels)')
+    try:
+        return load_image(path)
+    except AttentionInputError as e:
+        raise AppInputError(str(e).replace(str(path), Path(path).name)) from e
+
+
+def _figure_image(figure: Any) -> Image.Image:
+    import matplotlib.pyplot as plt
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format='png', dpi=90)
+    plt.close(figure)
+    buffer.seek(0)
+    return Image.open(buffer).copy()
+
+
+def analyse(name: str, image: Image.Image) -> Tuple[Dict[str, float], Image.Image, str]:
+    """Top-5 classes, the attention figure and a summary of one checkpoint on one image."""
+    model = load_checkpoint(name)
+    maps = render_attention(image, model)
+    probs, index = maps.probabilities.topk(min(TOP_K, len(maps.probabilities)))
+    top = {maps.labels[i]: float(p) for p, i in zip(probs.tolist(), index.tolist())}
+    params = sum(p.numel() for p in model.parameters())
+    lines = [f"**{name}**: {params:,} parameters, predicts **{maps.label}** ({maps.probability:.1%})."]
+    lines += [f'- note: {n}' for n in maps.notes]
+    return top, _figure_image(maps.figure), '\n'.join(lines)
+
+
+def compare(first: str, second: str, image: Image.Image) -> Tuple[Any, ...]:
+    """``analyse`` of two checkpoints on one image, and a table of the two."""
+    a, b = analyse(first, image), analyse(second, image)
+    rows = ['| checkpoint | parameters | prediction | probability |', '|---|---:|---|---:|']
+    for name, (top, _, _) in ((first, a), (second, b)):
+        label, p = next(iter(top.items()))
+        params = sum(q.numel() for q in load_checkpoint(name).parameters())
+        rows.append(f'| `{name}` | {params:,} | {label} | {p:.1%} |')
+    return a[0], a[1], b[0], b[1], '\n'.join(rows)
+
+
+def _guard(gr: Any, fn: Any) -> Any:
+    """``fn`` with an ``AppInputError`` shown in the page (gradio's error toast) instead of a traceback."""
+    @functools.wraps(fn)
+    def wrapped(*args):
+        try:
+            return fn(*args)
+        except (AppInputError, AttentionInputError) as e:
+            raise gr.Error(str(e)) from e
+    return wrapped
+
+
+def _input_image(sketch: Any, upload: Optional[str], source: str) -> Image.Image:
+    return sketch_to_image(sketch) if source == 'drawing' else open_upload(upload)
+
+
+def _inputs(gr: Any) -> Tuple[Any, Any, Any]:
+    """The input choice, a sketchpad and an upload with the shipped examples."""
+    source = gr.Radio(['drawing', 'image'], value='image', label='analyse')
+    with gr.Row():
+        sketch = gr.Sketchpad(label='draw a digit', type='pil', canvas_size=(280, 280),
+                              brush=gr.Brush(colors=['#000000'], default_size=18), layers=False)
+        upload = gr.File(label='an image file', file_types=['image'], type='filepath')
+    gr.Examples(example_images(), inputs=upload, label='test images that ship with the package')
+    sketch.change(lambda: 'drawing', None, source, api_name=False)  # the input last touched is analysed
+    upload.change(lambda: 'image', None, source, api_name=False)
+    return source, sketch, upload
+
+
+def build_app(checkpoints: Sequence[str], pair: Sequence[str] = DEFAULT_PAIR) -> Any:
+    """The gradio Blocks of the explorer over ``checkpoints``."""
+    gr = require_gradio()
+    checkpoints = list(checkpoints)
+    pair = [p if p in checkpoints else checkpoints[min(i, len(checkpoints) - 1)] for i, p in enumerate(pair)]
+    with gr.Blocks(title='timm-minimal attention explorer') as app:
+        gr.Markdown('# Minimal transformers: where they look\nThe shipped checkpoints of timm-minimal '
+                    '(Bermeitinger et al., "Reducing the Transformer Architecture to a Minimum", KDIR 2024).')
+        with gr.Tab('Explore'):
+            name = gr.Dropdown(checkpoints, value=checkpoints[0], label='checkpoint')
+            source, sketch, upload = _inputs(gr)
+            run = gr.Button('Analyse', variant='primary')
+            summary = gr.Markdown()
+            top = gr.Label(num_top_classes=TOP_K, label='top-5 classes')
+            figure = gr.Image(label='attention per layer and head, rollout, S and A = softmax(S)', type='pil')
+            run.click(_guard(gr, lambda n, s, u, src: _reorder(analyse(n, _input_image(s, u, src)))),
+                      [name, sketch, upload, source], [summary, top, figure], api_name='explore')
+        with gr.Tab('Compare'):
+            with gr.Row():
+                first = gr.Dropdown(checkpoints, value=pair[0], label='first checkpoint')
+                second = gr.Dropdown(checkpoints, value=pair[1], label='second checkpoint')
+            source2, sketch2, upload2 = _inputs(gr)
+            run2 = gr.Button('Compare', variant='primary')
+            table = gr.Markdown()
+            with gr.Row():
+                top_a, top_b = gr.Label(num_top_classes=TOP_K), gr.Label(num_top_classes=TOP_K)
+            with gr.Row():
+                fig_a, fig_b = gr.Image(type='pil', show_label=False), gr.Image(type='pil', show_label=False)
+            run2.click(_guard(gr, lambda a, b, s, u, src: _table_first(compare(a, b, _input_image(s, u, src)))),
+                       [first, second, sketch2, upload2, source2], [table, top_a, fig_a, top_b, fig_b],
+                       api_name='compare')
+    return app
+
+
+def _reorder(result: Tuple[Dict[str, float], Image.Image, str]) -> Tuple[str, Dict[str, float], Image.Image]:
+    top, figure, text = result
+    return text, top, figure
+
+
+def _table_first(result: Tuple[Any, ...]) -> Tuple[Any, ...]:
+    top_a, fig_a, top_b, fig_b, table = result
+    return table, top_a, fig_a, top_b, fig_b
+
+
+def launch(app: Any, host: str = '127.0.0.1', port: Optional[int] = None, block: bool = True) -> Any:
+    """Serve ``app`` on ``host`` (never a public share link); returns once it serves unless ``block``."""
+    gr = require_gradio()
+    theme = gr.themes.Default(font=['ui-sans-serif', 'system-ui', 'sans-serif'],
+                              font_mono=['ui-monospace', 'monospace'])  # no web fonts: the page works offline
+    app.launch(server_name=host, server_port=port, share=False, inbrowser=False, prevent_thread_lock=not block,
+               quiet=True, theme=theme, show_error=True)
+    return app
+
+
+def _parser(checkpoints: Sequence[str]) -> argparse.ArgumentParser:
+    p = OneLineParser(prog=PROG, description=__doc__.split('\n\n')[0],
+                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument('--host', default='127.0.0.1', help='address to serve on')
+    p.add_argument('--port', type=int, default=7860, help='port to serve on')
+    p.add_argument('--checkpoints', nargs='+', default=None,
+                   help=f'checkpoints to offer (default: all {len(checkpoints)} shipped ones)')
+    return p
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    os.environ.setdefault('GRADIO_ANALYTICS_ENABLED', 'False')
+    try:
+        require_gradio()
+    except MissingExtraError as e:
+        print(f'{PROG}: error: {e}', file=sys.stderr)
+        return 2
+    shipped = shipped_checkpoints()
+    parser = _parser(shipped)
+    args = parser.parse_args(argv)
+    unknown = [n for n in (args.checkpoints or []) if n not in shipped]
+    if unknown:
+        parser.error(f'unknown checkpoint {unknown[0]!r}; the shipped ones are {", ".join(shipped)}')
+    if not 0 < args.port < 65536:
+        parser.error(f'--port must be from 1 to 65535, got {args.port}')
+    checkpoints = args.checkpoints or shipped
+    print(f'{PROG}: serving {len(checkpoints)} checkpoint(s) on http://{args.host}:{args.port}', flush=True)
+    launch(build_app(checkpoints), args.host, args.port, block=True)
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
