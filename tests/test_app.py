@@ -116,6 +116,7 @@ def test_command_line_misuse_is_one_line(capsys, monkeypatch):
     assert err.count('\n') == 1 and 'pip install -e ".[app]"' in err
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(CHROMIUM is None, reason='no chromium here (apt-get install chromium); .ci/run installs it')
 def test_the_page_renders_in_a_real_browser(server, tmp_path):
     sync_api = pytest.importorskip('playwright.sync_api', reason='playwright is not installed')

@@ -154,19 +154,19 @@ def test_grad_checkpointing_equal(name):
 
 @pytest.mark.parametrize('dataset', list(DATASETS))
 def test_pretrained_tags_build_their_geometry(dataset):
-    geometry = DATASETS[dataset]
+    info = DATASETS[dataset]
     model = timm.create_model(f'vit_minimal_sym_6x4.{dataset}')
     assert model.pretrained_cfg['tag'] == dataset
-    assert model.pretrained_cfg['input_size'] == geometry['input_size']
-    assert model.patch_embed.patch_size == (geometry['patch_size'],) * 2
-    assert model.in_chans == geometry['input_size'][0]
-    assert model.num_classes == geometry['num_classes']
-    tokens = (geometry['input_size'][1] // geometry['patch_size']) ** 2
+    assert model.pretrained_cfg['input_size'] == info.input_size
+    assert model.patch_embed.patch_size == (info.patch_size,) * 2
+    assert model.in_chans == info.input_size[0]
+    assert model.num_classes == info.num_classes
+    tokens = (info.input_size[1] // info.patch_size) ** 2
     assert model.patch_embed.num_patches == tokens
-    x = torch.randn(1, *geometry['input_size'])
-    assert model(x).shape == (1, geometry['num_classes'])
+    x = torch.randn(1, *info.input_size)
+    assert model(x).shape == (1, info.num_classes)
     cfg = timm.data.resolve_data_config({}, model=model)
-    assert cfg['mean'] == geometry['mean'] and cfg['input_size'] == geometry['input_size']
+    assert cfg['mean'] == info.mean and cfg['input_size'] == info.input_size
 
 
 def test_default_tag_is_mnist():
@@ -182,6 +182,7 @@ def test_pretrained_without_weights_fails_clearly():
         timm.create_model('vit_minimal_sym_6x4.in1k', pretrained=True)
 
 
+@pytest.mark.slow
 def test_torch_compile_matches_eager():
     model = timm.create_model('vit_minimal_sym_6x4').eval()
     x = _input(model)

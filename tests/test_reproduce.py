@@ -35,7 +35,7 @@ def test_paper_tables_map_to_registered_models():
     for r in rows:
         assert timm.is_model(r.arch), r.arch
     assert [r.row_id for r in reproduce.select_rows([2], ['mnist'], ['vit_minimal_sym_6x4'])] == ['t2-mnist-sym-6x4']
-    with pytest.raises(SystemExit, match='unknown rows'):
+    with pytest.raises(ValueError, match='unknown rows'):
         reproduce.select_rows([2], ['mnist'], ['nope'])
 
 
@@ -150,6 +150,7 @@ def test_jobs_0_is_a_usage_error(tmp_path, capsys):
     assert not (tmp_path / 'runs').exists()
 
 
+@pytest.mark.slow
 def test_jobs_2_trains_two_runs_at_the_same_time(mnist_dir, tmp_path, monkeypatch, capsys):
     pools = []
 

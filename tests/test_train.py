@@ -204,6 +204,7 @@ def free_port():
         return s.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_two_processes_train_one_model(data, tmp_path):
     """accelerate launch with two CPU processes (gloo): same weights on both ranks, each rank half of every
     batch, metrics gathered over the whole test set and written once; the same model as one process."""
@@ -343,7 +344,8 @@ def test_recipe_then_command_line(tmp_path):
 
 @pytest.mark.parametrize('option, value, allowed', [
     ('--epochs', '0', 'at least 1'), ('--epochs', '-2', 'at least 1'), ('--batch-size', '0', 'at least 1'),
-    ('--batch-size', '-8', 'at least 1'), ('--num-workers', '-1', 'at least 0'),
+    ('--batch-size', '-8', 'at least 1'), ('--num-workers', '-1', 'at least 0'), ('--eval-subset', '0', 'at least 1'),
+    ('--eval-subset', '-1', 'at least 1'), ('--train-subset', '-1', 'at least 1'),
 ])
 def test_bad_numbers_are_named(option, value, allowed, data, tmp_path, capsys):
     argv = DDP_ARGS + data + [option, value, '--output', tmp_path / 'run']

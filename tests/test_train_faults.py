@@ -52,6 +52,7 @@ def test_a_second_trainer_on_the_same_folder_is_refused(data, tmp_path, capsys):
     assert len(metrics(run)) == 1
 
 
+@pytest.mark.slow
 def test_two_trainers_started_at_once_one_runs(data, tmp_path):
     run = tmp_path / 'run'
     env_args = DDP_ARGS + data + ['--epochs', '1', '--output', run]

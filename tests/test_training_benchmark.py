@@ -167,8 +167,29 @@ def test_missing_data_dir_exits_2(tmp_path, capsys):
 
 def test_benchmark_training_flag_dispatches(tmp_path, capsys):
     assert _dispatch(['--quick']) is None
-    assert _dispatch(['--training', '--quick', '--', '--lr', '1']) == ('training_benchmark', ['--quick', '--', '--lr', '1'])
+    assert _dispatch(['--training', '--quick', '--', '--lr', '1']) == ('..training_benchmark', ['--quick', '--', '--lr', '1'])
     assert _dispatch(['--quick', '--', '--training']) is None  # a trainer argument
-    assert _dispatch(['--deployment', '--quick']) == ('deployment_benchmark', ['--quick'])
+    assert _dispatch(['--deployment', '--quick']) == ('..deployment_benchmark', ['--quick'])
+    assert _dispatch(['--cpu-modes', '--jobs', '2']) == ('.cpu_modes', ['--jobs', '2'])
     assert B.main(['--training', '--batch-sizes', '0']) == 2
     assert 'positive integer' in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_cpu_modes_side_by_side_smoke(tmp_path, capsys):
+    """Every mode and the concurrent processes are measured in one run, each ratio against eager of that run."""
+    from timm_minimal.tools.benchmark import cli, cpu_modes
+    md, js = tmp_path / 'modes.md', tmp_path / 'modes.json'
+    rc = cli.main(['--cpu-modes', '--models', 'vit_minimal_sym_6x1.mnist', '--batch-size', '4', '--modes', 'eager',
+                   'bf16', '--jobs', '2', '--steps', '1', '--warmup', '1', '--repeats', '1', '--out-md', str(md),
+                   '--out-json', str(js)])
+    assert rc == 0
+    results = json.loads(js.read_text())
+    r = results['models']['vit_minimal_sym_6x1.mnist']
+    assert set(r['modes']) == {'eager', 'bf16'} and len(r['jobs']) == 2 and all(v[0] > 0 for v in r['jobs'])
+    text = md.read_text()
+    assert '| `vit_minimal_sym_6x1.mnist` | 4 | eager | 1 x' in text and '| 1.00 |' in text
+    assert 'eager, 2 processes at once' in text
+    with pytest.raises(SystemExit) as e:
+        cli.main(['--cpu-modes', '--models', 'vit_minimal_nope.mnist'])
+    assert e.value.code == 2 and "unknown model 'vit_minimal_nope.mnist'" in capsys.readouterr().err

@@ -16,7 +16,8 @@ from .models.layers import (
     ATTENTION_LAYERS, Block, CholAttention, MinimalAttention, QKAttention, QKOnlyAttention, StdAttention,
     SymAttention, get_attn_layer,
 )
-from .models.vit_minimal import ARCHITECTURES, DATASETS, VisionTransformerMinimal, checkpoint_filter_fn
+from .models.datasets import DATASETS, DatasetInfo
+from .models.vit_minimal import ARCHITECTURES, VisionTransformerMinimal, checkpoint_filter_fn
 from .models.configuration_vit_minimal import VitMinimalConfig
 from .models.image_processing_vit_minimal import VitMinimalImageProcessor
 from .models.modeling_vit_minimal import VitMinimalForImageClassification, VitMinimalModel, VitMinimalPreTrainedModel

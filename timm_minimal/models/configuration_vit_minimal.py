@@ -29,11 +29,11 @@ from typing import Any, Dict, List, Literal, Optional, Tuple, Union, get_args, g
 from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
 
+from .datasets import channel_stats
 from .paper import arch_name, parse_arch
-from .vit_minimal import (
-    ARCHITECTURES, DATASETS, MODEL_KEYWORDS, VisionTransformerMinimal, check_model_args, dataset_label_names,
-    describe_pretrained_cfg, jsonable, pretrained_cfg_for, tag_geometry,
-)
+from .datasets import DATASETS
+from .pretrained import dataset_label_names, describe_pretrained_cfg, jsonable, pretrained_cfg_for, tag_geometry
+from .vit_minimal import ARCHITECTURES, MODEL_KEYWORDS, VisionTransformerMinimal, check_model_args
 
 __all__ = ['VitMinimalConfig', 'MODEL_ARG_NAMES', 'AUTO_MAP', 'dataset_label_names']
 
@@ -230,11 +230,10 @@ class VitMinimalConfig(PreTrainedConfig, _ModelFields):
         cfg = dict(self.pretrained_cfg)
         cfg['input_size'] = [self.in_chans, *_pair(self.img_size)]
         cfg['fixed_input_size'] = not self.dynamic_img_size
-        mean, std = cfg.get('mean'), cfg.get('std')
-        if mean is not None and len(mean) != self.in_chans:  # timm broadcasts one value to every channel
-            cfg['mean'] = list(mean[:1]) * self.in_chans if len(mean) == 1 else mean
-        if std is not None and len(std) != self.in_chans:
-            cfg['std'] = list(std[:1]) * self.in_chans if len(std) == 1 else std
+        for key in ('mean', 'std'):
+            value = cfg.get(key)
+            if value is not None and len(value) != self.in_chans:
+                cfg[key] = channel_stats(value, self.in_chans, key)
         return jsonable(cfg)
 
     def to_dict(self) -> Dict[str, Any]:

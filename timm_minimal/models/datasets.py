@@ -4,19 +4,19 @@ A tag (``.mnist``, ``.cifar10``, ``.in1k``) names a dataset and everything that 
 geometry of its models (input size, patch size), the preprocessing (mean, std, crop, interpolation), the
 dataset kind the trainer reads (``--dataset``), the display name and Hub dataset id of the model cards,
 the number of training samples (the paper's Q = samples x classes / parameters), the class names and the
-training recipe. Every other module looks these facts up here; this module imports nothing of the
+training recipe. Every other module looks these facts up here; this module imports nothing else of the
 package, so the remote code of a checkpoint can carry it.
 """
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
+
+from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 
 __all__ = ['DatasetInfo', 'DATASETS', 'dataset_for_kind', 'tag_for_kind', 'channel_stats', 'MNIST_CLASSES',
            'CIFAR10_CLASSES']
 
 MNIST_CLASSES = tuple('0123456789')
 CIFAR10_CLASSES = ('airplane', 'automobile', 'bird', 'cat', 'deer', 'dog', 'frog', 'horse', 'ship', 'truck')
-# timm's ImageNet defaults (timm.data.IMAGENET_DEFAULT_MEAN / _STD), written out so this file imports nothing
-_IMAGENET_MEAN, _IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 
 @dataclass(frozen=True)
@@ -67,8 +67,8 @@ DATASETS: Dict[str, DatasetInfo] = {d.tag: d for d in (
              'images by about 6/255 on average, so accuracy on the original files may differ slightly.'),
     DatasetInfo(
         tag='in1k', kind='imagenet', display_name='ImageNet-1k', hub_id='ILSVRC/imagenet-1k',
-        train_samples=1_281_167, input_size=(3, 224, 224), patch_size=16, num_classes=1000, mean=_IMAGENET_MEAN,
-        std=_IMAGENET_STD, crop_pct=0.9, interpolation='bicubic', recipe='imagenet'),
+        train_samples=1_281_167, input_size=(3, 224, 224), patch_size=16, num_classes=1000, mean=IMAGENET_DEFAULT_MEAN,
+        std=IMAGENET_DEFAULT_STD, crop_pct=0.9, interpolation='bicubic', recipe='imagenet'),
 )}
 
 
@@ -85,10 +85,14 @@ def tag_for_kind(kind: str) -> str:
 
 
 def channel_stats(values: Tuple[float, ...], channels: int, name: str = 'mean') -> List[float]:
-    """A per-channel statistic for ``channels`` channels: one value is repeated, ``channels`` values are kept."""
+    """A per-channel statistic for a model with ``channels`` input channels: one value is repeated, one per
+    channel is kept, several for a 1-channel model are averaged (RGB statistics for a grey model); anything
+    else raises ValueError naming ``name``."""
     values = [float(v) for v in values]
     if len(values) == 1:
         return values * channels
-    if len(values) != channels:
-        raise ValueError(f'{name} needs 1 or {channels} values (one per channel), got {values}.')
-    return values
+    if len(values) == channels:
+        return values
+    if channels == 1:
+        return [sum(values) / len(values)]
+    raise ValueError(f'{name} needs 1 or num_channels={channels} values, got {values}.')

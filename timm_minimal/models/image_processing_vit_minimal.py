@@ -16,6 +16,8 @@ from PIL import Image
 
 from transformers.image_processing_utils import BaseImageProcessor, BatchFeature
 
+from .datasets import channel_stats
+
 __all__ = ['VitMinimalImageProcessor', 'CHANNEL_MODES', 'image_mode', 'convert_image', 'array_to_image']
 
 INTERPOLATIONS = ('nearest', 'bilinear', 'bicubic', 'box', 'hamming', 'lanczos')
@@ -113,11 +115,8 @@ class VitMinimalImageProcessor(BaseImageProcessor):
             raise ValueError(f"Unknown interpolation '{interpolation}'; choose one of {', '.join(INTERPOLATIONS)}.")
         image_mean = [0.5] * num_channels if image_mean is None else [float(v) for v in image_mean]
         image_std = [0.5] * num_channels if image_std is None else [float(v) for v in image_std]
-        for name, value in (('image_mean', image_mean), ('image_std', image_std)):
-            if len(value) == 1:
-                value[:] = value * num_channels
-            if len(value) != num_channels:
-                raise ValueError(f'{name} needs 1 or num_channels={num_channels} values, got {value}.')
+        image_mean = channel_stats(image_mean, num_channels, 'image_mean')
+        image_std = channel_stats(image_std, num_channels, 'image_std')
         if min(image_std) <= 0:
             raise ValueError(f'image_std must be positive, got {image_std}.')
         self.size = {'height': int(size['height']), 'width': int(size['width'])}

@@ -98,8 +98,9 @@ class MinimalAttention(nn.Module):
         raise NotImplementedError
 
     def project_out(self, x: torch.Tensor) -> torch.Tensor:
-        """Mix the concatenated heads (B, T, C) back into the residual stream."""
-        raise NotImplementedError
+        """Mix the concatenated heads (B, T, C) back into the residual stream with W_O (``proj``; the identity
+        where a variant has none)."""
+        return self.proj_drop(self.proj(x))
 
     def attention_scores(self, x: torch.Tensor) -> torch.Tensor:
         """The scaled scores q k^T / sqrt(head_dim) (B, H, T, T) before the softmax; symmetric for ``sym``, ``chol``."""
@@ -139,9 +140,6 @@ class StdAttention(MinimalAttention):
         q, k, v = self.qkv(x).chunk(3, dim=-1)
         return self._heads(q), self._heads(k), self._heads(v)
 
-    def project_out(self, x: torch.Tensor) -> torch.Tensor:
-        return self.proj_drop(self.proj(x))
-
 
 class QKAttention(MinimalAttention):
     """Collapsed attention: one bias-free N x N matrix ``w_qk`` stands for W_Q W_K^T.
@@ -161,9 +159,6 @@ class QKAttention(MinimalAttention):
     def compute_qkv(self, x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         return self._heads(self.w_qk(x)), self._heads(x), self._heads(self.v(x))
 
-    def project_out(self, x: torch.Tensor) -> torch.Tensor:
-        return self.proj_drop(self.proj(x))
-
 
 class QKOnlyAttention(MinimalAttention):
     """W_QK only, W_V = W_O = identity: every output is a convex combination of the layer's inputs.
@@ -176,13 +171,11 @@ class QKOnlyAttention(MinimalAttention):
                  attn_drop: float = 0., proj_drop: float = 0.) -> None:
         super().__init__(dim, num_heads, attn_drop, proj_drop)
         self.w_qk = nn.Linear(dim, dim, bias=False)
+        self.proj = nn.Identity()  # no W_O
 
     def compute_qkv(self, x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         x_heads = self._heads(x)
         return self._heads(self.w_qk(x)), x_heads, x_heads
-
-    def project_out(self, x: torch.Tensor) -> torch.Tensor:
-        return self.proj_drop(x)
 
 
 class SymAttention(MinimalAttention):
@@ -201,9 +194,6 @@ class SymAttention(MinimalAttention):
         q, v = self.qv(x).chunk(2, dim=-1)
         q = self._heads(q)
         return q, q, self._heads(v)
-
-    def project_out(self, x: torch.Tensor) -> torch.Tensor:
-        return self.proj_drop(self.proj(x))
 
 
 class CholAttention(MinimalAttention):
@@ -244,9 +234,6 @@ class CholAttention(MinimalAttention):
     def compute_qkv(self, x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         q = self._heads(x @ self.factor())
         return q, q, self._heads(self.v(x))
-
-    def project_out(self, x: torch.Tensor) -> torch.Tensor:
-        return self.proj_drop(self.proj(x))
 
 
 ATTENTION_LAYERS: Dict[str, Type[MinimalAttention]] = {

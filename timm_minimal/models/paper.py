@@ -8,12 +8,15 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any, Dict, List, Optional
 
-__all__ = ['PAPER', 'PAPER_EPOCHS', 'TRAIN_SAMPLES', 'NUM_CLASSES', 'MODIFICATIONS', 'VARIANTS', 'PaperRow',
+from .datasets import DATASETS
+
+__all__ = ['PAPER', 'PAPER_TITLE', 'PAPER_ARXIV', 'PAPER_EPOCHS', 'NUM_CLASSES', 'MODIFICATIONS', 'VARIANTS', 'PaperRow',
            'TABLE1', 'TABLE2', 'TABLE2_CIFAR10', 'arch_name', 'parse_arch']
 
-PAPER = 'Bermeitinger et al., "Reducing the Transformer Architecture to a Minimum", KDIR 2024 (arXiv:2410.13732)'
+PAPER_TITLE = 'Reducing the Transformer Architecture to a Minimum'
+PAPER_ARXIV = 'arXiv:2410.13732'
+PAPER = f'Bermeitinger et al., "{PAPER_TITLE}", KDIR 2024 ({PAPER_ARXIV})'
 PAPER_EPOCHS = 500
-TRAIN_SAMPLES = {'mnist': 60000, 'cifar10': 50000}
 NUM_CLASSES = 10
 # Each attention variant: the paper's name for it, and what it computes (short, and for a model card).
 VARIANTS: Dict[str, Dict[str, str]] = {
@@ -76,7 +79,7 @@ class PaperRow:
         """The parameter count Q implies: training samples x classes / Q (rounded; Q has 3 digits)."""
         if self.q is None:
             return None
-        return round(TRAIN_SAMPLES[self.dataset] * NUM_CLASSES / self.q)
+        return round(DATASETS[self.dataset].train_samples * NUM_CLASSES / self.q)
 
     @property
     def label(self) -> str:

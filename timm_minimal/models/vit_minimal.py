@@ -12,14 +12,12 @@ paper's width N = 60 and MLP width 256 are the defaults.
 """
 import inspect
 import logging
-from pathlib import Path
 from typing import Any, Dict, List, Literal, Optional, Set, Tuple, Type, Union, get_args
 
 import torch
 import torch.nn as nn
 from torch.jit import Final
 
-from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 from timm.layers import (
     PatchEmbed, register_notrace_function, resample_abs_pos_embed, resample_patch_embed, to_2tuple, trunc_normal_,
 )
@@ -31,15 +29,17 @@ from timm.models._pretrained import PretrainedCfg
 from timm.models._registry import get_pretrained_cfg
 from timm.models.vision_transformer import global_pool_nlc, init_weights_vit_timm
 
+from .datasets import DATASETS
 from .layers import Block, get_attn_layer, sincos_2d_pos_embed
+from .pretrained import (  # noqa: F401  (HUB_ORG, WEIGHTS_DIR: where the weights are, also reachable here)
+    HUB_ORG, WEIGHTS_DIR, _cfg, _weights, tag_geometry, weights_file_name,
+)
 from .weights_check import check_finite_weights, check_weights_fit, weights_file
 
 __all__ = ['VisionTransformerMinimal', 'checkpoint_filter_fn', 'check_model_args', 'DATASETS', 'ARCHITECTURES']
 
 _logger = logging.getLogger(__name__)
 
-PAPER_NAME = 'Reducing the Transformer Architecture to a Minimum'
-PAPER_ID = 'arXiv:2410.13732'
 
 PosEmbedType = Literal['sincos', 'learn', 'none']
 GlobalPoolType = Literal['', 'avg', 'max', 'token']
@@ -472,110 +472,6 @@ def checkpoint_filter_fn(state_dict: Dict[str, torch.Tensor], model: VisionTrans
     return out_dict
 
 
-# -- pretrained configs --------------------------------------------------------------------------
-
-# The one table of what a pretrained tag means: the geometry of its models (input size and patch size;
-# building an architecture for a tag applies both), its preprocessing and its classes (ImageNet's come
-# from timm, see dataset_label_names).
-DATASETS: Dict[str, Dict[str, Any]] = {
-    'mnist': dict(
-        input_size=(1, 28, 28), patch_size=7, num_classes=10, mean=(0.1307,), std=(0.3081,),
-        crop_pct=1.0, interpolation='bilinear', label_names=tuple('0123456789')),
-    'cifar10': dict(
-        input_size=(3, 32, 32), patch_size=4, num_classes=10, mean=(0.4914, 0.4822, 0.4465),
-        std=(0.2470, 0.2435, 0.2616), crop_pct=1.0, interpolation='bilinear',
-        label_names=('airplane', 'automobile', 'bird', 'cat', 'deer', 'dog', 'frog', 'horse', 'ship', 'truck')),
-    'in1k': dict(
-        input_size=(3, 224, 224), patch_size=16, num_classes=1000, mean=IMAGENET_DEFAULT_MEAN,
-        std=IMAGENET_DEFAULT_STD, crop_pct=0.9, interpolation='bicubic'),
-}
-
-
-def tag_geometry(tag: str) -> Dict[str, Any]:
-    """``in_chans``, ``img_size`` and ``patch_size`` of the models of a pretrained tag."""
-    d = DATASETS[tag]
-    return dict(in_chans=d['input_size'][0], img_size=tuple(d['input_size'][1:]), patch_size=d['patch_size'])
-
-
-def tag_for_geometry(in_chans: int, img_size: Any, patch_size: Any) -> Optional[str]:
-    """The pretrained tag whose models have this geometry (None if no tag has it)."""
-    geometry = dict(in_chans=in_chans, img_size=to_2tuple(img_size), patch_size=to_2tuple(patch_size))
-    for tag in DATASETS:
-        g = tag_geometry(tag)
-        if dict(g, img_size=to_2tuple(g['img_size']), patch_size=to_2tuple(g['patch_size'])) == geometry:
-            return tag
-    return None
-
-
-def dataset_label_names(tag: Optional[str]) -> Optional[List[str]]:
-    """Class names of a pretrained tag's dataset (``None`` for an unknown tag)."""
-    if tag == 'in1k':
-        from timm.data import ImageNetInfo
-        return list(ImageNetInfo('imagenet-1k').label_descriptions())
-    names = DATASETS.get(tag, {}).get('label_names') if tag else None
-    return list(names) if names is not None else None
-
-
-# Trained weights ship inside the package as weights/<architecture>.<tag>.safetensors; each is also
-# published on the Hub as <HUB_ORG>/<architecture>.<tag>. Tags without a file have no weights.
-WEIGHTS_DIR = Path(__file__).parent / 'weights'
-HUB_ORG = 'timm-minimal'
-
-# Keys of a timm pretrained cfg that say where weights came from or what the checkpoint's head is,
-# not how its inputs are prepared.
-_SOURCE_KEYS = ('url', 'file', 'hf_hub_id', 'hf_hub_filename', 'source', 'state_dict', 'architecture',
-                'num_classes', 'label_names', 'label_descriptions')
-
-
-def _weights(arch: str, dataset: str) -> Dict[str, Any]:
-    path = WEIGHTS_DIR / f'{arch}.{dataset}.safetensors'
-    return dict(file=str(path), hf_hub_id=f'{HUB_ORG}/{arch}.{dataset}') if path.is_file() else {}
-
-
-def _cfg(dataset: str, **kwargs) -> Dict[str, Any]:
-    """timm's pretrained cfg of a tag (``kwargs``: where its weights are)."""
-    return {
-        'url': '',
-        'pool_size': None,
-        'crop_mode': 'center',
-        'fixed_input_size': True,
-        'first_conv': 'patch_embed.proj',
-        'classifier': 'head',
-        'license': 'apache-2.0',
-        'paper_name': PAPER_NAME,
-        'paper_ids': PAPER_ID,
-        **{k: v for k, v in DATASETS[dataset].items() if k != 'patch_size'},
-        **kwargs,
-    }
-
-
-def describe_pretrained_cfg(cfg: Dict[str, Any], **changes: Any) -> Dict[str, Any]:
-    """How a model's inputs are prepared, as a config file records it: a pretrained cfg without the keys
-    of where its weights came from, with ``changes`` applied, JSON-ready (lists, no callables)."""
-    out = {k: v for k, v in {**cfg, **changes}.items() if k not in _SOURCE_KEYS and not callable(v)}
-    return jsonable(out)
-
-
-def pretrained_cfg_for(in_chans: int, img_size: Any, patch_size: Any) -> Dict[str, Any]:
-    """The preprocessing of the tag with this geometry, else plain [0, 1] -> [-1, 1] at that size."""
-    tag = tag_for_geometry(in_chans, img_size, patch_size)
-    if tag is not None:
-        return describe_pretrained_cfg(_cfg(tag), tag=tag)
-    img_size = to_2tuple(img_size)
-    return describe_pretrained_cfg(
-        _cfg('mnist'), input_size=(in_chans, img_size[0], img_size[1]), mean=(0.5,) * in_chans,
-        std=(0.5,) * in_chans)
-
-
-def jsonable(value: Any) -> Any:
-    """Tuples to lists, recursively (the form a config has after a JSON round trip)."""
-    if isinstance(value, dict):
-        return {k: jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [jsonable(v) for v in value]
-    return value
-
-
 # Filled by @register_model below, one entry per architecture, in the order of the functions.
 ARCHITECTURES: List[str] = []
 default_cfgs: Dict[str, Any] = {}
@@ -631,14 +527,14 @@ def _create_vit_minimal(variant: str, pretrained: bool = False, **kwargs) -> Vis
                                f'(a truncated or corrupted safetensors file).') from e
         if not (isinstance(e, RuntimeError) and str(e).startswith('No pretrained weights exist')):
             raise
-        with_weights = [f'{variant}.{t}' for t in DATASETS if (WEIGHTS_DIR / f'{variant}.{t}.safetensors').is_file()]
+        with_weights = [f'{variant}.{t}' for t in DATASETS if (WEIGHTS_DIR / weights_file_name(variant, t)).is_file()]
         raise RuntimeError(
             f'No pretrained weights exist for {variant}.{tag}; '
             + (f'this architecture has weights for {", ".join(with_weights)}. ' if with_weights else '')
             + 'timm.list_pretrained("vit_minimal*") lists every tag with weights; without pretrained=True '
               'the model is built with a random initialisation.') from e
-    if tag in DATASETS and model.in_chans != DATASETS[tag]['input_size'][0]:
-        c, h, w = DATASETS[tag]['input_size']
+    if tag in DATASETS and model.in_chans != DATASETS[tag].input_size[0]:
+        c, h, w = DATASETS[tag].input_size
         model.input_hint = (f' The .{tag} checkpoint takes {c}x{h}x{w} images: build the model with in_chans={c} '
                             f'(timm\'s validate.py and train.py: --input-size {c} {h} {w}).')
     return model

@@ -16,6 +16,10 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f'{self.prog}: error: {message} (--help lists the options)\n')
 
 
+class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """--help with the description as written and each option's default."""
+
+
 def positive_int(text: str) -> int:
     """An argparse type: an integer of at least 1 (a count: a check that ran on nothing must not pass)."""
     try:
@@ -55,7 +59,8 @@ def allowed_models() -> str:
     """The model names a tool takes, for error messages."""
     import timm
     from ..models.paper import VARIANTS
-    from ..models.vit_minimal import ARCHITECTURES, DATASETS
+    from ..models.datasets import DATASETS
+    from ..models.vit_minimal import ARCHITECTURES
     return (f'a vit_minimal architecture vit_minimal_<{"|".join(VARIANTS)}>[_mlp]_<depth>x<heads> '
             f'({len(ARCHITECTURES)} registered: timm.list_models("vit_minimal*")) with an optional tag '
             f'{", ".join("." + t for t in DATASETS)}; shipped weights: {", ".join(timm.list_pretrained("vit_minimal*"))}; '
@@ -69,7 +74,8 @@ def create_named_model(name: str, pretrained: bool, error: Type[Exception] = Val
     (always with its weights). Anything else raises ``error`` with what is allowed; a tag without weights adds
     ``no_weights_hint``."""
     import timm
-    from ..models.vit_minimal import ARCHITECTURES, DATASETS, VisionTransformerMinimal
+    from ..models.datasets import DATASETS
+    from ..models.vit_minimal import ARCHITECTURES, VisionTransformerMinimal
     checkpoint = name.startswith(('local-dir:', 'hf-hub:'))
     if not checkpoint:
         arch, _, tag = name.partition('.')

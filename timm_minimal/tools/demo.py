@@ -4,7 +4,6 @@ report parameters and test accuracy next to the paper's unchanged baseline.
 
     timm-minimal-demo --model vit_minimal_sym_6x4 --epochs 10
 """
-import argparse
 import time
 from functools import lru_cache
 from importlib import resources
@@ -17,7 +16,7 @@ import torch.nn.functional as F
 from timm.optim import create_optimizer_v2
 
 from ..models import vit_minimal  # noqa: F401  (registers the architectures)
-from .common import OneLineParser, positive_float, positive_int
+from .common import HelpFormatter, OneLineParser, positive_float, positive_int
 
 
 @lru_cache(maxsize=1)
@@ -72,13 +71,9 @@ def train(model_name: str, epochs: int, batch_size: int = 128, lr: float = 1e-3,
     )
 
 
-class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
-    """The description as written, and each option's default."""
-
-
 def main(argv=None) -> None:
     parser = OneLineParser(prog='timm-minimal-demo', description=__doc__,
-                           formatter_class=_HelpFormatter)
+                           formatter_class=HelpFormatter)
     parser.add_argument('--model', nargs='+', default=['vit_minimal_std_mlp_6x1', 'vit_minimal_sym_6x4'],
                         help='architectures to train (the paper baseline and symmetric attention)')
     parser.add_argument('--epochs', type=positive_int, default=10, help='epochs per model')

@@ -26,7 +26,6 @@ import importlib
 import json
 import logging
 import math
-import os
 import sys
 import tempfile
 from dataclasses import dataclass, field
@@ -36,6 +35,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 import torch
 import torch.nn as nn
 
+from ..models.datasets import DATASETS
+from ..models.image_processing_vit_minimal import image_mode
 from .common import OneLineParser, create_named_model, non_negative_float, positive_int
 from .staging import staged_folder
 
@@ -52,8 +53,6 @@ MARKER_FILE = '.timm-minimal-export.json'  # lists the files an export wrote: --
 # the ops whose weights dynamic quantisation stores as int8: the attention and MLP maps and the classifier;
 # the patch embedding (a Conv on the raw pixels) stays fp32
 INT8_OP_TYPES = ('MatMul', 'Gemm')
-# the evaluation dataset of a pretrained tag
-TAG_DATASETS = {'mnist': 'mnist', 'cifar10': 'cifar10', 'in1k': 'imagenet'}
 EXPORT_BATCH = 2  # the example batch; 1 would be specialised by torch.export, verification uses 1 and 5
 
 
@@ -138,11 +137,11 @@ def preprocessing_config(model: nn.Module, name: Optional[str] = None) -> Dict[s
         model=name or model_label(model),
         input=dict(name=INPUT_NAME, shape=['batch', channels, height, width], dtype='float32', layout='NCHW'),
         output=dict(name=OUTPUT_NAME, shape=['batch', model.num_classes], dtype='float32', meaning='logits'),
-        input_size=list(cfg['input_size']), channels=channels, color_mode='L' if channels == 1 else 'RGB',
+        input_size=list(cfg['input_size']), channels=channels, color_mode=image_mode(channels),
         resize=resize.size if isinstance(resize.size, int) else list(resize.size), interpolation=cfg['interpolation'],
         crop_pct=cfg['crop_pct'], crop_mode=cfg['crop_mode'], center_crop=list(crop.size),
         pixel_scale=1 / 255, mean=list(cfg['mean']), std=list(cfg['std']),
-        steps=['convert the image to ' + ('grey (L)' if channels == 1 else 'RGB'),
+        steps=[f'convert the image to {image_mode(channels)} (PIL mode)',
                f'resize (shorter side to {resize.size}, {cfg["interpolation"]})', f'center crop {height}x{width}',
                'scale pixels to [0, 1]', '(x - mean) / std per channel', 'stack as float32 NCHW'],
         label_names=_label_names(model),
@@ -291,7 +290,8 @@ def _test_split_evaluator(model: nn.Module, dataset: Optional[str], data_dir: st
     """A function from onnxruntime sessions to the test-split metrics of torch and of each session."""
     from timm.data import resolve_data_config
     from .evaluate import evaluate_forwards
-    dataset = dataset or TAG_DATASETS.get(model.pretrained_cfg.get('tag'))
+    tag = model.pretrained_cfg.get('tag')
+    dataset = dataset or (DATASETS[tag].kind if tag in DATASETS else None)
     if dataset is None:
         raise ExportError('the model has no dataset tag: name the test data with --dataset')
     cfg = resolve_data_config({}, model=model)

@@ -24,24 +24,18 @@ import yaml
 
 from .benchmark import count_flops
 from ..models.paper import TABLE1, TABLE2, VARIANTS
+from ..models.pretrained import weights_file_name
+from ..training.checkpoint import CONFIG_FILE, MODEL_FILE
 from ..training.run_folder import RunFolder
 from .common import OneLineParser
 from .staging import staged_folder
-from ..models.vit_minimal import ARCHITECTURES, DATASETS
+from ..models.datasets import DATASETS, DatasetInfo, dataset_for_kind
+from ..models.vit_minimal import ARCHITECTURES
 
 __all__ = ['RunInfo', 'read_run', 'export_run', 'render_card', 'push_folder', 'main']
 
 
 ATTN_DESCRIPTIONS = {attn: v['long'] for attn, v in VARIANTS.items()}
-# by the run's dataset kind; an image folder is named by the folder
-DATASET_NAMES = {'mnist': 'MNIST', 'cifar10': 'CIFAR-10', 'imagenet': 'ImageNet-1k'}
-HUB_DATASETS = {'mnist': 'ylecun/mnist', 'cifar10': 'uoft-cs/cifar10', 'imagenet': 'ILSVRC/imagenet-1k'}
-DATASET_NOTES = {
-    'cifar10': 'Trained and tested on a JPEG (quality 75) export of CIFAR-10; its pixels differ from the '
-               'original images by about 6/255 on average, so accuracy on the original files may differ slightly.',
-    'mnist': 'The MNIST test digits (as in the paper) also served as the validation set during training; '
-             'there is no separate held-out split.',
-}
 
 
 class PublishError(ValueError):
@@ -70,8 +64,13 @@ class RunInfo:
         return self.run['dataset'].get('kind', self.run['dataset']['name'])
 
     @property
+    def dataset_info(self) -> Optional[DatasetInfo]:
+        """The record of a built-in dataset (None for an image folder or a timm dataset)."""
+        return dataset_for_kind(self.dataset_kind)
+
+    @property
     def dataset_name(self) -> str:
-        return DATASET_NAMES.get(self.dataset_kind, self.run['dataset']['name'])
+        return self.dataset_info.display_name if self.dataset_info else self.run['dataset']['name']
 
     @property
     def last(self) -> Dict[str, Any]:
@@ -101,7 +100,7 @@ def read_run(run_dir: Path, checkpoint: str = 'last') -> RunInfo:
     if checkpoint not in ('last', 'best'):
         raise PublishError(f"checkpoint must be 'last' or 'best', got '{checkpoint}'.")
     ckpt = folder.checkpoint(checkpoint)
-    if not (ckpt / 'model.safetensors').is_file() or not (ckpt / 'config.json').is_file():
+    if not (ckpt / MODEL_FILE).is_file() or not (ckpt / CONFIG_FILE).is_file():
         raise PublishError(f'{ckpt} holds no complete checkpoint (model.safetensors + config.json).')
     return RunInfo(run_dir, run, metrics, ckpt)
 
@@ -177,11 +176,11 @@ def render_card(info: RunInfo, repo_id: str, model, template: Optional[Path] = N
         pipeline_tag='image-classification',
         license='apache-2.0',
         tags=['image-classification', 'timm', 'transformers', 'vit_minimal', f'attn-{args["attn_type"]}'],
-        datasets=[HUB_DATASETS[kind]] if kind in HUB_DATASETS else None,
+        datasets=[info.dataset_info.hub_id] if info.dataset_info else None,
         model_name=repo_id,
         eval_results=[EvalResult(
             task_type='image-classification', task_name='Image Classification',
-            dataset_type=HUB_DATASETS.get(kind, kind), dataset_name=dataset_name,
+            dataset_type=info.dataset_info.hub_id if info.dataset_info else kind, dataset_name=dataset_name,
             dataset_split=info.run['dataset'].get('eval_split', 'test'),
             metric_type='accuracy', metric_name='Top-1 accuracy', metric_value=round(last['test_acc'], 2),
         )],
@@ -231,7 +230,8 @@ def render_card(info: RunInfo, repo_id: str, model, template: Optional[Path] = N
         wall_time=_wall_time(info.metrics),
         launches=len(info.run.get('launches') or [1]),
         note=note,
-        dataset_note=DATASET_NOTES.get(kind, f'Tested on the {dataset_name} {info.run["dataset"].get("eval_split", "test")} split.'),
+        dataset_note=(info.dataset_info.note if info.dataset_info and info.dataset_info.note else
+                      f'Tested on the {dataset_name} {info.run["dataset"].get("eval_split", "test")} split.'),
         num_classes=model.num_classes,
     )
 
@@ -267,7 +267,7 @@ def export_run(run_dir: Path, out_dir: Path, repo_id: str, checkpoint: str = 'la
         Path(card_copy).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(out_dir / 'README.md', card_copy)
     if ship_weights:
-        shutil.copyfile(out_dir / 'model.safetensors', Path(ship_weights) / f'{info.architecture}.{info.tag}.safetensors')
+        shutil.copyfile(out_dir / MODEL_FILE, Path(ship_weights) / weights_file_name(info.architecture, info.tag))
     return out_dir
 
 

@@ -32,8 +32,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, TextIO, Tuple
 
-from ..models.paper import NUM_CLASSES, PAPER, PAPER_EPOCHS, TABLE1, TABLE2, TABLE2_CIFAR10, TRAIN_SAMPLES, PaperRow
+from ..models.datasets import DATASETS
+from ..models.paper import NUM_CLASSES, PAPER, PAPER_EPOCHS, TABLE1, TABLE2, TABLE2_CIFAR10, PaperRow
 from ..training.run_folder import RunFolder
+from .common import HelpFormatter, OneLineParser
 
 __all__ = ['PaperRow', 'TABLE1', 'TABLE2', 'Command', 'CommandResult', 'run_commands', 'select_rows',
            'train_command', 'train_rows', 'collect', 'write_markdown', 'write_plot', 'main']
@@ -50,7 +52,7 @@ def select_rows(tables: Sequence[int], datasets: Sequence[str], rows: Optional[S
         known = {r.row_id for r in out} | {r.model for r in out} | {r.arch for r in out}
         unknown = sorted(wanted - known)
         if unknown:
-            raise SystemExit(f'timm-minimal-reproduce: unknown rows {unknown}; choose from row ids '
+            raise ValueError(f'unknown rows {unknown}; choose from row ids '
                              f'{sorted(r.row_id for r in out)} or model names {sorted({r.model for r in out})}.')
         out = [r for r in out if wanted & {r.row_id, r.model, r.arch}]
     return out
@@ -256,7 +258,7 @@ def collect(rows: Sequence[PaperRow], runs_dir: Path) -> List[Dict[str, Any]]:
                 params=params, epochs=last['epoch'], train_loss=last['train_loss'], train_acc=last['train_acc'],
                 val_loss=last['test_loss'], val_acc=last['test_acc'], best_val_acc=best['test_acc'],
                 best_epoch=best['epoch'], train_time_s=sum(r['epoch_time'] for r in m),
-                q=(TRAIN_SAMPLES[row.dataset] * NUM_CLASSES / params) if params else None,
+                q=(DATASETS[row.dataset].train_samples * NUM_CLASSES / params) if params else None,
                 status=run.get('status', 'unknown'), wall_time_s=run.get('wall_time'),
                 val_acc_per_epoch=[r['test_acc'] for r in m])
         results.append(dict(
@@ -291,7 +293,7 @@ def _unique(rows: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
 
 
 def _table_title(table: int, dataset: str) -> str:
-    name = {'mnist': 'MNIST', 'cifar10': 'CIFAR-10'}.get(dataset, dataset)
+    name = DATASETS[dataset].display_name if dataset in DATASETS else dataset
     if table == 1:
         return f'Table 1: MLP vs no MLP ({name})'
     beyond = '' if dataset == 'mnist' else ' (beyond the paper, which tested them on MNIST only: no paper numbers)'
@@ -325,7 +327,6 @@ def write_markdown(results: List[Dict[str, Any]], path: Path, setup: Dict[str, A
             lines += ['¹ The paper states no count for this row; ≈ is the count its overdetermination ratio Q implies '
                       '(training samples × classes / Q).', '']
     done = [r for r in results if r['val_acc'] is not None and r['paper_val_acc'] is not None]
-    beyond = [r for r in results if r['val_acc'] is not None and r['paper_val_acc'] is None]
     if done:
         uniq = _unique(done)  # one entry per trained model (rows shared by both tables count once)
         gaps = [r['val_acc_gap'] for r in uniq]
@@ -503,9 +504,9 @@ def _jobs(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog='timm-minimal-reproduce', description=__doc__.split('\n\n')[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
         epilog='Options after -- go to timm_minimal.training.train unchanged (e.g. -- --lr 5e-4).\n'
                'Several runs at once on one device, each in its own process with its output in <runs-dir>/logs/:\n'
                '  timm-minimal-reproduce --tables 2 --datasets mnist --jobs 4 --epochs 5 --data-dir data')
@@ -590,10 +591,14 @@ def _split_argv(argv: Sequence[str]) -> Tuple[List[str], List[str]]:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv, extra = _split_argv(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(argv)
-    rows = select_rows(args.tables, args.datasets, args.rows)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        rows = select_rows(args.tables, args.datasets, args.rows)
+    except ValueError as e:
+        parser.error(str(e))
     if not rows:
-        raise SystemExit('timm-minimal-reproduce: no rows selected (check --tables/--datasets/--rows).')
+        parser.error('no rows selected (check --tables/--datasets/--rows)')
     if not args.report_only:
         train_rows(rows, args, extra)
         if args.dry_run:

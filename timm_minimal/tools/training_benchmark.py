@@ -51,6 +51,7 @@ import torch.nn.functional as F
 from timm.data import resolve_model_data_config
 from timm.optim import create_optimizer_v2
 
+from ..models.paper import TABLE2
 from ..models.vit_minimal import ARCHITECTURES
 from .common import OneLineParser, write_report
 
@@ -61,8 +62,12 @@ __all__ = [
 ]
 
 PROG = 'python -m timm_minimal.tools.training_benchmark'
-DATASETS = ('mnist', 'cifar10')
-DEFAULT_TARGETS: Dict[str, float] = {'mnist': 98.24, 'cifar10': 70.0}
+# the datasets with a device-path recipe, which this benchmark times
+BENCHMARK_DATASETS = ('mnist', 'cifar10')
+# time to target: the paper's 500-epoch MNIST accuracy of the default model, and 70% on CIFAR-10 (the paper has
+# no CIFAR-10 row for it)
+DEFAULT_TARGETS: Dict[str, float] = {
+    'mnist': next(r.val_acc for r in TABLE2 if r.arch == 'vit_minimal_sym_6x4'), 'cifar10': 70.0}
 TRAINER = (sys.executable, '-m', 'timm_minimal.training.train')
 
 # A trainer runner gets the trainer's arguments and its run folder (also in the arguments, as --output);
@@ -381,7 +386,7 @@ def render_markdown(results: Dict[str, Any]) -> str:
 class TrainingBenchmarkConfig:
     """Everything one run of the training benchmark depends on."""
     models: Tuple[str, ...] = ('vit_minimal_sym_6x4',)
-    datasets: Tuple[str, ...] = DATASETS
+    datasets: Tuple[str, ...] = BENCHMARK_DATASETS
     batch_sizes: Tuple[int, ...] = (1024,)
     data_dir: str = 'data'
     device: str = 'auto'
@@ -529,7 +534,7 @@ def build_parser() -> argparse.ArgumentParser:
         'Prints a markdown report last. Trainer arguments may follow "--" (appended to every trainer run).'))
     p.add_argument('--models', nargs='+', default=list(d.models), metavar='NAME',
                    help=f'vit_minimal architectures without a tag, the dataset picks it (default {d.models[0]})')
-    p.add_argument('--datasets', nargs='+', default=list(d.datasets), choices=DATASETS, help='default: mnist cifar10')
+    p.add_argument('--datasets', nargs='+', default=list(d.datasets), choices=BENCHMARK_DATASETS, help='default: mnist cifar10')
     p.add_argument('--batch-sizes', nargs='+', type=_positive_int, default=None, metavar='B',
                    help='default 1024 (--quick: 64)')
     p.add_argument('--data-dir', default=d.data_dir, metavar='DIR', help="the trainer's --data-dir (default data)")
@@ -599,8 +604,8 @@ def config_from_args(args: argparse.Namespace, trainer_args: Sequence[str] = (),
                          f"files the trainer reads")
     targets = dict(DEFAULT_TARGETS)
     for name, value in args.targets:
-        if name not in DATASETS or math.isnan(value):
-            raise UsageError(f"--targets: expected DATASET=ACCURACY with DATASET in {', '.join(DATASETS)}, "
+        if name not in BENCHMARK_DATASETS or math.isnan(value):
+            raise UsageError(f"--targets: expected DATASET=ACCURACY with DATASET in {', '.join(BENCHMARK_DATASETS)}, "
                              f"got '{name}'" + ('' if math.isnan(value) else f'={value:g}'))
         targets[name] = value
     values: Dict[str, Any] = dict(QUICK) if args.quick else {}

@@ -36,22 +36,21 @@ import torch
 from PIL import Image
 from torch.utils.data import DataLoader, Dataset, IterableDataset, Sampler
 
+from ..models.datasets import CIFAR10_CLASSES, DATASETS, MNIST_CLASSES, tag_for_kind
+from ..models.image_processing_vit_minimal import convert_image
 from .image_folder import DatasetError, FolderDataset, FolderScan, folder_classes, scan_split
 
 _logger = logging.getLogger(__name__)
 
 __all__ = [
-    'BUILTIN_DATASETS', 'TIMM_FACTORY_PREFIXES', 'DEFAULT_TAGS', 'DatasetError', 'ImageData', 'ArrayImageDataset',
+    'BUILTIN_DATASETS', 'TIMM_FACTORY_PREFIXES', 'CIFAR10_CLASSES', 'DatasetError', 'ImageData', 'ArrayImageDataset',
     'TransformDataset', 'EpochSampler', 'load_dataset', 'load_mnist', 'load_cifar10', 'find_image_folder_splits',
     'build_transforms', 'mix_seed', 'default_cache_dir', 'epoch_order', 'subset_indices', 'LoaderDataPath', 'RankBatchSampler',
 ]
 
-BUILTIN_DATASETS = ('mnist', 'cifar10', 'imagenet')
+BUILTIN_DATASETS = tuple(d.kind for d in DATASETS.values())
 TIMM_FACTORY_PREFIXES = ('hfds/', 'hfids/', 'wds/', 'tfds/', 'torch/')
-# The pretrained tag (input geometry and normalisation) a model gets when --model names no tag.
-DEFAULT_TAGS = {'mnist': 'mnist', 'cifar10': 'cifar10', 'imagenet': 'in1k', 'folder': 'in1k', 'timm': 'in1k'}
 EVAL_SPLIT_DIRS = ('val', 'validation', 'test')
-CIFAR10_CLASSES = ('airplane', 'automobile', 'bird', 'cat', 'deer', 'dog', 'frog', 'horse', 'ship', 'truck')
 
 
 
@@ -145,8 +144,7 @@ class TransformDataset(Dataset):
     def __getitem__(self, key: Union[int, Tuple[int, int]]) -> Tuple[torch.Tensor, int]:
         epoch, index = key if isinstance(key, tuple) else (0, key)
         img, target = self.dataset[index]
-        if img.mode != self.img_mode:
-            img = img.convert(self.img_mode)
+        img = convert_image(img, self.img_mode)
         if self.transform is not None:
             if self.seed is not None:
                 seed_everything_local(mix_seed(self.seed, epoch, index))
@@ -213,7 +211,7 @@ class ImageData:
 
     @property
     def default_tag(self) -> str:
-        return DEFAULT_TAGS[self.kind]
+        return tag_for_kind(self.kind)
 
     def describe(self) -> Dict[str, Any]:
         return dict(
@@ -284,7 +282,7 @@ def load_mnist(root: Union[str, Path], download: bool = True) -> ImageData:
         for n in _MNIST_FILES[split]:
             p = raw / n
             paths.append(p if p.is_file() else raw / (n + '.gz'))
-        return ArrayImageDataset(_read_idx(paths[0]), _read_idx(paths[1]), [str(i) for i in range(10)])
+        return ArrayImageDataset(_read_idx(paths[0]), _read_idx(paths[1]), list(MNIST_CLASSES))
 
     train, test = read('train'), read('test')
     return ImageData(

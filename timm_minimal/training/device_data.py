@@ -26,6 +26,7 @@ import torch
 from torch.utils.data import Dataset
 
 from .batch_augment import BatchAugment, BatchAugmentConfig, epoch_uniforms
+from ..models.image_processing_vit_minimal import convert_image
 from .data import ArrayImageDataset, IndexSubset, epoch_order
 
 _logger = logging.getLogger(__name__)
@@ -69,8 +70,7 @@ def _transform_all(ds: Dataset, transform: Any, img_mode: str) -> Tuple[np.ndarr
     images, labels = [], []
     for i in tqdm(range(len(ds)), desc='decoding images once', mininterval=2.0, leave=False):
         img, label = ds[i]
-        if img.mode != img_mode:
-            img = img.convert(img_mode)
+        img = convert_image(img, img_mode)
         images.append(np.asarray(transform(img), dtype=np.uint8))
         labels.append(int(label))
     return np.stack(images), np.asarray(labels, dtype=np.int64)

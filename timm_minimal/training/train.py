@@ -38,15 +38,15 @@ import shlex
 import sys
 import time
 from datetime import datetime, timezone
-from importlib import resources
 from pathlib import Path
 from typing import Any, Dict, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
 import torch.nn as nn
-import yaml
 
+from ..models.datasets import channel_stats
+from ..models.image_processing_vit_minimal import convert_image, image_mode
 from . import checkpoint as ckpt
 from .batch_augment import BatchAugment, BatchAugmentConfig
 from .data import (
@@ -56,24 +56,21 @@ from .data import (
 from .device_data import DeviceDataPath, cache_file, dataset_bytes, device_budget_bytes, images_to_array
 from .engine import (
     Diverged, FiniteGuard, Run, TrainHooks, TrainState, check_finite, epoch_row, evaluate, save_checkpoint,
-    set_rng_state, train_one_epoch, weights_hash,
+    train_one_epoch, weights_hash,
 )
 from .files import FolderBusy, describe_write_error, is_disk_full
 from .run_folder import RUN_FORMAT, RunFolder
+from .cli import UsageError, build_parser, check_numbers, load_recipe, parse_args  # noqa: F401  (also reachable here)
+from .resume import restore
 
 _logger = logging.getLogger('timm_minimal.training.train')
 
-__all__ = ['build_parser', 'parse_args', 'train', 'main', 'Diverged', 'UsageError', 'TrainHooks', 'RECIPES',
+__all__ = ['build_parser', 'parse_args', 'train', 'main', 'Diverged', 'UsageError', 'TrainHooks',
            'load_recipe']
 
-RECIPES = {'mnist': 'mnist', 'cifar10': 'cifar10', 'imagenet': 'imagenet', 'folder': 'default', 'timm': 'default'}
-DATA_PATHS = ('auto', 'device', 'loader')
 EXIT_BAD_INPUT = 2
 EXIT_DIVERGED = 3
 EXIT_WRITE_FAILED = 1
-# A resumed run may change its schedule (epochs, learning rates, warm-up) and system options; these stay fixed
-FIXED_ON_RESUME = ('opt', 'seed', 'grad_accum_steps', 'train_subset', 'model_kwargs', 'drop_path', 'drop')
-SCHEDULE_OPTIONS = ('epochs', 'lr', 'sched', 'warmup_epochs', 'warmup_lr', 'min_lr')
 MAX_WARMUP_FRACTION = 0.25  # the warm-up is capped at this part of the run
 PLOT_INTERVAL = 30.0  # seconds between redraws of curves.png during a run (a plot costs more than a fast epoch)
 
@@ -81,265 +78,6 @@ PLOT_INTERVAL = 30.0  # seconds between redraws of curves.png during a run (a pl
 class WriteFailed(RuntimeError):
     """The run could not write its folder (a full disk); the message names the cause and the checkpoint kept."""
 
-
-class UsageError(ValueError):
-    """A command line that cannot run; the message says what is wrong and what is allowed."""
-
-
-# -- command line ----------------------------------------------------------------------------------
-
-def _floats(n: Optional[int] = None):
-    return dict(type=float, nargs=n or '+')
-
-
-class _DefaultsFormatter(argparse.HelpFormatter):
-    """Every option's help ends with its default (argparse's own formatter skips options without help)."""
-
-    def _get_help_string(self, action: argparse.Action) -> str:
-        text = action.help or ''
-        states_its_default = '%(default)' in text or (action.default is None and 'default' in text)
-        if action.default is not argparse.SUPPRESS and action.option_strings and not states_its_default \
-                and not isinstance(action, argparse._HelpAction):
-            text += (' ' if text else '') + '(default: %(default)s)'
-        return text
-
-
-def build_parser(suppress: bool = False) -> argparse.ArgumentParser:
-    """The command line. With ``suppress=True`` no defaults are set (to find the options given explicitly)."""
-    kw = dict(argument_default=argparse.SUPPRESS) if suppress else {}
-    p = argparse.ArgumentParser(
-        prog='timm-minimal-train', description=__doc__.split('\n\n')[0],
-        formatter_class=_DefaultsFormatter, **kw)
-
-    def d(value):  # a default, unless suppressed
-        return {} if suppress else {'default': value}
-
-    g = p.add_argument_group('run')
-    g.add_argument('--model', **d(None), help='timm model name, e.g. vit_minimal_std_mlp_6x1 or vit_minimal_sym_6x4.cifar10 '
-                   '(without a tag the dataset picks it: .mnist, .cifar10, .in1k for image folders)')
-    g.add_argument('--dataset', **d(None), help="mnist, cifar10, imagenet, a path to an image folder with train/ and "
-                   "val/ (or test/), or a timm dataset name (hfds/..., wds/..., tfds/..., hfids/..., torch/...)")
-    g.add_argument('--data-dir', **d(None), help='dataset root (MNIST idx files, CIFAR-10 archive/folder, ImageNet '
-                   'folders, timm dataset root); default ./data')
-    g.add_argument('--output', **d(None), help='run folder (metrics, checkpoints, plots); default runs/<dataset>-<model>-<time>')
-    g.add_argument('--resume', nargs='?', const='', **d(None), metavar='RUN',
-                   help='continue the run in RUN (default: --output) from its last checkpoint')
-    g.add_argument('--recipe', **d(None), help='recipe name (mnist, cifar10, imagenet, default) or YAML file; '
-                   'default: the dataset\'s')
-    g.add_argument('--epochs', type=int, **d(10))
-    g.add_argument('--batch-size', type=int, **d(256), help='global batch per step, split over all processes')
-    g.add_argument('--eval-batch-size', type=int, **d(None), help='global evaluation batch (default 2x --batch-size)')
-    g.add_argument('--seed', type=int, **d(0))
-    g.add_argument('--num-workers', type=int, **d(0), help='data loading worker processes per training process')
-    g.add_argument('--train-subset', type=int, **d(None), help='train on a seeded random subset of this many samples')
-    g.add_argument('--eval-subset', type=int, **d(None), help='evaluate on a seeded random subset of this many samples')
-    g.add_argument('--train-split', **d('train'), help='training split (timm factory datasets)')
-    g.add_argument('--val-split', **d(None), help='evaluation split (timm factory datasets; default validation)')
-    g.add_argument('--num-classes', type=int, **d(None), help='number of classes (only if the dataset cannot tell)')
-    g.add_argument('--no-download', action='store_true', **d(False), help='never download a missing dataset')
-    g.add_argument('--cache-dir', **d(None), help='where archives are extracted once (default $TIMM_MINIMAL_CACHE '
-                   'or ~/.cache/timm_minimal)')
-    g.add_argument('--checkpoint-interval', type=int, **d(0),
-                   help='also checkpoint every N optimizer updates inside an epoch (0: at epoch ends only)')
-    g.add_argument('--no-progress', action='store_true', **d(False), help='no progress bar')
-    g.add_argument('--log-interval', type=int, **d(50), help='without a progress bar, log every N updates (0: epochs only)')
-    g.add_argument('--rank-report', action='store_true', **d(False),
-                   help='each process writes rank<N>.json (weights hash, samples seen) into the run folder')
-
-    g = p.add_argument_group('model')
-    from timm.utils import ParseKwargs
-    g.add_argument('--model-kwargs', nargs='*', action=ParseKwargs, **d({}),
-                   help='extra model arguments, e.g. depth=2 embed_dim=96 img_size=64')
-    g.add_argument('--pretrained', action='store_true', **d(False), help="start from the model's pretrained weights")
-    g.add_argument('--pretrained-path', **d(None), help='start from these weights (safetensors or .pth; a '
-                   'classifier of another size is replaced)')
-    g.add_argument('--drop', type=float, **d(0.0), help='dropout before the classifier')
-    g.add_argument('--drop-path', type=float, **d(0.0), help='stochastic depth rate')
-    g.add_argument('--mean', **_floats(), **d(None), help='normalisation mean (default: the model\'s)')
-    g.add_argument('--std', **_floats(), **d(None), help='normalisation std (default: the model\'s)')
-    g.add_argument('--interpolation', **d(None), help='resize interpolation (default: the model\'s)')
-    g.add_argument('--crop-pct', type=float, **d(None), help='evaluation crop fraction (default: the model\'s)')
-
-    g = p.add_argument_group('optimisation')
-    g.add_argument('--opt', **d('adamw'), help='timm optimizer name (create_optimizer_v2)')
-    g.add_argument('--lr', type=float, **d(1e-3))
-    g.add_argument('--weight-decay', type=float, **d(1e-4))
-    g.add_argument('--momentum', type=float, **d(0.9))
-    g.add_argument('--opt-eps', type=float, **d(None))
-    g.add_argument('--opt-betas', **_floats(), **d(None))
-    g.add_argument('--sched', **d('cosine'), help='timm scheduler name (create_scheduler_v2), or none')
-    g.add_argument('--warmup-epochs', type=float, **d(0.0))
-    g.add_argument('--warmup-lr', type=float, **d(1e-5))
-    g.add_argument('--min-lr', type=float, **d(0.0))
-    g.add_argument('--clip-grad', type=float, **d(None), help='gradient clipping threshold (off when unset)')
-    g.add_argument('--clip-mode', choices=('norm', 'value'), **d('norm'))
-    g.add_argument('--grad-accum-steps', type=int, **d(1), help='batches per optimizer update')
-    g.add_argument('--model-ema', action=argparse.BooleanOptionalAction, **d(False), help='keep EMA weights (ModelEmaV3)')
-    g.add_argument('--model-ema-decay', type=float, **d(0.9998))
-    g.add_argument('--model-ema-warmup', action=argparse.BooleanOptionalAction, **d(True))
-
-    g = p.add_argument_group('data path')
-    g.add_argument('--data-path', choices=DATA_PATHS, **d('auto'),
-                   help='device: the dataset lives on the training device as uint8 and is augmented there in batches '
-                        '(MNIST, CIFAR-10, small image folders); loader: a DataLoader with per-image timm transforms '
-                        '(ImageNet, streaming datasets, RandAugment, colour jitter); auto: device wherever the data '
-                        'fit and the augmentation allows it')
-    g.add_argument('--device-data-limit', type=float, **d(4.0), metavar='GB',
-                   help='largest dataset (train + evaluation, uint8 at the input size) the device path holds; '
-                        'on a GPU also at most half its free memory')
-
-    g = p.add_argument_group('augmentation')
-    g.add_argument('--no-aug', action='store_true', **d(False), help='no training augmentation')
-    g.add_argument('--translate', type=float, **d(0.0), help='random shift, at most this fraction of the image size')
-    g.add_argument('--rotate', type=float, **d(0.0), help='random rotation, at most this many degrees')
-    g.add_argument('--scale', **_floats(2), **d(None), help='random resized crop area range')
-    g.add_argument('--ratio', **_floats(2), **d(None), help='random resized crop aspect range')
-    g.add_argument('--hflip', type=float, **d(0.5))
-    g.add_argument('--vflip', type=float, **d(0.0))
-    g.add_argument('--color-jitter', type=float, **d(0.0))
-    g.add_argument('--aa', **d(None), help='RandAugment/AutoAugment policy, e.g. rand-m9-mstd0.5-inc1')
-    g.add_argument('--train-interpolation', **d(None))
-    g.add_argument('--reprob', type=float, **d(0.0), help='random erasing probability')
-    g.add_argument('--remode', **d('pixel'))
-    g.add_argument('--recount', type=int, **d(1))
-    g.add_argument('--mixup', type=float, **d(0.0), help='mixup alpha (0: off)')
-    g.add_argument('--cutmix', type=float, **d(0.0), help='cutmix alpha (0: off)')
-    g.add_argument('--cutmix-minmax', **_floats(2), **d(None))
-    g.add_argument('--mixup-prob', type=float, **d(1.0))
-    g.add_argument('--mixup-switch-prob', type=float, **d(0.5))
-    g.add_argument('--mixup-mode', **d('batch'))
-    g.add_argument('--smoothing', type=float, **d(0.0), help='label smoothing')
-
-    g = p.add_argument_group('system')
-    g.add_argument('--mixed-precision', choices=('no', 'fp16', 'bf16'), **d(None),
-                   help="default: accelerate's configuration (accelerate launch --mixed_precision) if one is set, "
-                        "else bf16 on a GPU that supports it and no elsewhere")
-    g.add_argument('--compile', action=argparse.BooleanOptionalAction, **d(None),
-                   help='torch.compile the model (default: on a CUDA GPU; a failure falls back to eager with a warning)')
-    g.add_argument('--compile-mode', **d(None), help='torch.compile mode (default: reduce-overhead, i.e. CUDA graphs, '
-                   'for one process on a GPU; torch\'s default otherwise)')
-    g.add_argument('--cpu', action='store_true', **d(False), help='train on the CPU even if a GPU is present')
-    for action in p._actions:  # argparse prints no default for an option without help text
-        if action.help is None:
-            action.help = '(default: %(default)s)'
-    return p
-
-
-def load_recipe(name_or_path: str) -> Dict[str, Any]:
-    """A recipe by name (shipped in timm_minimal/recipes) or from a YAML file."""
-    path = Path(name_or_path)
-    if path.suffix in ('.yaml', '.yml') or path.is_file():
-        if not path.is_file():
-            raise UsageError(f'Recipe file {path} does not exist.')
-        text = path.read_text()
-    else:
-        shipped = sorted(p.name[:-5] for p in resources.files('timm_minimal.training').joinpath('recipes').iterdir()
-                         if p.name.endswith('.yaml'))
-        if name_or_path not in shipped:
-            raise UsageError(f"Unknown recipe '{name_or_path}'; choose one of {', '.join(shipped)} or a YAML file.")
-        text = resources.files('timm_minimal.training').joinpath(f'recipes/{name_or_path}.yaml').read_text()
-    return read_options_yaml(text, f'Recipe {name_or_path}')
-
-
-def read_options_yaml(text: str, what: str) -> Dict[str, Any]:
-    """A YAML mapping of option names to plain values (safe_load: no Python tags); UsageError otherwise."""
-    try:
-        cfg = yaml.safe_load(text) or {}
-    except yaml.YAMLError as e:
-        where = getattr(e, 'problem_mark', None)
-        raise UsageError(f'{what} is not valid YAML' + (f' (line {where.line + 1})' if where else '') + ': '
-                         + ' '.join(str(getattr(e, 'problem', None) or e).split())) from e
-    if not isinstance(cfg, dict):
-        raise UsageError(f'{what} must be a mapping of option names to values.')
-    return cfg
-
-
-def check_option_types(parser: argparse.ArgumentParser, values: Dict[str, Any], what: str) -> None:
-    """Each value of a recipe or args.yaml must be what the option's command-line type gives."""
-    for action in parser._actions:
-        value = values.get(action.dest)
-        if value is None or action.type not in (int, float):
-            continue
-        items = value if isinstance(value, list) and action.nargs not in (None, '?') else [value]
-        for item in items:
-            ok = isinstance(item, (int, float)) and not isinstance(item, bool)
-            if not ok or (action.type is int and isinstance(item, float) and not item.is_integer()):
-                raise UsageError(f'{what}: {action.dest} must be {"an integer" if action.type is int else "a number"}'
-                                 f' (as --{action.dest.replace("_", "-")} takes), got {item!r}.')
-
-
-def recipe_for(recipe: Optional[str], dataset: Optional[str]) -> str:
-    """The recipe a run uses: ``--recipe`` if given, else its dataset's."""
-    return recipe or RECIPES[dataset_kind(dataset)]
-
-
-def print_help(parser: argparse.ArgumentParser, argv: Sequence[str]) -> None:
-    """--help with the defaults that apply: the built-in ones, overridden by the recipe of --dataset if given."""
-    explicit = vars(build_parser(suppress=True).parse_known_args([a for a in argv if a not in ('-h', '--help')])[0])
-    if explicit.get('dataset') or explicit.get('recipe'):
-        try:
-            name = recipe_for(explicit.get('recipe'), explicit.get('dataset'))
-            parser.set_defaults(**load_recipe(name))
-            parser.epilog = f'Defaults shown are those of the {name} recipe (--dataset {explicit.get("dataset")}).'
-        except (UsageError, DatasetError):
-            pass
-    else:
-        parser.epilog = ('Defaults shown are the built-in ones; each dataset has a recipe that changes some '
-                         '(timm-minimal-train --dataset mnist --help shows them).')
-    parser.print_help()
-    sys.exit(0)
-
-
-def parse_args(argv: Optional[Sequence[str]] = None) -> Tuple[argparse.Namespace, Dict[str, Any]]:
-    """Resolve the options: defaults < recipe < the resumed run's args.yaml < command line.
-
-    Returns the options and a dict describing where they came from (recipe name and values).
-    """
-    argv = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser()
-    if '-h' in argv or '--help' in argv:
-        print_help(parser, argv)
-    defaults = vars(parser.parse_args([]))
-    explicit = vars(build_parser(suppress=True).parse_args(argv))
-    dests = set(defaults)
-
-    saved: Dict[str, Any] = {}
-    if 'resume' in explicit:
-        run_dir = explicit['resume'] or explicit.get('output')
-        if not run_dir:
-            raise UsageError('--resume needs a run folder: --resume RUN, or --output RUN --resume.')
-        args_file = Path(run_dir) / 'args.yaml'
-        if args_file.is_file():
-            saved = read_options_yaml(args_file.read_text(), str(args_file))
-            check_option_types(parser, saved, str(args_file))
-        elif not Path(run_dir).exists() or 'model' not in explicit:
-            raise UsageError(f'Cannot resume {run_dir}: no args.yaml there (is it a run folder?).')
-        for key in ('model', 'dataset'):
-            if key in explicit and key in saved and explicit[key] != saved[key]:
-                raise UsageError(f'--{key} {explicit[key]} differs from the resumed run\'s ({saved[key]}).')
-        explicit.setdefault('output', str(run_dir))
-
-    dataset = explicit.get('dataset', saved.get('dataset'))
-    if not dataset:
-        raise UsageError('--dataset is required: mnist, cifar10, imagenet, an image folder path or a timm dataset name.')
-    model = explicit.get('model', saved.get('model'))
-    if not model:
-        raise UsageError('--model is required, e.g. vit_minimal_std_mlp_6x1 (see timm.list_models("vit_minimal*")).')
-    recipe_name = recipe_for(explicit.get('recipe', saved.get('recipe')), dataset)
-    recipe = load_recipe(recipe_name)
-    unknown = sorted(set(recipe) - dests)
-    if unknown:
-        raise UsageError(f'Recipe {recipe_name} has unknown keys {unknown}; keys are option names such as '
-                         f'lr, batch_size, epochs.')
-    check_option_types(parser, recipe, f'Recipe {recipe_name}')
-    resolved = dict(defaults)
-    resolved.update(recipe)
-    resolved.update({k: v for k, v in saved.items() if k in dests})
-    resolved.update(explicit)
-    resolved['recipe'] = recipe_name
-    resolved['resume'] = explicit.get('resume')
-    args = argparse.Namespace(**resolved)
-    return args, dict(recipe=recipe_name, recipe_values=recipe, explicit=sorted(explicit))
 
 
 # -- helpers ---------------------------------------------------------------------------------------
@@ -381,10 +119,10 @@ def _data_config(model: nn.Module, args: argparse.Namespace) -> Dict[str, Any]:
     hw = tuple(img_size) if img_size is not None else tuple(cfg['input_size'][1:])
     cfg['input_size'] = (in_chans, *hw)
     for key in ('mean', 'std'):
-        val = tuple(getattr(args, key) or cfg[key])
-        if len(val) != in_chans:
-            val = val * in_chans if len(val) == 1 else (float(np.mean(val)),) * in_chans
-        cfg[key] = val
+        try:
+            cfg[key] = tuple(channel_stats(getattr(args, key) or cfg[key], in_chans, f'--{key}'))
+        except ValueError as e:
+            raise UsageError(str(e)) from e
     if args.interpolation:
         cfg['interpolation'] = args.interpolation
     if args.crop_pct:
@@ -399,7 +137,7 @@ class _ConvertThen:
         self.mode, self.transform = mode, transform
 
     def __call__(self, img):
-        return self.transform(img.convert(self.mode) if img.mode != self.mode else img)
+        return self.transform(convert_image(img, self.mode))
 
 
 def _len_or_none(ds: Any) -> Optional[int]:
@@ -422,21 +160,6 @@ def _process_elapsed() -> float:
 
 
 # -- set-up ----------------------------------------------------------------------------------------
-
-def check_numbers(args: argparse.Namespace) -> None:
-    """Options that must be positive (or non-negative), with what is allowed."""
-    for name, low in (('epochs', 1), ('batch_size', 1), ('grad_accum_steps', 1), ('num_workers', 0),
-                      ('checkpoint_interval', 0), ('log_interval', 0)):
-        value = getattr(args, name)
-        if value < low:
-            raise UsageError(f'--{name.replace("_", "-")} must be at least {low}, got {value}.')
-    for name in ('eval_batch_size', 'train_subset', 'eval_subset'):
-        value = getattr(args, name)
-        if value is not None and value < 1:
-            raise UsageError(f'--{name.replace("_", "-")} must be at least 1, got {value}.')
-    if args.device_data_limit <= 0:
-        raise UsageError(f'--device-data-limit must be a positive number of GB, got {args.device_data_limit}.')
-
 
 def make_accelerator(args: argparse.Namespace):
     """accelerate's Accelerator: CPU, one or several GPUs; bf16 autocast by default where the GPU supports it."""
@@ -511,7 +234,7 @@ def build_model(args: argparse.Namespace, data: ImageData) -> Tuple[nn.Module, s
 def model_config(model: nn.Module, model_name: str, model_kwargs: Dict[str, Any], data: ImageData,
                  data_cfg: Dict[str, Any]) -> Dict[str, Any]:
     """A checkpoint's config.json: timm's Hub layout (architecture, num_classes, model_args, pretrained_cfg)."""
-    from ..models.vit_minimal import describe_pretrained_cfg
+    from ..models.pretrained import describe_pretrained_cfg
     cfg = describe_pretrained_cfg(getattr(model, 'pretrained_cfg', None) or {}, input_size=data_cfg['input_size'],
                                   mean=data_cfg['mean'], std=data_cfg['std'])
     cfg.update(num_classes=data.num_classes, label_names=data.classes)  # timm reads these from here too
@@ -573,7 +296,10 @@ def build_data_path(args: argparse.Namespace, data: ImageData, data_cfg: Dict[st
     from .data import subset_indices
     device, world, rank = accelerator.device, accelerator.num_processes, accelerator.process_index
     input_size = data_cfg['input_size']
-    img_mode = 'L' if input_size[0] == 1 else 'RGB'
+    try:
+        img_mode = image_mode(input_size[0])
+    except ValueError as e:
+        raise UsageError(f'{e} (the model takes {input_size[0]} input channels)') from e
     blockers = device_path_blockers(args, data, input_size, device)
     if args.data_path == 'device' and blockers:
         raise UsageError('--data-path device cannot take this run: ' + '; '.join(blockers) + '. Use --data-path loader.')
@@ -685,77 +411,6 @@ def compile_mode(args: argparse.Namespace, accelerator: Any) -> Optional[str]:
 
 
 # -- resume and the run record ---------------------------------------------------------------------
-
-def restore(run: Run, state: TrainState, last_dir: Path) -> None:
-    """Load a checkpoint's weights, optimizer, scheduler, scaler, EMA, RNG states and position."""
-    args, acc = run.args, run.accelerator
-    saved = run.folder.read_args()  # the options of the launch before this one
-    for key in FIXED_ON_RESUME:
-        if key in saved and saved[key] != getattr(args, key):
-            raise UsageError(f'--{key.replace("_", "-")} cannot change when resuming (the run used {saved[key]}, the '
-                             f'command line asks for {getattr(args, key)}): the checkpoint\'s optimizer state and data '
-                             f'order belong to it. Start a new run, e.g. with --pretrained-path '
-                             f'{last_dir / ckpt.MODEL_FILE} to begin from these weights.')
-    try:
-        training_state = torch.load(last_dir / ckpt.STATE_FILE, map_location='cpu', weights_only=True)
-        weights = ckpt.load_weights(last_dir / ckpt.MODEL_FILE)
-    except Exception as e:  # noqa: BLE001 (a truncated or foreign file)
-        raise UsageError(f'Cannot resume from {last_dir}: its checkpoint files cannot be read ({type(e).__name__}: '
-                         f'{str(e).strip()[:200]}).') from e
-    _check_resumable(last_dir, training_state, weights)
-    if training_state.get('batch_size') not in (None, args.batch_size):
-        raise UsageError(f"The run was trained with --batch-size {training_state['batch_size']}; resume it with the same.")
-    try:
-        run.unwrapped.load_state_dict(weights, strict=True)
-        run.optimizer.load_state_dict(training_state['optimizer'])
-    except (RuntimeError, ValueError, KeyError) as e:
-        raise UsageError(f'Cannot resume from {last_dir}: its weights do not fit {run.model_name} (the model its '
-                         f'args.yaml names): {" ".join(str(e).split())[:300]}') from e
-    _apply_changed_options(run, saved)
-    changed = [k for k in SCHEDULE_OPTIONS if k in saved and saved[k] != getattr(args, k)]
-    if training_state.get('epochs') not in (None, args.epochs) and 'epochs' not in changed:
-        changed.append('epochs')
-    if run.scheduler is not None and training_state.get('scheduler') is not None:
-        if not changed:
-            run.scheduler.load_state_dict(training_state['scheduler'])
-        else:
-            acc.print('Resuming with ' + ', '.join(f'--{k.replace("_", "-")} {getattr(args, k)}' for k in changed) +
-                      ': the learning-rate schedule follows the new values from the current update on.')
-    if acc.scaler is not None and training_state.get('scaler') is not None:
-        acc.scaler.load_state_dict(training_state['scaler'])
-    if run.ema is not None:
-        ema_file = last_dir / ckpt.EMA_FILE
-        run.ema.module.load_state_dict(ckpt.load_weights(ema_file) if ema_file.is_file() else run.unwrapped.state_dict())
-    set_rng_state(training_state['rng'])
-    state.load_state_dict(training_state)
-    acc.print(f'Resumed {run.folder} from {last_dir} at epoch {state.epoch + 1}, batch {state.batch}/'
-              f'{run.batches_per_epoch} (optimizer update {state.update}).')
-
-
-RESUME_KEYS = ('optimizer', 'rng', 'epoch', 'batch', 'update')
-
-
-def _check_resumable(last_dir: Path, training_state: Any, weights: Dict[str, torch.Tensor]) -> None:
-    """Refuse a training state of another structure and weights that are not finite (a run never resumes from them)."""
-    missing = [k for k in RESUME_KEYS if not isinstance(training_state, dict) or k not in training_state]
-    if missing:
-        raise UsageError(f'Cannot resume from {last_dir}: {ckpt.STATE_FILE} is not a timm-minimal training state '
-                         f'(missing {", ".join(missing)}).')
-    bad = [k for k, v in weights.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]
-    if bad:
-        raise UsageError(f'Cannot resume from {last_dir}: its weights are not finite ({", ".join(bad[:3])}'
-                         f'{", ..." if len(bad) > 3 else ""}); start a new run.')
-
-
-def _apply_changed_options(run: Run, saved: Dict[str, Any]) -> None:
-    """Options a resumed run may change that live in the optimizer's param groups (the loaded state holds the old)."""
-    args = run.args
-    for group in run.optimizer.param_groups:
-        if 'weight_decay' in saved and saved['weight_decay'] != args.weight_decay and group.get('weight_decay'):
-            group['weight_decay'] = args.weight_decay  # groups without decay (norms, biases) keep 0
-        if run.scheduler is None:
-            group['lr'] = args.lr
-
 
 def write_run_record(run: Run, state: TrainState, info: Dict[str, Any], last_dir: Optional[Path]) -> None:
     """args.yaml, run.json (a new record, or a new launch of a resumed one) and the metrics kept so far."""

@@ -12,7 +12,7 @@ import os
 import sys
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from ...models.vit_minimal import DATASETS
+from ...models.datasets import DATASETS
 from .report import render_report, summary_lines
 from ..common import OneLineParser
 from .suite import BenchmarkConfig, run_benchmark, select_models
@@ -94,6 +94,9 @@ def _add_output_options(p: argparse.ArgumentParser, d: BenchmarkConfig) -> None:
     p.add_argument('--training', action='store_true',
                    help='instead: the trainer against the bare training step (timm_minimal.tools.training_benchmark); '
                         'every other argument goes to it, see --training --help')
+    p.add_argument('--cpu-modes', action='store_true',
+                   help='instead: the training step on the CPU in each mode (eager, compile, bf16, both) and as '
+                        'concurrent processes (timm_minimal.tools.benchmark.cpu_modes); see --cpu-modes --help')
     p.add_argument('--deployment', action='store_true',
                    help='instead: batch-1 CPU latency of every shipped checkpoint in torch eager against onnxruntime '
                         'fp32 and int8 (timm_minimal.tools.deployment_benchmark, needs the export extra); every '
@@ -129,7 +132,7 @@ def config_from_args(args: argparse.Namespace) -> BenchmarkConfig:
 
 
 # Flags that hand the whole command line over to another benchmark module of timm_minimal.tools.
-DISPATCH = {'--training': 'training_benchmark', '--deployment': 'deployment_benchmark'}
+DISPATCH = {'--training': '..training_benchmark', '--deployment': '..deployment_benchmark', '--cpu-modes': '.cpu_modes'}
 
 
 def _dispatch(argv: Sequence[str]) -> Optional[Tuple[str, List[str]]]:
@@ -148,7 +151,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     status of the benchmark they run)."""
     dispatched = _dispatch(list(sys.argv[1:] if argv is None else argv))
     if dispatched is not None:
-        module = importlib.import_module(f'..{dispatched[0]}', __package__)
+        module = importlib.import_module(dispatched[0], __package__)
         return module.main(dispatched[1])
     run(argv)
     return 0

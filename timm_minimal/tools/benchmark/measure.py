@@ -18,7 +18,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from ...models.layers import sincos_2d_pos_embed
 from ...models.paper import parse_arch
-from ...models.vit_minimal import DATASETS
+from ...models.datasets import DATASETS
 
 TIMM_REF = 'timm_vit_reference'
 parse_name = parse_arch  # attn, mlp, depth and heads of a registered name
@@ -36,16 +36,16 @@ def set_fused_attn(model: nn.Module, fused: bool) -> nn.Module:
 
 def geometry(dataset: str, tokens: Optional[int] = None) -> Dict[str, Any]:
     """in_chans, img_size, patch_size and token count of a dataset tag, optionally resized to ``tokens``."""
-    cfg = DATASETS[dataset]
-    in_chans, height, width = cfg['input_size']
-    patch = cfg['patch_size']
+    info = DATASETS[dataset]
+    in_chans, height, width = info.input_size
+    patch = info.patch_size
     if tokens is not None:
         side = math.isqrt(tokens)
         if side * side != tokens:
             raise ValueError(f'Scaling token counts must be squares, got {tokens}.')
         height = width = side * patch
     return dict(in_chans=in_chans, img_size=height, patch_size=patch, tokens=(height // patch) * (width // patch),
-                num_classes=cfg['num_classes'])
+                num_classes=info.num_classes)
 
 
 def build_model(name: str, dataset: str = 'mnist', fused: bool = True, img_size: Optional[int] = None,

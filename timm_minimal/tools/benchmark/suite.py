@@ -18,7 +18,8 @@ import timm
 import torch
 
 from ...models.paper import arch_name
-from ...models.vit_minimal import ARCHITECTURES, DATASETS
+from ...models.datasets import DATASETS
+from ...models.vit_minimal import ARCHITECTURES
 from .measure import (TIMM_REF, ModelSpec, Runner, calibrate, count_flops, count_params, geometry, measure_rounds,
                       measure_throughput, parse_name)
 from .memory import MemoryServer, measure_memory

@@ -1,0 +1,105 @@
+"""Pretrained configs: what timm records about a tag's inputs and where an architecture's weights are.
+
+A pretrained cfg (timm's ``PretrainedCfg``) of ``vit_minimal_<...>.<tag>`` holds the tag's preprocessing and
+classes (``timm_minimal.models.datasets``), the paper, and, where trained weights ship inside the package
+(``weights/<architecture>.<tag>.safetensors``), the file and its Hub repository ``timm-minimal/<architecture>.<tag>``.
+"""
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from timm.layers import to_2tuple
+
+from .datasets import DATASETS
+from .paper import PAPER_ARXIV, PAPER_TITLE
+
+__all__ = ['WEIGHTS_DIR', 'HUB_ORG', 'weights_file_name', 'tag_geometry', 'tag_for_geometry', 'dataset_label_names',
+           'describe_pretrained_cfg', 'pretrained_cfg_for', 'jsonable']
+
+
+def tag_geometry(tag: str) -> Dict[str, Any]:
+    """``in_chans``, ``img_size`` and ``patch_size`` of the models of a pretrained tag."""
+    return DATASETS[tag].geometry()
+
+
+def tag_for_geometry(in_chans: int, img_size: Any, patch_size: Any) -> Optional[str]:
+    """The pretrained tag whose models have this geometry (None if no tag has it)."""
+    geometry = dict(in_chans=in_chans, img_size=to_2tuple(img_size), patch_size=to_2tuple(patch_size))
+    for tag in DATASETS:
+        g = tag_geometry(tag)
+        if dict(g, img_size=to_2tuple(g['img_size']), patch_size=to_2tuple(g['patch_size'])) == geometry:
+            return tag
+    return None
+
+
+def dataset_label_names(tag: Optional[str]) -> Optional[List[str]]:
+    """Class names of a pretrained tag's dataset (``None`` for an unknown tag)."""
+    if tag == 'in1k':
+        from timm.data import ImageNetInfo
+        return list(ImageNetInfo('imagenet-1k').label_descriptions())
+    names = DATASETS[tag].label_names if tag in DATASETS else None
+    return list(names) if names is not None else None
+
+
+# Trained weights ship inside the package as weights/<architecture>.<tag>.safetensors; each is also
+# published on the Hub as <HUB_ORG>/<architecture>.<tag>. Tags without a file have no weights.
+WEIGHTS_DIR = Path(__file__).parent / 'weights'
+HUB_ORG = 'timm-minimal'
+
+# Keys of a timm pretrained cfg that say where weights came from or what the checkpoint's head is,
+# not how its inputs are prepared.
+_SOURCE_KEYS = ('url', 'file', 'hf_hub_id', 'hf_hub_filename', 'source', 'state_dict', 'architecture',
+                'num_classes', 'label_names', 'label_descriptions')
+
+
+def weights_file_name(arch: str, tag: str) -> str:
+    """The file name of an architecture's weights for a tag, in the package and on the Hub repository's name."""
+    return f'{arch}.{tag}.safetensors'
+
+
+def _weights(arch: str, dataset: str) -> Dict[str, Any]:
+    path = WEIGHTS_DIR / weights_file_name(arch, dataset)
+    return dict(file=str(path), hf_hub_id=f'{HUB_ORG}/{arch}.{dataset}') if path.is_file() else {}
+
+
+def _cfg(dataset: str, **kwargs) -> Dict[str, Any]:
+    """timm's pretrained cfg of a tag (``kwargs``: where its weights are)."""
+    return {
+        'url': '',
+        'pool_size': None,
+        'crop_mode': 'center',
+        'fixed_input_size': True,
+        'first_conv': 'patch_embed.proj',
+        'classifier': 'head',
+        'license': 'apache-2.0',
+        'paper_name': PAPER_TITLE,
+        'paper_ids': PAPER_ARXIV,
+        **DATASETS[dataset].preprocessing(),
+        **kwargs,
+    }
+
+
+def describe_pretrained_cfg(cfg: Dict[str, Any], **changes: Any) -> Dict[str, Any]:
+    """How a model's inputs are prepared, as a config file records it: a pretrained cfg without the keys
+    of where its weights came from, with ``changes`` applied, JSON-ready (lists, no callables)."""
+    out = {k: v for k, v in {**cfg, **changes}.items() if k not in _SOURCE_KEYS and not callable(v)}
+    return jsonable(out)
+
+
+def pretrained_cfg_for(in_chans: int, img_size: Any, patch_size: Any) -> Dict[str, Any]:
+    """The preprocessing of the tag with this geometry, else plain [0, 1] -> [-1, 1] at that size."""
+    tag = tag_for_geometry(in_chans, img_size, patch_size)
+    if tag is not None:
+        return describe_pretrained_cfg(_cfg(tag), tag=tag)
+    img_size = to_2tuple(img_size)
+    return describe_pretrained_cfg(
+        _cfg('mnist'), input_size=(in_chans, img_size[0], img_size[1]), mean=(0.5,) * in_chans,
+        std=(0.5,) * in_chans)
+
+
+def jsonable(value: Any) -> Any:
+    """Tuples to lists, recursively (the form a config has after a JSON round trip)."""
+    if isinstance(value, dict):
+        return {k: jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    return value

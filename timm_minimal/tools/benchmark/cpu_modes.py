@@ -1,0 +1,147 @@
+"""The training step on the CPU in each mode, side by side, measured in one run: which default pays here.
+
+    python -m timm_minimal.tools.benchmark.cpu_modes                      # sym_6x4 and std_mlp_6x1, CIFAR-10
+    timm-minimal-benchmark --cpu-modes --models vit_minimal_sym_6x4.cifar10 --batch-size 256
+
+For every model: the bare training step (forward, cross-entropy, backward, AdamW; resident random inputs;
+``timm_minimal.tools.training_benchmark.bare_step_throughput``) with all the process's cores as torch threads,
+in four modes: eager fp32, ``torch.compile``, bf16 autocast, and both. Then the step as ``--jobs`` concurrent
+processes with ``cores / jobs`` threads each (what ``timm-minimal-reproduce --jobs N`` runs), their images per
+second summed. Every figure is the median of ``--repeats`` timed blocks, and every ratio is against eager fp32
+of the same model in the same run. The machine should be otherwise idle.
+"""
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any, Dict, List, Optional, Sequence
+
+import torch
+
+from ..common import HelpFormatter, OneLineParser, positive_int, write_report
+
+__all__ = ['MODES', 'measure_mode', 'measure_jobs', 'run', 'main']
+
+PROG = 'python -m timm_minimal.tools.benchmark.cpu_modes'
+MODES = {'eager': (False, None), 'compile': (True, None), 'bf16': (False, torch.bfloat16),
+         'compile+bf16': (True, torch.bfloat16)}
+
+
+def _cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else (os.cpu_count() or 1)
+
+
+def measure_mode(model: str, mode: str, batch_size: int, threads: int, steps: int, warmup: int,
+                 repeats: int) -> List[float]:
+    """Images per second of the bare step of ``model`` in ``mode`` with ``threads`` torch threads."""
+    from ..training_benchmark import bare_step_throughput
+    compile_, dtype = MODES[mode]
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        return bare_step_throughput(model, batch_size, torch.device('cpu'), compile_, dtype, steps, warmup, repeats,
+                                    compile_mode=None)
+    finally:
+        torch.set_num_threads(before)
+
+
+_CHILD = ('import json, sys; from timm_minimal.tools.benchmark.cpu_modes import measure_mode; '
+          'print(json.dumps(measure_mode(sys.argv[1], "eager", *map(int, sys.argv[2:]))))')
+
+
+def measure_jobs(model: str, jobs: int, batch_size: int, steps: int, warmup: int, repeats: int) -> List[List[float]]:
+    """The eager step as ``jobs`` processes at once, ``cores // jobs`` threads each: each process's rates."""
+    threads = max(1, _cores() // jobs)
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    argv = [sys.executable, '-c', _CHILD, model, str(batch_size), str(threads), str(steps), str(warmup), str(repeats)]
+    procs = [subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(jobs)]
+    out = []
+    for p in procs:
+        stdout, stderr = p.communicate()
+        if p.returncode != 0:
+            raise RuntimeError(f'a concurrent step process failed: {stderr.strip().splitlines()[-1:]}')
+        out.append(json.loads(stdout.strip().splitlines()[-1]))
+    return out
+
+
+def _rows(results: Dict[str, Any]) -> List[str]:
+    lines = ['| model | batch | mode | processes x threads | img/s (median) | / eager |', '|---|---:|---|---|---:|---:|']
+    for model, r in results['models'].items():
+        eager = statistics.median(r['modes']['eager'])
+        for mode, rates in r['modes'].items():
+            lines.append(f"| `{model}` | {results['batch_size']} | {mode} | 1 x {results['threads']} "
+                         f"| {statistics.median(rates):,.0f} | {statistics.median(rates) / eager:.2f} |")
+        if r.get('jobs'):
+            per = [statistics.median(rates) for rates in r['jobs']]
+            lines.append(f"| `{model}` | {results['batch_size']} | eager, {len(per)} processes at once "
+                         f"| {len(per)} x {r['job_threads']} | {sum(per):,.0f} ({' + '.join(f'{v:,.0f}' for v in per)}) "
+                         f"| {sum(per) / eager:.2f} |")
+    return lines
+
+
+def render(results: Dict[str, Any]) -> str:
+    env = results['environment']
+    return '\n'.join([
+        f"## The training step on the CPU by mode: {env['cpu']}, {env['cores']} cores", '',
+        f"- torch {env['torch']}, python {env['python']}; date {env['date']}",
+        f"- command: `{results['command']}`",
+        f"- bare step (forward, cross-entropy, backward, AdamW) on resident random inputs; {results['warmup']} warm-up "
+        f"steps (compilation included), then the median of {results['repeats']} x {results['steps']} steps", '',
+        *_rows(results), ''])
+
+
+def run(models: Sequence[str], batch_size: int, modes: Sequence[str], jobs: int, steps: int, warmup: int,
+        repeats: int) -> Dict[str, Any]:
+    threads = _cores()
+    results: Dict[str, Any] = dict(batch_size=batch_size, threads=threads, steps=steps, warmup=warmup, repeats=repeats,
+                                   models={}, environment=dict(
+                                       cpu=platform.processor() or platform.machine(), cores=threads,
+                                       torch=torch.__version__, python=platform.python_version(),
+                                       date=time.strftime('%Y-%m-%dT%H:%M:%S%z')))
+    for model in models:
+        r: Dict[str, Any] = dict(modes={})
+        for mode in modes:
+            r['modes'][mode] = measure_mode(model, mode, batch_size, threads, steps, warmup, repeats)
+            print(f'{model} {mode}: {statistics.median(r["modes"][mode]):,.0f} img/s', flush=True)
+        if jobs > 1:
+            r['jobs'], r['job_threads'] = measure_jobs(model, jobs, batch_size, steps, warmup, repeats), max(1, threads // jobs)
+        results['models'][model] = r
+    return results
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = OneLineParser(prog=PROG, description=__doc__.split('\n\n')[0], formatter_class=HelpFormatter)
+    p.add_argument('--models', nargs='+', default=['vit_minimal_sym_6x4.cifar10', 'vit_minimal_std_mlp_6x1.cifar10'],
+                   help='timm names with their tag')
+    p.add_argument('--batch-size', type=positive_int, default=256, help='images per step')
+    p.add_argument('--modes', nargs='+', default=list(MODES), choices=list(MODES), help='step modes to measure')
+    p.add_argument('--jobs', type=positive_int, default=2, help='concurrent processes of the last row (1: none)')
+    p.add_argument('--steps', type=positive_int, default=10, help='steps per timed block')
+    p.add_argument('--warmup', type=positive_int, default=3, help='steps before timing (compilation included)')
+    p.add_argument('--repeats', type=positive_int, default=5, help='timed blocks; the median is reported')
+    p.add_argument('--out-json', default='benchmarks/cpu_modes.json', help='raw results ("" for none)')
+    p.add_argument('--out-md', default='benchmarks/cpu_modes.md', help='the report ("" for none)')
+    return p
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    import timm
+    from ...models import vit_minimal  # noqa: F401  (registers the architectures)
+    p = _parser()
+    args = p.parse_args(argv)
+    unknown = [m for m in args.models if not timm.is_model(m.split('.')[0])]
+    if unknown:
+        p.error(f'unknown model {unknown[0]!r}: a vit_minimal_* name with its tag, e.g. vit_minimal_sym_6x4.cifar10')
+    results = run(args.models, args.batch_size, args.modes, args.jobs, args.steps, args.warmup, args.repeats)
+    results['command'] = ' '.join([PROG, *(argv if argv is not None else sys.argv[1:])])
+    write_report(results, render(results), args.out_json, args.out_md)
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

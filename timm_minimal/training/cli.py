@@ -1,0 +1,301 @@
+"""The trainer's command line: its options, the recipes they default to, and the checks of their values.
+
+Options come from three places, later ones winning: built-in defaults, the dataset's recipe
+(``timm_minimal/training/recipes/<recipe>.yaml`` or ``--recipe``), the command line; a resumed run adds its
+own ``args.yaml`` below the command line. A recipe or ``args.yaml`` is plain YAML (``safe_load``) whose keys
+are option names and whose values have the option's type.
+"""
+import argparse
+import sys
+from importlib import resources
+from pathlib import Path
+from typing import Any, Dict, Optional, Sequence, Tuple
+
+import yaml
+
+from ..models.datasets import dataset_for_kind
+from .data import DatasetError, dataset_kind
+
+__all__ = ['UsageError', 'DATA_PATHS', 'build_parser', 'parse_args', 'load_recipe', 'read_options_yaml',
+           'check_option_types', 'recipe_for', 'print_help', 'check_numbers']
+
+DATA_PATHS = ('auto', 'device', 'loader')
+
+
+class UsageError(ValueError):
+    """A command line that cannot run; the message says what is wrong and what is allowed."""
+
+
+
+# -- command line ----------------------------------------------------------------------------------
+
+def _floats(n: Optional[int] = None):
+    return dict(type=float, nargs=n or '+')
+
+
+class _DefaultsFormatter(argparse.HelpFormatter):
+    """Every option's help ends with its default (argparse's own formatter skips options without help)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ''
+        states_its_default = '%(default)' in text or (action.default is None and 'default' in text)
+        if action.default is not argparse.SUPPRESS and action.option_strings and not states_its_default \
+                and not isinstance(action, argparse._HelpAction):
+            text += (' ' if text else '') + '(default: %(default)s)'
+        return text
+
+
+def build_parser(suppress: bool = False) -> argparse.ArgumentParser:
+    """The command line. With ``suppress=True`` no defaults are set (to find the options given explicitly)."""
+    kw = dict(argument_default=argparse.SUPPRESS) if suppress else {}
+    p = argparse.ArgumentParser(
+        prog='timm-minimal-train', description=__doc__.split('\n\n')[0],
+        formatter_class=_DefaultsFormatter, **kw)
+
+    def d(value):  # a default, unless suppressed
+        return {} if suppress else {'default': value}
+
+    g = p.add_argument_group('run')
+    g.add_argument('--model', **d(None), help='timm model name, e.g. vit_minimal_std_mlp_6x1 or vit_minimal_sym_6x4.cifar10 '
+                   '(without a tag the dataset picks it: .mnist, .cifar10, .in1k for image folders)')
+    g.add_argument('--dataset', **d(None), help="mnist, cifar10, imagenet, a path to an image folder with train/ and "
+                   "val/ (or test/), or a timm dataset name (hfds/..., wds/..., tfds/..., hfids/..., torch/...)")
+    g.add_argument('--data-dir', **d(None), help='dataset root (MNIST idx files, CIFAR-10 archive/folder, ImageNet '
+                   'folders, timm dataset root); default ./data')
+    g.add_argument('--output', **d(None), help='run folder (metrics, checkpoints, plots); default runs/<dataset>-<model>-<time>')
+    g.add_argument('--resume', nargs='?', const='', **d(None), metavar='RUN',
+                   help='continue the run in RUN (default: --output) from its last checkpoint')
+    g.add_argument('--recipe', **d(None), help='recipe name (mnist, cifar10, imagenet, default) or YAML file; '
+                   'default: the dataset\'s')
+    g.add_argument('--epochs', type=int, **d(10))
+    g.add_argument('--batch-size', type=int, **d(256), help='global batch per step, split over all processes')
+    g.add_argument('--eval-batch-size', type=int, **d(None), help='global evaluation batch (default 2x --batch-size)')
+    g.add_argument('--seed', type=int, **d(0))
+    g.add_argument('--num-workers', type=int, **d(0), help='data loading worker processes per training process')
+    g.add_argument('--train-subset', type=int, **d(None), help='train on a seeded random subset of this many samples')
+    g.add_argument('--eval-subset', type=int, **d(None), help='evaluate on a seeded random subset of this many samples')
+    g.add_argument('--train-split', **d('train'), help='training split (timm factory datasets)')
+    g.add_argument('--val-split', **d(None), help='evaluation split (timm factory datasets; default validation)')
+    g.add_argument('--num-classes', type=int, **d(None), help='number of classes (only if the dataset cannot tell)')
+    g.add_argument('--no-download', action='store_true', **d(False), help='never download a missing dataset')
+    g.add_argument('--cache-dir', **d(None), help='where archives are extracted once (default $TIMM_MINIMAL_CACHE '
+                   'or ~/.cache/timm_minimal)')
+    g.add_argument('--checkpoint-interval', type=int, **d(0),
+                   help='also checkpoint every N optimizer updates inside an epoch (0: at epoch ends only)')
+    g.add_argument('--no-progress', action='store_true', **d(False), help='no progress bar')
+    g.add_argument('--log-interval', type=int, **d(50), help='without a progress bar, log every N updates (0: epochs only)')
+    g.add_argument('--rank-report', action='store_true', **d(False),
+                   help='each process writes rank<N>.json (weights hash, samples seen) into the run folder')
+
+    g = p.add_argument_group('model')
+    from timm.utils import ParseKwargs
+    g.add_argument('--model-kwargs', nargs='*', action=ParseKwargs, **d({}),
+                   help='extra model arguments, e.g. depth=2 embed_dim=96 img_size=64')
+    g.add_argument('--pretrained', action='store_true', **d(False), help="start from the model's pretrained weights")
+    g.add_argument('--pretrained-path', **d(None), help='start from these weights (safetensors or .pth; a '
+                   'classifier of another size is replaced)')
+    g.add_argument('--drop', type=float, **d(0.0), help='dropout before the classifier')
+    g.add_argument('--drop-path', type=float, **d(0.0), help='stochastic depth rate')
+    g.add_argument('--mean', **_floats(), **d(None), help='normalisation mean (default: the model\'s)')
+    g.add_argument('--std', **_floats(), **d(None), help='normalisation std (default: the model\'s)')
+    g.add_argument('--interpolation', **d(None), help='resize interpolation (default: the model\'s)')
+    g.add_argument('--crop-pct', type=float, **d(None), help='evaluation crop fraction (default: the model\'s)')
+
+    g = p.add_argument_group('optimisation')
+    g.add_argument('--opt', **d('adamw'), help='timm optimizer name (create_optimizer_v2)')
+    g.add_argument('--lr', type=float, **d(1e-3))
+    g.add_argument('--weight-decay', type=float, **d(1e-4))
+    g.add_argument('--momentum', type=float, **d(0.9))
+    g.add_argument('--opt-eps', type=float, **d(None))
+    g.add_argument('--opt-betas', **_floats(), **d(None))
+    g.add_argument('--sched', **d('cosine'), help='timm scheduler name (create_scheduler_v2), or none')
+    g.add_argument('--warmup-epochs', type=float, **d(0.0))
+    g.add_argument('--warmup-lr', type=float, **d(1e-5))
+    g.add_argument('--min-lr', type=float, **d(0.0))
+    g.add_argument('--clip-grad', type=float, **d(None), help='gradient clipping threshold (off when unset)')
+    g.add_argument('--clip-mode', choices=('norm', 'value'), **d('norm'))
+    g.add_argument('--grad-accum-steps', type=int, **d(1), help='batches per optimizer update')
+    g.add_argument('--model-ema', action=argparse.BooleanOptionalAction, **d(False), help='keep EMA weights (ModelEmaV3)')
+    g.add_argument('--model-ema-decay', type=float, **d(0.9998))
+    g.add_argument('--model-ema-warmup', action=argparse.BooleanOptionalAction, **d(True))
+
+    g = p.add_argument_group('data path')
+    g.add_argument('--data-path', choices=DATA_PATHS, **d('auto'),
+                   help='device: the dataset lives on the training device as uint8 and is augmented there in batches '
+                        '(MNIST, CIFAR-10, small image folders); loader: a DataLoader with per-image timm transforms '
+                        '(ImageNet, streaming datasets, RandAugment, colour jitter); auto: device wherever the data '
+                        'fit and the augmentation allows it')
+    g.add_argument('--device-data-limit', type=float, **d(4.0), metavar='GB',
+                   help='largest dataset (train + evaluation, uint8 at the input size) the device path holds; '
+                        'on a GPU also at most half its free memory')
+
+    g = p.add_argument_group('augmentation')
+    g.add_argument('--no-aug', action='store_true', **d(False), help='no training augmentation')
+    g.add_argument('--translate', type=float, **d(0.0), help='random shift, at most this fraction of the image size')
+    g.add_argument('--rotate', type=float, **d(0.0), help='random rotation, at most this many degrees')
+    g.add_argument('--scale', **_floats(2), **d(None), help='random resized crop area range')
+    g.add_argument('--ratio', **_floats(2), **d(None), help='random resized crop aspect range')
+    g.add_argument('--hflip', type=float, **d(0.5))
+    g.add_argument('--vflip', type=float, **d(0.0))
+    g.add_argument('--color-jitter', type=float, **d(0.0))
+    g.add_argument('--aa', **d(None), help='RandAugment/AutoAugment policy, e.g. rand-m9-mstd0.5-inc1')
+    g.add_argument('--train-interpolation', **d(None))
+    g.add_argument('--reprob', type=float, **d(0.0), help='random erasing probability')
+    g.add_argument('--remode', **d('pixel'))
+    g.add_argument('--recount', type=int, **d(1))
+    g.add_argument('--mixup', type=float, **d(0.0), help='mixup alpha (0: off)')
+    g.add_argument('--cutmix', type=float, **d(0.0), help='cutmix alpha (0: off)')
+    g.add_argument('--cutmix-minmax', **_floats(2), **d(None))
+    g.add_argument('--mixup-prob', type=float, **d(1.0))
+    g.add_argument('--mixup-switch-prob', type=float, **d(0.5))
+    g.add_argument('--mixup-mode', **d('batch'))
+    g.add_argument('--smoothing', type=float, **d(0.0), help='label smoothing')
+
+    g = p.add_argument_group('system')
+    g.add_argument('--mixed-precision', choices=('no', 'fp16', 'bf16'), **d(None),
+                   help="default: accelerate's configuration (accelerate launch --mixed_precision) if one is set, "
+                        "else bf16 on a GPU that supports it and no elsewhere")
+    g.add_argument('--compile', action=argparse.BooleanOptionalAction, **d(None),
+                   help='torch.compile the model (default: on a CUDA GPU; a failure falls back to eager with a warning)')
+    g.add_argument('--compile-mode', **d(None), help='torch.compile mode (default: reduce-overhead, i.e. CUDA graphs, '
+                   'for one process on a GPU; torch\'s default otherwise)')
+    g.add_argument('--cpu', action='store_true', **d(False), help='train on the CPU even if a GPU is present')
+    for action in p._actions:  # argparse prints no default for an option without help text
+        if action.help is None:
+            action.help = '(default: %(default)s)'
+    return p
+
+
+def load_recipe(name_or_path: str) -> Dict[str, Any]:
+    """A recipe by name (shipped in timm_minimal/recipes) or from a YAML file."""
+    path = Path(name_or_path)
+    if path.suffix in ('.yaml', '.yml') or path.is_file():
+        if not path.is_file():
+            raise UsageError(f'Recipe file {path} does not exist.')
+        text = path.read_text()
+    else:
+        shipped = sorted(p.name[:-5] for p in resources.files('timm_minimal.training').joinpath('recipes').iterdir()
+                         if p.name.endswith('.yaml'))
+        if name_or_path not in shipped:
+            raise UsageError(f"Unknown recipe '{name_or_path}'; choose one of {', '.join(shipped)} or a YAML file.")
+        text = resources.files('timm_minimal.training').joinpath(f'recipes/{name_or_path}.yaml').read_text()
+    return read_options_yaml(text, f'Recipe {name_or_path}')
+
+
+def read_options_yaml(text: str, what: str) -> Dict[str, Any]:
+    """A YAML mapping of option names to plain values (safe_load: no Python tags); UsageError otherwise."""
+    try:
+        cfg = yaml.safe_load(text) or {}
+    except yaml.YAMLError as e:
+        where = getattr(e, 'problem_mark', None)
+        raise UsageError(f'{what} is not valid YAML' + (f' (line {where.line + 1})' if where else '') + ': '
+                         + ' '.join(str(getattr(e, 'problem', None) or e).split())) from e
+    if not isinstance(cfg, dict):
+        raise UsageError(f'{what} must be a mapping of option names to values.')
+    return cfg
+
+
+def check_option_types(parser: argparse.ArgumentParser, values: Dict[str, Any], what: str) -> None:
+    """Each value of a recipe or args.yaml must be what the option's command-line type gives."""
+    for action in parser._actions:
+        value = values.get(action.dest)
+        if value is None or action.type not in (int, float):
+            continue
+        items = value if isinstance(value, list) and action.nargs not in (None, '?') else [value]
+        for item in items:
+            ok = isinstance(item, (int, float)) and not isinstance(item, bool)
+            if not ok or (action.type is int and isinstance(item, float) and not item.is_integer()):
+                raise UsageError(f'{what}: {action.dest} must be {"an integer" if action.type is int else "a number"}'
+                                 f' (as --{action.dest.replace("_", "-")} takes), got {item!r}.')
+
+
+def recipe_for(recipe: Optional[str], dataset: Optional[str]) -> str:
+    """The recipe a run uses: ``--recipe`` if given, else its dataset's."""
+    if recipe:
+        return recipe
+    info = dataset_for_kind(dataset_kind(dataset))
+    return info.recipe if info is not None else 'default'  # image folders and timm datasets
+
+
+def print_help(parser: argparse.ArgumentParser, argv: Sequence[str]) -> None:
+    """--help with the defaults that apply: the built-in ones, overridden by the recipe of --dataset if given."""
+    explicit = vars(build_parser(suppress=True).parse_known_args([a for a in argv if a not in ('-h', '--help')])[0])
+    if explicit.get('dataset') or explicit.get('recipe'):
+        try:
+            name = recipe_for(explicit.get('recipe'), explicit.get('dataset'))
+            parser.set_defaults(**load_recipe(name))
+            parser.epilog = f'Defaults shown are those of the {name} recipe (--dataset {explicit.get("dataset")}).'
+        except (UsageError, DatasetError):
+            pass
+    else:
+        parser.epilog = ('Defaults shown are the built-in ones; each dataset has a recipe that changes some '
+                         '(timm-minimal-train --dataset mnist --help shows them).')
+    parser.print_help()
+    sys.exit(0)
+
+
+def parse_args(argv: Optional[Sequence[str]] = None) -> Tuple[argparse.Namespace, Dict[str, Any]]:
+    """Resolve the options: defaults < recipe < the resumed run's args.yaml < command line.
+
+    Returns the options and a dict describing where they came from (recipe name and values).
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    if '-h' in argv or '--help' in argv:
+        print_help(parser, argv)
+    defaults = vars(parser.parse_args([]))
+    explicit = vars(build_parser(suppress=True).parse_args(argv))
+    dests = set(defaults)
+
+    saved: Dict[str, Any] = {}
+    if 'resume' in explicit:
+        run_dir = explicit['resume'] or explicit.get('output')
+        if not run_dir:
+            raise UsageError('--resume needs a run folder: --resume RUN, or --output RUN --resume.')
+        args_file = Path(run_dir) / 'args.yaml'
+        if args_file.is_file():
+            saved = read_options_yaml(args_file.read_text(), str(args_file))
+            check_option_types(parser, saved, str(args_file))
+        elif not Path(run_dir).exists() or 'model' not in explicit:
+            raise UsageError(f'Cannot resume {run_dir}: no args.yaml there (is it a run folder?).')
+        for key in ('model', 'dataset'):
+            if key in explicit and key in saved and explicit[key] != saved[key]:
+                raise UsageError(f'--{key} {explicit[key]} differs from the resumed run\'s ({saved[key]}).')
+        explicit.setdefault('output', str(run_dir))
+
+    dataset = explicit.get('dataset', saved.get('dataset'))
+    if not dataset:
+        raise UsageError('--dataset is required: mnist, cifar10, imagenet, an image folder path or a timm dataset name.')
+    model = explicit.get('model', saved.get('model'))
+    if not model:
+        raise UsageError('--model is required, e.g. vit_minimal_std_mlp_6x1 (see timm.list_models("vit_minimal*")).')
+    recipe_name = recipe_for(explicit.get('recipe', saved.get('recipe')), dataset)
+    recipe = load_recipe(recipe_name)
+    unknown = sorted(set(recipe) - dests)
+    if unknown:
+        raise UsageError(f'Recipe {recipe_name} has unknown keys {unknown}; keys are option names such as '
+                         f'lr, batch_size, epochs.')
+    check_option_types(parser, recipe, f'Recipe {recipe_name}')
+    resolved = dict(defaults)
+    resolved.update(recipe)
+    resolved.update({k: v for k, v in saved.items() if k in dests})
+    resolved.update(explicit)
+    resolved['recipe'] = recipe_name
+    resolved['resume'] = explicit.get('resume')
+    args = argparse.Namespace(**resolved)
+    return args, dict(recipe=recipe_name, recipe_values=recipe, explicit=sorted(explicit))
+
+
+def check_numbers(args: argparse.Namespace) -> None:
+    """Options that must be positive (or non-negative), with what is allowed."""
+    for name, low in (('epochs', 1), ('batch_size', 1), ('grad_accum_steps', 1), ('num_workers', 0),
+                      ('checkpoint_interval', 0), ('log_interval', 0)):
+        value = getattr(args, name)
+        if value < low:
+            raise UsageError(f'--{name.replace("_", "-")} must be at least {low}, got {value}.')
+    for name in ('eval_batch_size', 'train_subset', 'eval_subset'):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise UsageError(f'--{name.replace("_", "-")} must be at least 1, got {value}.')
+    if args.device_data_limit <= 0:
+        raise UsageError(f'--device-data-limit must be a positive number of GB, got {args.device_data_limit}.')

@@ -1,0 +1,90 @@
+"""Resuming a run: its checkpoint is read, checked and loaded into the rebuilt run.
+
+A resumed run may change its schedule (epochs, learning rates, warm-up) and system options; the options that
+shape its optimizer state and data order stay fixed. A checkpoint of another structure, of another
+architecture or with non-finite weights is refused: a run never resumes from it.
+"""
+from pathlib import Path
+from typing import Any, Dict
+
+import torch
+
+from . import checkpoint as ckpt
+from .cli import UsageError
+from .engine import Run, TrainState, set_rng_state
+
+__all__ = ['restore', 'FIXED_ON_RESUME', 'SCHEDULE_OPTIONS']
+
+FIXED_ON_RESUME = ('opt', 'seed', 'grad_accum_steps', 'train_subset', 'model_kwargs', 'drop_path', 'drop')
+SCHEDULE_OPTIONS = ('epochs', 'lr', 'sched', 'warmup_epochs', 'warmup_lr', 'min_lr')
+
+
+def restore(run: Run, state: TrainState, last_dir: Path) -> None:
+    """Load a checkpoint's weights, optimizer, scheduler, scaler, EMA, RNG states and position."""
+    args, acc = run.args, run.accelerator
+    saved = run.folder.read_args()  # the options of the launch before this one
+    for key in FIXED_ON_RESUME:
+        if key in saved and saved[key] != getattr(args, key):
+            raise UsageError(f'--{key.replace("_", "-")} cannot change when resuming (the run used {saved[key]}, the '
+                             f'command line asks for {getattr(args, key)}): the checkpoint\'s optimizer state and data '
+                             f'order belong to it. Start a new run, e.g. with --pretrained-path '
+                             f'{last_dir / ckpt.MODEL_FILE} to begin from these weights.')
+    try:
+        training_state = torch.load(last_dir / ckpt.STATE_FILE, map_location='cpu', weights_only=True)
+        weights = ckpt.load_weights(last_dir / ckpt.MODEL_FILE)
+    except Exception as e:  # noqa: BLE001 (a truncated or foreign file)
+        raise UsageError(f'Cannot resume from {last_dir}: its checkpoint files cannot be read ({type(e).__name__}: '
+                         f'{str(e).strip()[:200]}).') from e
+    _check_resumable(last_dir, training_state, weights)
+    if training_state.get('batch_size') not in (None, args.batch_size):
+        raise UsageError(f"The run was trained with --batch-size {training_state['batch_size']}; resume it with the same.")
+    try:
+        run.unwrapped.load_state_dict(weights, strict=True)
+        run.optimizer.load_state_dict(training_state['optimizer'])
+    except (RuntimeError, ValueError, KeyError) as e:
+        raise UsageError(f'Cannot resume from {last_dir}: its weights do not fit {run.model_name} (the model its '
+                         f'args.yaml names): {" ".join(str(e).split())[:300]}') from e
+    _apply_changed_options(run, saved)
+    changed = [k for k in SCHEDULE_OPTIONS if k in saved and saved[k] != getattr(args, k)]
+    if training_state.get('epochs') not in (None, args.epochs) and 'epochs' not in changed:
+        changed.append('epochs')
+    if run.scheduler is not None and training_state.get('scheduler') is not None:
+        if not changed:
+            run.scheduler.load_state_dict(training_state['scheduler'])
+        else:
+            acc.print('Resuming with ' + ', '.join(f'--{k.replace("_", "-")} {getattr(args, k)}' for k in changed) +
+                      ': the learning-rate schedule follows the new values from the current update on.')
+    if acc.scaler is not None and training_state.get('scaler') is not None:
+        acc.scaler.load_state_dict(training_state['scaler'])
+    if run.ema is not None:
+        ema_file = last_dir / ckpt.EMA_FILE
+        run.ema.module.load_state_dict(ckpt.load_weights(ema_file) if ema_file.is_file() else run.unwrapped.state_dict())
+    set_rng_state(training_state['rng'])
+    state.load_state_dict(training_state)
+    acc.print(f'Resumed {run.folder} from {last_dir} at epoch {state.epoch + 1}, batch {state.batch}/'
+              f'{run.batches_per_epoch} (optimizer update {state.update}).')
+
+
+RESUME_KEYS = ('optimizer', 'rng', 'epoch', 'batch', 'update')
+
+
+def _check_resumable(last_dir: Path, training_state: Any, weights: Dict[str, torch.Tensor]) -> None:
+    """Refuse a training state of another structure and weights that are not finite (a run never resumes from them)."""
+    missing = [k for k in RESUME_KEYS if not isinstance(training_state, dict) or k not in training_state]
+    if missing:
+        raise UsageError(f'Cannot resume from {last_dir}: {ckpt.STATE_FILE} is not a timm-minimal training state '
+                         f'(missing {", ".join(missing)}).')
+    bad = [k for k, v in weights.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]
+    if bad:
+        raise UsageError(f'Cannot resume from {last_dir}: its weights are not finite ({", ".join(bad[:3])}'
+                         f'{", ..." if len(bad) > 3 else ""}); start a new run.')
+
+
+def _apply_changed_options(run: Run, saved: Dict[str, Any]) -> None:
+    """Options a resumed run may change that live in the optimizer's param groups (the loaded state holds the old)."""
+    args = run.args
+    for group in run.optimizer.param_groups:
+        if 'weight_decay' in saved and saved['weight_decay'] != args.weight_decay and group.get('weight_decay'):
+            group['weight_decay'] = args.weight_decay  # groups without decay (norms, biases) keep 0
+        if run.scheduler is None:
+            group['lr'] = args.lr
