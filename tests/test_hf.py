@@ -212,6 +212,36 @@ def test_hidden_states_and_attentions():
     assert len(features.attentions) == depth and features.hidden_states is None
 
 
+def test_attention_is_computed_once_and_only_when_asked_for(monkeypatch):
+    """output_attentions: one q/k/v computation per block, not two; output_hidden_states alone: no attention
+    weights at all (the fused kernel); the logits are those of the plain forward every time."""
+    hf = VitMinimalForImageClassification(VitMinimalConfig.from_timm('vit_minimal_sym_6x4')).eval()
+    layer = type(hf.vit_minimal.blocks[0].attn)
+    x = torch.randn(2, 1, 28, 28)
+    calls = {'qkv': 0, 'weights': 0}
+    compute_qkv, attend = layer.compute_qkv, layer.attend
+
+    def counting_qkv(self, *args):
+        calls['qkv'] += 1
+        return compute_qkv(self, *args)
+
+    def counting_attend(self, x, need_weights=False):
+        out, weights = attend(self, x, need_weights)
+        calls['weights'] += weights is not None
+        return out, weights
+    monkeypatch.setattr(layer, 'compute_qkv', counting_qkv)
+    monkeypatch.setattr(layer, 'attend', counting_attend)
+    with torch.no_grad():
+        plain = hf(x).logits
+        assert calls == {'qkv': 6, 'weights': 0}
+        out = hf(x, output_attentions=True)
+        assert calls == {'qkv': 12, 'weights': 6} and len(out.attentions) == 6
+        torch.testing.assert_close(out.logits, plain)
+        out = hf(x, output_hidden_states=True)
+        assert calls == {'qkv': 18, 'weights': 6} and len(out.hidden_states) == 7 and out.attentions is None
+        torch.testing.assert_close(out.logits, plain)
+
+
 def test_gradient_checkpointing_same_output_and_gradients():
     model, hf = _timm_and_hf('vit_minimal_std_mlp_6x1')
     x, labels = _input(model), torch.tensor([1, 2])

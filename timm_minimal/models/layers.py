@@ -111,17 +111,23 @@ class MinimalAttention(nn.Module):
         """The softmax attention matrix (B, H, T, T) for input ``x``, rows sum to one."""
         return self.attention_scores(x).softmax(dim=-1)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def attend(self, x: torch.Tensor, need_weights: bool = False) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+        """The layer's output and, with ``need_weights``, its softmax attention (B, H, T, T), both from the same
+        queries, keys and values (SDPA where the weights are not needed)."""
         B, T, C = x.shape
         q, k, v = self.compute_qkv(x)
-        if self.fused_attn:
+        weights: Optional[torch.Tensor] = None
+        if self.fused_attn and not need_weights:
             x = F.scaled_dot_product_attention(
                 q, k, v, dropout_p=self.attn_drop.p if self.training else 0., scale=self.scale)
         else:
-            attn = ((q * self.scale) @ k.transpose(-2, -1)).softmax(dim=-1)
-            x = self.attn_drop(attn) @ v
+            weights = ((q * self.scale) @ k.transpose(-2, -1)).softmax(dim=-1)
+            x = self.attn_drop(weights) @ v
         x = x.transpose(1, 2).reshape(B, T, C)
-        return self.project_out(x)
+        return self.project_out(x), weights
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.attend(x)[0]
 
 
 class StdAttention(MinimalAttention):
@@ -287,8 +293,18 @@ class Block(nn.Module):
             self.mlp = nn.Identity()
         self.drop_path2 = DropPath(drop_path) if drop_path > 0. and use_mlp else nn.Identity()
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.drop_path1(self.attn(self.norm1(x)))
+    def _finish(self, x: torch.Tensor, attn_out: torch.Tensor) -> torch.Tensor:
+        """The rest of the block after its attention: the residual, then the MLP or the second norm."""
+        x = x + self.drop_path1(attn_out)
         if self.use_mlp:
             return x + self.drop_path2(self.mlp(self.norm2(x)))
         return self.norm2(x)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self._finish(x, self.attn(self.norm1(x)))
+
+    @torch.jit.unused
+    def forward_with_attention(self, x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """The block's output and its softmax attention (B, H, T, T), the attention computed once."""
+        out, weights = self.attn.attend(self.norm1(x), need_weights=True)
+        return self._finish(x, out), weights

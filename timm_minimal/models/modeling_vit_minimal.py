@@ -82,11 +82,16 @@ class VitMinimalPreTrainedModel(PreTrainedModel):
     # -- attention implementation and gradient checkpointing -------------------------------------------
 
     def _sync_attn_implementation(self) -> None:
-        """'eager' runs the explicit softmax path of every attention layer, anything else SDPA."""
-        fused = self.config._attn_implementation != 'eager'
+        """'eager' runs the explicit softmax path of every attention layer, anything else SDPA; the layers are
+        set when the implementation changes, not on every forward."""
+        implementation = self.config._attn_implementation
+        if getattr(self, '_synced_attn_implementation', None) == implementation:
+            return
+        fused = implementation != 'eager'
         for module in self.vit_minimal.modules():
-            if isinstance(module, MinimalAttention) and module.fused_attn != fused:
+            if isinstance(module, MinimalAttention):
                 module.fused_attn = fused
+        self._synced_attn_implementation = implementation
 
     def _set_gradient_checkpointing(self, enable: bool = True, gradient_checkpointing_func=None, every_n_layers=1):
         self.vit_minimal.set_grad_checkpointing(enable)
@@ -215,7 +220,8 @@ class VitMinimalPreTrainedModel(PreTrainedModel):
                                 else output_hidden_states)
         pixel_values = pixel_values.to(device=self.device, dtype=self.dtype)
         if output_attentions or output_hidden_states:
-            features, hidden_states, attentions = self.vit_minimal.get_attention_maps(pixel_values)
+            features, hidden_states, attentions = self.vit_minimal.get_attention_maps(
+                pixel_values, attentions=bool(output_attentions))
             hidden_states = tuple(hidden_states) if output_hidden_states else None
             attentions = tuple(attentions) if output_attentions else None
         else:

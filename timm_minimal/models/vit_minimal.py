@@ -384,24 +384,31 @@ class VisionTransformerMinimal(nn.Module):
 
     @torch.jit.ignore
     def get_attention_maps(
-            self, x: torch.Tensor, pre_softmax: bool = False,
+            self, x: torch.Tensor, pre_softmax: bool = False, attentions: bool = True,
     ) -> Tuple[torch.Tensor, List[torch.Tensor], List[torch.Tensor]]:
         """Features plus, per block, its input hidden state and its attention weights (B, H, T, T).
 
         Returns ``(features, hidden_states, attentions)`` where ``hidden_states`` holds the
-        embedding output and every block's output (depth + 1 tensors, (B, T, C)). With
-        ``pre_softmax=True`` the attentions are the raw scaled scores q k^T / sqrt(head_dim) instead
-        (the weights are their row-wise softmax; for ``sym`` and ``chol`` they are symmetric).
+        embedding output and every block's output (depth + 1 tensors, (B, T, C)). Each block's attention
+        is computed once, in the pass that also gives its output; ``attentions=False`` returns none (the
+        hidden states alone, through the fused kernels). With ``pre_softmax=True`` the attentions are the raw
+        scaled scores q k^T / sqrt(head_dim) instead (the weights are their row-wise softmax; for ``sym``
+        and ``chol`` they are symmetric).
         """
         self._check_input(x)
         x = self._pos_embed(self.patch_embed(x))
-        hidden_states, attentions = [x], []
+        hidden_states, maps = [x], []
         for blk in self.blocks:
-            y = blk.norm1(x)
-            attentions.append(blk.attn.attention_scores(y) if pre_softmax else blk.attn.attention_weights(y))
-            x = blk(x)
+            if attentions and pre_softmax:
+                maps.append(blk.attn.attention_scores(blk.norm1(x)))
+                x = blk(x)
+            elif attentions:
+                x, weights = blk.forward_with_attention(x)
+                maps.append(weights)
+            else:
+                x = blk(x)
             hidden_states.append(x)
-        return self.norm(x), hidden_states, attentions
+        return self.norm(x), hidden_states, maps
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         self._check_input(x)
