@@ -35,8 +35,8 @@ def test_parse_name_and_baseline():
 def test_timm_reference_is_the_same_function(fused):
     ours = B.build_model('vit_minimal_std_mlp_6x1', fused=fused).eval()
     ref = B.build_timm_reference(depth=6, num_heads=1, fused=fused).eval()
-    assert B.count_params(ref) == B.count_params(ours) == 279106  # trainable
-    assert B.count_params(ref, trainable_only=False) == 279106 + 16 * 60  # + the frozen sin-cos table
+    assert B.count_params(ref) == B.count_params(ours)  # trainable
+    assert B.count_params(ref, trainable_only=False) == B.count_params(ours) + 16 * 60  # + the frozen sin-cos table
     missing, unexpected = ref.load_state_dict(ours.state_dict(), strict=False)
     assert missing == ['pos_embed'] and unexpected == []
     x = torch.randn(3, 1, 28, 28)

@@ -82,15 +82,14 @@ def test_auto_classes_registered_on_import():
     assert timm_minimal.VitMinimalForImageClassification is VitMinimalForImageClassification
 
 
-def test_config_defaults_match_the_model():
-    import inspect
-    signature = inspect.signature(VisionTransformerMinimal.__init__).parameters
-    config = VitMinimalConfig()
-    for key, value in config.model_kwargs().items():
-        default = signature[key].default
-        assert value == ((default, default) if key in ('img_size', 'patch_size') else default), key
-    assert config.num_labels == signature['num_classes'].default
-    assert (config.hidden_size, config.num_hidden_layers, config.num_attention_heads) == (60, 6, 1)
+def test_a_default_config_builds_the_default_model():
+    """The config's defaults give the model that VisionTransformerMinimal() builds: same tensors, same shapes."""
+    hf = VitMinimalForImageClassification(VitMinimalConfig())
+    plain = VisionTransformerMinimal()
+    assert {k: v.shape for k, v in hf.vit_minimal.state_dict().items()} == \
+        {k: v.shape for k, v in plain.state_dict().items()}
+    assert hf.vit_minimal.init_kwargs == plain.init_kwargs
+    assert (hf.config.hidden_size, hf.config.num_hidden_layers, hf.config.num_attention_heads) == (60, 6, 1)
 
 
 def test_config_roundtrip_and_timm_format(tmp_path):

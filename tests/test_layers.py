@@ -3,7 +3,6 @@ import pytest
 import timm
 import torch
 
-from timm_minimal.models import layers
 from timm_minimal.models.paper import TABLE2
 from timm_minimal.models.layers import (
     ATTENTION_LAYERS, Block, CholAttention, QKAttention, QKOnlyAttention, StdAttention, SymAttention,
@@ -130,13 +129,6 @@ def test_sincos_matches_timm():
     torch.testing.assert_close(sincos_2d_pos_embed(4, 7, N)[0], build_sincos2d_pos_embed([4, 7], dim=N))
 
 
-def test_each_variant_is_one_named_class():
-    assert ATTENTION_LAYERS == {
-        'std': layers.StdAttention, 'qk': layers.QKAttention, 'qkonly': layers.QKOnlyAttention,
-        'sym': layers.SymAttention, 'chol': layers.CholAttention,
-    }
-
-
 # -- parameter counts ----------------------------------------------------------------------------
 
 def paper_formula(attn, mlp, depth=6, n=N, h=256, classes=10, d=49):
@@ -167,12 +159,6 @@ def test_table2_parameter_counts(row):
     count = _count(model)
     assert count == OURS_WHERE_THE_PAPER_DIFFERS.get(row.arch, row.params)
     assert count == paper_formula(model.attn_type, model.blocks[0].use_mlp)
-
-
-def test_exact_paper_rows_are_five():
-    exact = [r.arch for r in TABLE2 if _count(timm.create_model(f'{r.arch}.mnist')) == r.params]
-    assert exact == ['vit_minimal_std_mlp_6x1', 'vit_minimal_qkonly_mlp_6x1', 'vit_minimal_std_6x1',
-                     'vit_minimal_qk_6x1', 'vit_minimal_qkonly_6x1']
 
 
 def test_other_counts_of_the_paper():

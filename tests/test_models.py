@@ -19,12 +19,15 @@ def _input(model, batch=BATCH):
 
 
 def test_registry_lists_every_architecture():
-    listed = timm.list_models('vit_minimal*')
-    assert sorted(listed) == sorted(ARCHITECTURES)
-    assert len(listed) == 28
-    for name in ('vit_minimal_sym_6x4', 'vit_minimal_std_mlp_6x1', 'vit_minimal_qkonly_6x1', 'vit_minimal_chol_6x1'):
-        assert name in listed
-    assert set(timm.list_models('vit_minimal*', pretrained=False)) == set(listed)
+    """The registry covers the paper's grid: every attention variant, with and without the MLP, 6 and 12 layers,
+    1 head and, where the variant allows several, 4; and nothing else."""
+    from timm_minimal.models.layers import get_attn_layer
+    from timm_minimal.models.paper import VARIANTS, arch_name
+    expected = {arch_name(attn, mlp, depth, heads) for attn in VARIANTS for mlp in (False, True) for depth in (6, 12)
+                for heads in ((1,) if get_attn_layer(attn).single_head_only else (1, 4))}
+    assert set(timm.list_models('vit_minimal*')) == expected
+    for name in expected:
+        assert timm.is_model(name) and name in ARCHITECTURES
 
 
 def test_unknown_model_name_fails_with_timm_error():

@@ -3,7 +3,6 @@ resumed (non-finite, foreign, of another architecture), and recipes or args.yaml
 import json
 import subprocess
 import sys
-import time
 
 import pytest
 import torch

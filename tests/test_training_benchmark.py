@@ -178,7 +178,7 @@ def test_benchmark_training_flag_dispatches(tmp_path, capsys):
 @pytest.mark.slow
 def test_cpu_modes_side_by_side_smoke(tmp_path, capsys):
     """Every mode and the concurrent processes are measured in one run, each ratio against eager of that run."""
-    from timm_minimal.tools.benchmark import cli, cpu_modes
+    from timm_minimal.tools.benchmark import cli
     md, js = tmp_path / 'modes.md', tmp_path / 'modes.json'
     rc = cli.main(['--cpu-modes', '--models', 'vit_minimal_sym_6x1.mnist', '--batch-size', '4', '--modes', 'eager',
                    'bf16', '--jobs', '2', '--steps', '1', '--warmup', '1', '--repeats', '1', '--out-md', str(md),

@@ -35,7 +35,27 @@ from .datasets import DATASETS
 from .pretrained import dataset_label_names, describe_pretrained_cfg, jsonable, pretrained_cfg_for, tag_geometry
 from .vit_minimal import ARCHITECTURES, MODEL_KEYWORDS, VisionTransformerMinimal, check_model_args
 
-__all__ = ['VitMinimalConfig', 'MODEL_ARG_NAMES', 'AUTO_MAP', 'dataset_label_names']
+__all__ = ['VitMinimalConfig', 'MODEL_ARG_NAMES', 'AUTO_MAP', 'dataset_label_names', 'class_names', 'timm_model']
+
+
+def class_names(n: int, label_names: Optional[List[str]], tag: Optional[str]) -> List[str]:
+    """The names of ``n`` classes: ``label_names`` where they fit, else the tag's dataset's, else LABEL_<i>."""
+    for names in (label_names, dataset_label_names(tag)):
+        if names is not None and len(names) == n:
+            return list(names)
+    return [f'LABEL_{i}' for i in range(n)]
+
+
+def timm_model(model_or_name: Any, defaults: Optional[Dict[str, Any]] = None, **kwargs) -> Any:
+    """A timm model: the instance given, or ``timm.create_model(name, **defaults, **kwargs)``; keyword arguments
+    apply to a name only."""
+    if isinstance(model_or_name, str):
+        import timm
+        return timm.create_model(model_or_name, **{**(defaults or {}), **kwargs})
+    if kwargs:
+        raise TypeError(f'from_timm got keyword arguments {sorted(kwargs)} with a model instance; '
+                        f'they apply to a model name only.')
+    return model_or_name
 
 # The keywords of VisionTransformerMinimal a config describes (num_classes is the config's num_labels).
 MODEL_ARG_NAMES: Tuple[str, ...] = tuple(k for k in MODEL_KEYWORDS if k != 'num_classes')
@@ -187,10 +207,7 @@ class VitMinimalConfig(PreTrainedConfig, _ModelFields):
                 self.id2label = dict(enumerate(label_names))
             else:
                 n = 10 if num_classes is None else int(num_classes)
-                names = dataset_label_names(self.pretrained_cfg.get('tag'))
-                if names is None or len(names) != n:
-                    names = [f'LABEL_{i}' for i in range(n)]
-                self.id2label = dict(enumerate(names))
+                self.id2label = dict(enumerate(class_names(n, None, self.pretrained_cfg.get('tag'))))
         if self.id2label is not None and self.label2id is None and 'num_labels' not in kwargs:
             names = [str(v) for v in self.id2label.values()]
             if len(set(names)) == len(names):
@@ -256,13 +273,7 @@ class VitMinimalConfig(PreTrainedConfig, _ModelFields):
         """The config of a timm model: a ``VisionTransformerMinimal`` instance, or a registered name
         (with an optional pretrained tag, e.g. ``'vit_minimal_sym_6x4.cifar10'``; ``kwargs`` go to
         ``timm.create_model``). Class names come from the model's ``pretrained_cfg`` or its dataset."""
-        if isinstance(model_or_name, str):
-            import timm
-            model_or_name = timm.create_model(model_or_name, pretrained=False, **kwargs)
-        elif kwargs:
-            raise TypeError(f'from_timm got keyword arguments {sorted(kwargs)} with a model instance; '
-                            f'they apply to a model name only.')
-        model = model_or_name
+        model = timm_model(model_or_name, dict(pretrained=False), **kwargs)
         init_kwargs = getattr(model, 'init_kwargs', None)
         if init_kwargs is None:
             raise TypeError(f'from_timm expects a VisionTransformerMinimal or a vit_minimal_* name, '
@@ -276,12 +287,7 @@ class VitMinimalConfig(PreTrainedConfig, _ModelFields):
         # what may have changed since construction
         args.update(global_pool=model.global_pool, depth=len(model.blocks), img_size=model.patch_embed.img_size)
         pretrained_cfg = dict(getattr(model, 'pretrained_cfg', None) or {})
-        num_classes = model.num_classes
-        label_names = pretrained_cfg.get('label_names')
-        if label_names is None or len(label_names) != num_classes:
-            label_names = dataset_label_names(pretrained_cfg.get('tag'))
-        if label_names is None or len(label_names) != num_classes:
-            label_names = [f'LABEL_{i}' for i in range(num_classes)]
+        label_names = class_names(model.num_classes, pretrained_cfg.get('label_names'), pretrained_cfg.get('tag'))
         return cls(
             **args,
             pretrained_cfg=pretrained_cfg or None,

@@ -21,7 +21,7 @@ from transformers import PreTrainedModel
 from transformers import initialization as init
 from transformers.modeling_outputs import BaseModelOutputWithPooling, ImageClassifierOutput
 
-from .configuration_vit_minimal import VitMinimalConfig
+from .configuration_vit_minimal import VitMinimalConfig, timm_model
 from .image_processing_vit_minimal import VitMinimalImageProcessor
 from .layers import CholAttention, MinimalAttention
 from .vit_minimal import VisionTransformerMinimal
@@ -179,12 +179,7 @@ class VitMinimalPreTrainedModel(PreTrainedModel):
     def from_timm(cls, model_or_name: Any, **kwargs) -> 'VitMinimalPreTrainedModel':
         """This class with the weights of a timm model: a ``VisionTransformerMinimal`` instance (e.g. a
         trained run) or a registered name (``kwargs`` go to ``timm.create_model``, e.g. ``pretrained=True``)."""
-        if isinstance(model_or_name, str):
-            import timm
-            model_or_name = timm.create_model(model_or_name, **kwargs)
-        elif kwargs:
-            raise TypeError(f'from_timm got keyword arguments {sorted(kwargs)} with a model instance; '
-                            f'they apply to a model name only.')
+        model_or_name = timm_model(model_or_name, **kwargs)
         config = VitMinimalConfig.from_timm(model_or_name)
         model = cls(config)
         model.load_state_dict(model_or_name.state_dict())

@@ -11,7 +11,7 @@ from typing import Any, Dict, List, Optional
 from .datasets import DATASETS
 
 __all__ = ['PAPER', 'PAPER_TITLE', 'PAPER_ARXIV', 'PAPER_EPOCHS', 'NUM_CLASSES', 'MODIFICATIONS', 'VARIANTS', 'PaperRow',
-           'TABLE1', 'TABLE2', 'TABLE2_CIFAR10', 'arch_name', 'parse_arch']
+           'TABLE1', 'TABLE2', 'TABLE2_CIFAR10', 'BASELINE', 'arch_name', 'parse_arch']
 
 PAPER_TITLE = 'Reducing the Transformer Architecture to a Minimum'
 PAPER_ARXIV = 'arXiv:2410.13732'
@@ -143,6 +143,10 @@ _NAME_RE = re.compile(r'^vit_minimal_(?P<attn>[a-z]+?)(?P<mlp>_mlp)?_(?P<depth>\
 def arch_name(attn: str, mlp: bool, depth: int, heads: int) -> str:
     """The registered name ``vit_minimal_<attn>[_mlp]_<depth>x<heads>``."""
     return f'vit_minimal_{attn}{"_mlp" if mlp else ""}_{depth}x{heads}'
+
+
+# The paper's baseline: the unchanged transformer with its MLP, 6 layers, one head (Table 1's first row).
+BASELINE = arch_name('std', True, 6, 1)
 
 
 def parse_arch(name: str) -> Dict[str, Any]:

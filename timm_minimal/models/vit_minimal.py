@@ -16,6 +16,7 @@ from typing import Any, Dict, List, Literal, Optional, Set, Tuple, Type, Union, 
 
 import torch
 import torch.nn as nn
+from safetensors import SafetensorError
 from torch.jit import Final
 
 from timm.layers import (
@@ -36,7 +37,8 @@ from .pretrained import (  # noqa: F401  (HUB_ORG, WEIGHTS_DIR: where the weight
 )
 from .weights_check import check_finite_weights, check_weights_fit, weights_file
 
-__all__ = ['VisionTransformerMinimal', 'checkpoint_filter_fn', 'check_model_args', 'DATASETS', 'ARCHITECTURES']
+__all__ = ['VisionTransformerMinimal', 'checkpoint_filter_fn', 'check_model_args', 'DATASETS', 'ARCHITECTURES',
+           'NoPretrainedWeights']
 
 _logger = logging.getLogger(__name__)
 
@@ -507,6 +509,13 @@ def _check_config_values(pretrained_cfg: Any) -> None:
         raise ValueError(f'The model config gives num_classes={n!r}; it must be an integer >= 0.')
 
 
+class NoPretrainedWeights(RuntimeError):
+    """``pretrained=True`` for a tag without weights; the message names the tags that have them."""
+
+
+_TIMM_NO_WEIGHTS = 'No pretrained weights exist'  # how timm's build_model_with_cfg words it (a RuntimeError)
+
+
 def _create_vit_minimal(variant: str, pretrained: bool = False, **kwargs) -> VisionTransformerMinimal:
     out_indices = kwargs.pop('out_indices', 3)
     _check_config_values(kwargs.get('pretrained_cfg'))
@@ -527,15 +536,15 @@ def _create_vit_minimal(variant: str, pretrained: bool = False, **kwargs) -> Vis
             **kwargs,
         )
     except Exception as e:  # noqa: BLE001 (two of timm's errors get the names a user needs)
-        if type(e).__name__ == 'SafetensorError':
+        if isinstance(e, SafetensorError):
             cfg = kwargs.get('pretrained_cfg_overlay') or kwargs.get('pretrained_cfg')
             source = cfg.get('file') if isinstance(cfg, dict) else None
             raise RuntimeError(f'Cannot read the weights of {variant} from {source or "its pretrained file"}: {e} '
                                f'(a truncated or corrupted safetensors file).') from e
-        if not (isinstance(e, RuntimeError) and str(e).startswith('No pretrained weights exist')):
+        if not (isinstance(e, RuntimeError) and str(e).startswith(_TIMM_NO_WEIGHTS)):
             raise
         with_weights = [f'{variant}.{t}' for t in DATASETS if (WEIGHTS_DIR / weights_file_name(variant, t)).is_file()]
-        raise RuntimeError(
+        raise NoPretrainedWeights(
             f'No pretrained weights exist for {variant}.{tag}; '
             + (f'this architecture has weights for {", ".join(with_weights)}. ' if with_weights else '')
             + 'timm.list_pretrained("vit_minimal*") lists every tag with weights; without pretrained=True '

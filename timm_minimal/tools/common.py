@@ -75,7 +75,7 @@ def create_named_model(name: str, pretrained: bool, error: Type[Exception] = Val
     ``no_weights_hint``."""
     import timm
     from ..models.datasets import DATASETS
-    from ..models.vit_minimal import ARCHITECTURES, VisionTransformerMinimal
+    from ..models.vit_minimal import ARCHITECTURES, NoPretrainedWeights, VisionTransformerMinimal
     checkpoint = name.startswith(('local-dir:', 'hf-hub:'))
     if not checkpoint:
         arch, _, tag = name.partition('.')
@@ -85,9 +85,9 @@ def create_named_model(name: str, pretrained: bool, error: Type[Exception] = Val
             raise error(f"unknown model '{name}': the tags are {', '.join('.' + t for t in DATASETS)}")
     try:
         model = timm.create_model(name, pretrained=pretrained or checkpoint)
+    except NoPretrainedWeights as e:
+        raise error(f'{e}{no_weights_hint}') from e
     except RuntimeError as e:
-        if str(e).startswith('No pretrained weights exist'):
-            raise error(f'{e}{no_weights_hint}') from e
         raise error(f'cannot load {name}: {e}') from e
     except json.JSONDecodeError as e:
         raise error(f'cannot load {name}: its config.json is not valid JSON ({e})') from e

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, TextIO, Tuple
 
 from ..models.datasets import DATASETS
-from ..models.paper import NUM_CLASSES, PAPER, PAPER_EPOCHS, TABLE1, TABLE2, TABLE2_CIFAR10, PaperRow
+from ..models.paper import BASELINE, NUM_CLASSES, PAPER, PAPER_EPOCHS, TABLE1, TABLE2, TABLE2_CIFAR10, PaperRow
 from ..training.run_folder import RunFolder
 from .common import HelpFormatter, OneLineParser
 
@@ -404,7 +404,6 @@ def write_markdown(results: List[Dict[str, Any]], path: Path, setup: Dict[str, A
     return text
 
 
-BASELINE = 'vit_minimal_std_mlp_6x1'  # the paper's unchanged transformer, one head
 
 
 def equal_budget_section(uniq: List[Dict[str, Any]]) -> List[str]:

@@ -26,7 +26,7 @@ from typing import Any, Dict, Sequence, Tuple
 import torch
 import torch.nn.functional as F
 
-from .data import mix_seed
+from .seeding import mix_seed
 
 __all__ = ['BatchAugmentConfig', 'BatchAugment', 'epoch_uniforms', 'NUM_DRAWS']
 

@@ -24,7 +24,6 @@ import gzip
 import hashlib
 import logging
 import os
-import random
 import shutil
 import tarfile
 from dataclasses import dataclass, field
@@ -38,6 +37,7 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset, Sampler
 
 from ..models.datasets import CIFAR10_CLASSES, DATASETS, MNIST_CLASSES, tag_for_kind
 from ..models.image_processing_vit_minimal import convert_image
+from .seeding import epoch_order, mix_seed, seed_rngs  # noqa: F401  (mix_seed, epoch_order: also reachable here)
 from .image_folder import DatasetError, FolderDataset, FolderScan, folder_classes, scan_split
 
 _logger = logging.getLogger(__name__)
@@ -58,29 +58,6 @@ EVAL_SPLIT_DIRS = ('val', 'validation', 'test')
 def default_cache_dir() -> Path:
     """Where extracted archives and decoded arrays are kept: $TIMM_MINIMAL_CACHE or ~/.cache/timm_minimal."""
     return Path(os.environ.get('TIMM_MINIMAL_CACHE', Path.home() / '.cache' / 'timm_minimal'))
-
-
-_MASK64 = (1 << 64) - 1
-
-
-def mix_seed(*parts: int) -> int:
-    """A 63-bit seed derived from integers (splitmix64 over the parts); distinct parts give unrelated seeds."""
-    x = 0x9E3779B97F4A7C15
-    for p in parts:
-        x = (x ^ (int(p) & _MASK64)) & _MASK64
-        x = (x + 0x9E3779B97F4A7C15) & _MASK64
-        z = x
-        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
-        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
-        x = z ^ (z >> 31)
-    return x >> 1
-
-
-def seed_everything_local(seed: int) -> None:
-    """Seed the RNGs the data transforms draw from (python, numpy, torch CPU) in this process."""
-    random.seed(seed)
-    np.random.seed(seed % (1 << 32))
-    torch.default_generator.manual_seed(seed)
 
 
 # -- datasets --------------------------------------------------------------------------------------
@@ -147,15 +124,9 @@ class TransformDataset(Dataset):
         img = convert_image(img, self.img_mode)
         if self.transform is not None:
             if self.seed is not None:
-                seed_everything_local(mix_seed(self.seed, epoch, index))
+                seed_rngs(mix_seed(self.seed, epoch, index), all_devices=False)
             img = self.transform(img)
         return img, target
-
-
-def epoch_order(size: int, seed: int, epoch: int) -> torch.Tensor:
-    """The training order of an epoch: a permutation of ``range(size)`` that depends on (seed, epoch) only."""
-    g = torch.Generator().manual_seed(mix_seed(seed, 0x5A3D, epoch))
-    return torch.randperm(size, generator=g)
 
 
 class EpochSampler(Sampler):
@@ -216,12 +187,13 @@ class ImageData:
     def describe(self) -> Dict[str, Any]:
         return dict(
             name=self.name, kind=self.kind, source=self.source, num_classes=self.num_classes,
-            classes=self.classes, train_samples=_safe_len(self.train), eval_samples=_safe_len(self.eval),
+            classes=self.classes, train_samples=dataset_len(self.train), eval_samples=dataset_len(self.eval),
             eval_split=self.eval_split, **self.info,
         )
 
 
-def _safe_len(ds: Any) -> Optional[int]:
+def dataset_len(ds: Any) -> Optional[int]:
+    """The number of samples of a dataset; None for a stream (an iterable without len)."""
     try:
         return len(ds)
     except TypeError:

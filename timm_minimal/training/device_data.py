@@ -27,7 +27,8 @@ from torch.utils.data import Dataset
 
 from .batch_augment import BatchAugment, BatchAugmentConfig, epoch_uniforms
 from ..models.image_processing_vit_minimal import convert_image
-from .data import ArrayImageDataset, IndexSubset, epoch_order
+from .data import ArrayImageDataset, IndexSubset
+from .seeding import epoch_order
 
 _logger = logging.getLogger(__name__)
 

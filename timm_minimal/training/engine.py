@@ -22,7 +22,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from . import checkpoint as ckpt
-from .data import mix_seed
+from .seeding import mix_seed, seed_rngs
 from .run_folder import RunFolder
 
 _logger = logging.getLogger('timm_minimal.training.train')
@@ -159,12 +159,6 @@ class Run:
         self.optimizer.zero_grad(set_to_none=True)
 
 
-def _seed_step(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed % (1 << 32))
-    torch.manual_seed(seed)
-
-
 def weights_hash(state_dict: Dict[str, torch.Tensor]) -> str:
     h = hashlib.sha256()
     for k in sorted(state_dict):
@@ -190,7 +184,7 @@ def _step(run: Run, x: torch.Tensor, y: torch.Tensor, seed: int):
     args, acc = run.args, run.accelerator
     with acc.accumulate(run.model):
         if run.step_rng:
-            _seed_step(seed)
+            seed_rngs(seed)
         try:
             output, loss = _forward_backward(run, x, y)
         except Exception as e:  # noqa: BLE001 (compilation happens in the first step: a failure falls back to eager)
@@ -198,7 +192,7 @@ def _step(run: Run, x: torch.Tensor, y: torch.Tensor, seed: int):
                 raise
             run.fall_back_to_eager(e)
             if run.step_rng:
-                _seed_step(seed)
+                seed_rngs(seed)
             output, loss = _forward_backward(run, x, y)
         grad_norm = None
         if acc.sync_gradients and args.clip_grad is not None:

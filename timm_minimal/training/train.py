@@ -50,7 +50,8 @@ from ..models.image_processing_vit_minimal import convert_image, image_mode
 from . import checkpoint as ckpt
 from .batch_augment import BatchAugment, BatchAugmentConfig
 from .data import (
-    DatasetError, ImageData, LoaderDataPath, TransformDataset, build_transforms, dataset_kind, load_dataset, mix_seed,
+    DatasetError, ImageData, LoaderDataPath, TransformDataset, build_transforms, dataset_kind, dataset_len, load_dataset,
+    mix_seed,
     subset,
 )
 from .device_data import DeviceDataPath, cache_file, dataset_bytes, device_budget_bytes, images_to_array
@@ -138,13 +139,6 @@ class _ConvertThen:
 
     def __call__(self, img):
         return self.transform(convert_image(img, self.mode))
-
-
-def _len_or_none(ds: Any) -> Optional[int]:
-    try:
-        return len(ds)
-    except TypeError:
-        return None
 
 
 def _device_name(device: torch.device) -> str:
@@ -516,7 +510,7 @@ def setup(args: argparse.Namespace, provenance: Dict[str, Any], argv: Sequence[s
                     num_params=sum(p.numel() for p in unwrapped.parameters()),
                     dataset=dict(data.describe(), train_samples_used=n_train,
                                  eval_samples_used=len(data.eval) if args.eval_subset is None
-                                 else min(args.eval_subset, _len_or_none(data.eval) or args.eval_subset)))
+                                 else min(args.eval_subset, dataset_len(data.eval) or args.eval_subset)))
         accelerator.print(
             f'{model_name}: {info["num_params"]:,} parameters; {data.name}: {n_train:,} train / '
             f'{info["dataset"]["eval_samples_used"]:,} {data.eval_split} images, {data.num_classes} classes; {world} '

@@ -1,6 +1,7 @@
 """The report's PNG plots (matplotlib, imported on first use, Agg backend)."""
 from typing import Any, Dict, List, Optional, Tuple
 
+from ...models.paper import BASELINE
 from .accuracy import PAPER_TABLE2, as_percent
 from .measure import median
 
@@ -85,7 +86,7 @@ def plot_accuracy(repro: Optional[List[Dict[str, Any]]], path: str) -> str:
     paper = PAPER_TABLE2
     ax.scatter([p['params'] for p in paper], [p['val_acc'] for p in paper], marker='x', color='black',
                label='paper, Table 2 (MNIST, 6 layers)', zorder=3)
-    right = {'vit_minimal_std_mlp_6x1': 5, 'vit_minimal_std_mlp_6x4': -10}  # label beside the point, dy
+    right = {BASELINE: 5, 'vit_minimal_std_mlp_6x4': -10}  # label beside the point, dy
     for i, p in enumerate(sorted(paper, key=lambda p: p['params'])):
         dx, dy, ha = (5, right[p['model']], 'left') if p['model'] in right else (-4, 6 if i % 2 else -11, 'right')
         ax.annotate(p['model'].replace('vit_minimal_', ''), (p['params'], p['val_acc']), textcoords='offset points',

@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import timm
 import torch
 
-from ...models.paper import arch_name
+from ...models.paper import BASELINE, arch_name
 from ...models.datasets import DATASETS
 from ...models.vit_minimal import ARCHITECTURES
 from .measure import (TIMM_REF, ModelSpec, Runner, calibrate, count_flops, count_params, geometry, measure_rounds,
@@ -63,7 +63,7 @@ class BenchmarkConfig:
     memory_method: str = 'tensors'
     memory_steps: int = 1
     scaling: bool = True
-    scaling_models: Tuple[str, ...] = ('vit_minimal_std_mlp_6x1', 'vit_minimal_sym_6x1')
+    scaling_models: Tuple[str, ...] = (BASELINE, 'vit_minimal_sym_6x1')
     scaling_tokens: Tuple[int, ...] = (16, 64, 256, 1024)
     scaling_depths: Tuple[int, ...] = (3, 6, 12, 24)
     scaling_tokens_per_batch: int = 2048
@@ -81,7 +81,7 @@ class BenchmarkConfig:
     def quick_config(cls, **overrides: Any) -> 'BenchmarkConfig':
         """A smoke test: two minimal models and the timm reference, tiny batches, 1-2 repeats."""
         quick = dict(
-            models=('vit_minimal_std_mlp_6x1', 'vit_minimal_sym_6x1'), sdpa_models=('*',),
+            models=(BASELINE, 'vit_minimal_sym_6x1'), sdpa_models=('*',),
             batch_size=8, repeats=2, warmup=1, target_time=0.02, timm_pairs=2, timm_latency=False,
             memory_steps=1, scaling_models=('vit_minimal_sym_6x1',),
             scaling_tokens=(16, 64), scaling_depths=(2, 4), scaling_tokens_per_batch=64, scaling_repeats=1,
