@@ -88,7 +88,9 @@ def test_a_default_config_builds_the_default_model():
     plain = VisionTransformerMinimal()
     assert {k: v.shape for k, v in hf.vit_minimal.state_dict().items()} == \
         {k: v.shape for k, v in plain.state_dict().items()}
-    assert hf.vit_minimal.init_kwargs == plain.init_kwargs
+    same_size = {'img_size': plain.patch_embed.img_size, 'patch_size': plain.patch_embed.patch_size}
+    assert {**hf.vit_minimal.init_kwargs, **same_size} == {**plain.init_kwargs, **same_size}
+    assert hf.vit_minimal.patch_embed.img_size == plain.patch_embed.img_size
     assert (hf.config.hidden_size, hf.config.num_hidden_layers, hf.config.num_attention_heads) == (60, 6, 1)
 
 
