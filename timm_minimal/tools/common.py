@@ -4,16 +4,11 @@ benchmark's JSON and markdown report."""
 import argparse
 import json
 import os
-from typing import Any, Dict, NoReturn, Optional, Type
+from typing import Any, Dict, Optional, Type
 
 import torch.nn as nn
 
-
-class OneLineParser(argparse.ArgumentParser):
-    """argparse that reports misuse in one line (no usage block, no traceback) with exit status 2."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f'{self.prog}: error: {message} (--help lists the options)\n')
+from ..training.cli import OneLineParser, UsageError  # noqa: F401  (one parser and one error for every command)
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):

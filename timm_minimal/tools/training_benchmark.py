@@ -53,7 +53,7 @@ from timm.optim import create_optimizer_v2
 
 from ..models.paper import TABLE2
 from ..models.vit_minimal import ARCHITECTURES
-from .common import OneLineParser, write_report
+from .common import OneLineParser, UsageError, write_report
 
 __all__ = [
     'TrainingBenchmarkConfig', 'MeasurementError', 'TrainerError', 'UsageError', 'TrainerThroughput', 'TimeToTarget',
@@ -75,8 +75,6 @@ TRAINER = (sys.executable, '-m', 'timm_minimal.training.train')
 TrainerRunner = Callable[[Sequence[str], Path], None]
 
 
-class UsageError(ValueError):
-    """A command line that cannot run; the message says what is wrong."""
 
 
 class MeasurementError(RuntimeError):

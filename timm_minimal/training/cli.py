@@ -9,21 +9,30 @@ import argparse
 import sys
 from importlib import resources
 from pathlib import Path
-from typing import Any, Dict, Optional, Sequence, Tuple
+from typing import Any, Dict, NoReturn, Optional, Sequence, Tuple
 
 import yaml
 
 from ..models.datasets import dataset_for_kind
 from .data import DatasetError, dataset_kind
 
-__all__ = ['UsageError', 'DATA_PATHS', 'build_parser', 'parse_args', 'load_recipe', 'read_options_yaml',
+__all__ = ['UsageError', 'OneLineParser', 'DATA_PATHS', 'build_parser', 'parse_args', 'load_recipe', 'read_options_yaml',
            'check_option_types', 'recipe_for', 'print_help', 'check_numbers']
 
 DATA_PATHS = ('auto', 'device', 'loader')
 
 
 class UsageError(ValueError):
-    """A command line that cannot run; the message says what is wrong and what is allowed."""
+    """A command line that cannot run; the message says what is wrong and what is allowed (every command of the
+    package reports it in one line with exit status 2)."""
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse that reports misuse in one line (no usage block, no traceback) with exit status 2; every command
+    line of the package uses it."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f'{self.prog}: error: {message} (--help lists the options)\n')
 
 
 
@@ -48,7 +57,7 @@ class _DefaultsFormatter(argparse.HelpFormatter):
 def build_parser(suppress: bool = False) -> argparse.ArgumentParser:
     """The command line. With ``suppress=True`` no defaults are set (to find the options given explicitly)."""
     kw = dict(argument_default=argparse.SUPPRESS) if suppress else {}
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog='timm-minimal-train', description=__doc__.split('\n\n')[0],
         formatter_class=_DefaultsFormatter, **kw)
 
