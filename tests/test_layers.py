@@ -181,3 +181,20 @@ def test_learned_pos_embed_adds_tokens_times_width():
     base = sum(p.numel() for p in timm.create_model('vit_minimal_sym_6x4').parameters())
     learned = sum(p.numel() for p in timm.create_model('vit_minimal_sym_6x4', pos_embed='learn').parameters())
     assert learned - base == 16 * N
+
+
+def test_timm_and_transformers_initialise_alike():
+    """Both build their weights through vit_minimal.init_module: truncated normal (std .02) linear weights and
+    Cholesky factors, zero linear biases, torch's defaults for LayerNorm (and the patch convolution)."""
+    from timm_minimal import VitMinimalConfig, VitMinimalForImageClassification
+    torch.manual_seed(0)
+    models = {'timm': timm.create_model('vit_minimal_chol_mlp_6x1'),
+              'transformers': VitMinimalForImageClassification(VitMinimalConfig.from_timm('vit_minimal_chol_mlp_6x1'))}
+    for where, model in models.items():
+        for name, p in model.named_parameters():
+            if name.endswith('tril') or (name.endswith('weight') and p.ndim == 2):
+                assert 0.015 < p.std().item() < 0.025 and abs(p.mean().item()) < 0.005, (where, name)
+            elif name.endswith('bias') and 'norm' not in name and 'patch_embed' not in name:
+                assert torch.all(p == 0), (where, name)
+            elif 'norm' in name:
+                assert torch.all(p == (1 if name.endswith('weight') else 0)), (where, name)

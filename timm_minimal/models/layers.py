@@ -27,7 +27,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.jit import Final
 
-from timm.layers import DropPath, Mlp, trunc_normal_, use_fused_attn
+from timm.layers import DropPath, Mlp, use_fused_attn
 
 __all__ = [
     'MinimalAttention', 'StdAttention', 'QKAttention', 'QKOnlyAttention', 'SymAttention', 'CholAttention',
@@ -218,9 +218,6 @@ class CholAttention(MinimalAttention):
         self.tril = nn.Parameter(torch.zeros(dim * (dim + 1) // 2))
         self.v = nn.Linear(dim, dim, bias=qkv_bias)
         self.proj = nn.Linear(dim, dim)
-
-    def init_weights(self) -> None:
-        trunc_normal_(self.tril, std=.02)
 
     @torch.jit.ignore
     def init_non_persistent_buffers(self) -> None:

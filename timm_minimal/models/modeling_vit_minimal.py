@@ -24,7 +24,7 @@ from transformers.modeling_outputs import BaseModelOutputWithPooling, ImageClass
 from .configuration_vit_minimal import VitMinimalConfig, timm_model
 from .image_processing_vit_minimal import VitMinimalImageProcessor
 from .layers import CholAttention, MinimalAttention
-from .vit_minimal import VisionTransformerMinimal
+from .vit_minimal import VisionTransformerMinimal, init_module
 
 __all__ = ['VitMinimalPreTrainedModel', 'VitMinimalModel', 'VitMinimalForImageClassification']
 
@@ -62,22 +62,9 @@ class VitMinimalPreTrainedModel(PreTrainedModel):
         """timm's ViT initialisation (truncated normal weights, zero biases), for parameters that were not
         loaded, and recomputation of the buffers checkpoints do not hold (they are left uninitialised when
         transformers builds the model on the meta device)."""
-        std = self.config.initializer_range
-        if isinstance(module, VisionTransformerMinimal):
+        if isinstance(module, (VisionTransformerMinimal, CholAttention)):
             module.init_non_persistent_buffers()
-            if module.pos_embed is not None:
-                init.trunc_normal_(module.pos_embed, std=std)
-            if module.cls_token is not None:
-                init.normal_(module.cls_token, std=1e-6)
-        elif isinstance(module, CholAttention):
-            module.init_non_persistent_buffers()
-            init.trunc_normal_(module.tril, std=std)
-        elif isinstance(module, nn.Linear):
-            init.trunc_normal_(module.weight, std=std)
-            if module.bias is not None:
-                init.zeros_(module.bias)
-        elif isinstance(module, (nn.Conv2d, nn.LayerNorm)):
-            module.reset_parameters()  # torch's defaults, as timm's init leaves them (init functions are guarded)
+        init_module(module, self.config.initializer_range, init, reset_defaults=True)  # guarded: loaded ones stay
 
     # -- attention implementation and gradient checkpointing -------------------------------------------
 

@@ -20,18 +20,18 @@ from safetensors import SafetensorError
 from torch.jit import Final
 
 from timm.layers import (
-    PatchEmbed, register_notrace_function, resample_abs_pos_embed, resample_patch_embed, to_2tuple, trunc_normal_,
+    PatchEmbed, register_notrace_function, resample_abs_pos_embed, resample_patch_embed, to_2tuple,
 )
 from timm.models import build_model_with_cfg, generate_default_cfgs, is_model
 from timm.models import register_model as _timm_register_model
 from timm.models._features import feature_take_indices
-from timm.models._manipulate import adapt_input_conv, checkpoint, checkpoint_seq, named_apply
+from timm.models._manipulate import adapt_input_conv, checkpoint, checkpoint_seq
 from timm.models._pretrained import PretrainedCfg
 from timm.models._registry import get_pretrained_cfg
-from timm.models.vision_transformer import global_pool_nlc, init_weights_vit_timm
+from timm.models.vision_transformer import global_pool_nlc
 
 from .datasets import DATASETS
-from .layers import Block, get_attn_layer, sincos_2d_pos_embed
+from .layers import Block, CholAttention, get_attn_layer, sincos_2d_pos_embed
 from .pretrained import (  # noqa: F401  (HUB_ORG, WEIGHTS_DIR: where the weights are, also reachable here)
     HUB_ORG, WEIGHTS_DIR, _cfg, _weights, tag_geometry, weights_file_name,
 )
@@ -106,6 +106,27 @@ def check_model_args(
     if not dynamic_img_size and (img[0] % patch[0] or img[1] % patch[1]):
         raise ValueError(f'img_size {tuple(img)} must be a multiple of patch_size {tuple(patch)} '
                          f'(or build the model with dynamic_img_size=True).')
+
+
+def init_module(module: nn.Module, std: float = .02, init: Any = nn.init, reset_defaults: bool = False) -> None:
+    """timm's ViT initialisation of one module's own parameters: the position table and the attention's
+    Cholesky factor truncated normal (``std``), the class token normal (1e-6), linear weights truncated normal
+    and biases zero; with ``reset_defaults`` convolutions and norms get torch's defaults back. ``init`` holds the
+    init functions (``torch.nn.init``, or transformers' guarded ones, which leave loaded tensors alone). The
+    timm model and the transformers classes both initialise through this function."""
+    if isinstance(module, VisionTransformerMinimal):
+        if module.pos_embed is not None:
+            init.trunc_normal_(module.pos_embed, std=std)
+        if module.cls_token is not None:
+            init.normal_(module.cls_token, std=1e-6)
+    elif isinstance(module, CholAttention):
+        init.trunc_normal_(module.tril, std=std)
+    elif isinstance(module, nn.Linear):
+        init.trunc_normal_(module.weight, std=std)
+        if module.bias is not None:
+            init.zeros_(module.bias)
+    elif reset_defaults and isinstance(module, (nn.Conv2d, nn.LayerNorm)):
+        module.reset_parameters()
 
 
 class VisionTransformerMinimal(nn.Module):
@@ -238,12 +259,9 @@ class VisionTransformerMinimal(nn.Module):
             self.init_weights(weight_init)
 
     def init_weights(self, mode: str = '') -> None:
-        """timm's ViT initialisation: truncated normal (std .02) weights, zero biases."""
-        if self.pos_embed is not None:
-            trunc_normal_(self.pos_embed, std=.02)
-        if self.cls_token is not None:
-            nn.init.normal_(self.cls_token, std=1e-6)
-        named_apply(init_weights_vit_timm, self)
+        """timm's ViT initialisation: truncated normal (std .02) weights, zero biases (``init_module``)."""
+        for module in self.modules():
+            init_module(module)
 
     @torch.jit.ignore
     def init_non_persistent_buffers(self) -> None:
