@@ -9,7 +9,7 @@ import torch
 
 from timm_minimal.tools import benchmark as B
 from timm_minimal.tools.benchmark.cli import _dispatch
-from timm_minimal.tools import training_benchmark as T
+from timm_minimal.tools.benchmark import training as T
 
 
 def _fake_runner(rows, calls=None):
@@ -167,9 +167,9 @@ def test_missing_data_dir_exits_2(tmp_path, capsys):
 
 def test_benchmark_training_flag_dispatches(tmp_path, capsys):
     assert _dispatch(['--quick']) is None
-    assert _dispatch(['--training', '--quick', '--', '--lr', '1']) == ('..training_benchmark', ['--quick', '--', '--lr', '1'])
+    assert _dispatch(['--training', '--quick', '--', '--lr', '1']) == ('.training', ['--quick', '--', '--lr', '1'])
     assert _dispatch(['--quick', '--', '--training']) is None  # a trainer argument
-    assert _dispatch(['--deployment', '--quick']) == ('..deployment_benchmark', ['--quick'])
+    assert _dispatch(['--deployment', '--quick']) == ('.deployment', ['--quick'])
     assert _dispatch(['--cpu-modes', '--jobs', '2']) == ('.cpu_modes', ['--jobs', '2'])
     assert B.main(['--training', '--batch-sizes', '0']) == 2
     assert 'positive integer' in capsys.readouterr().err
@@ -193,3 +193,12 @@ def test_cpu_modes_side_by_side_smoke(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         cli.main(['--cpu-modes', '--models', 'vit_minimal_nope.mnist'])
     assert e.value.code == 2 and "unknown model 'vit_minimal_nope.mnist'" in capsys.readouterr().err
+
+
+def test_the_old_module_paths_still_run():
+    """The committed reports were made with python -m timm_minimal.tools.{training,deployment}_benchmark."""
+    import subprocess
+    import sys
+    for module in ('timm_minimal.tools.training_benchmark', 'timm_minimal.tools.deployment_benchmark'):
+        r = subprocess.run([sys.executable, '-m', module, '--help'], capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0 and 'usage:' in r.stdout, (module, r.stderr[-500:])

@@ -2,8 +2,8 @@
 
 ``main`` measures (``suite.run_benchmark``) or reads a saved results JSON (``--from-json``), writes the
 report and plots (``report.render_report``) and prints them with the headline ratios. With
-``--training`` it runs ``timm_minimal.tools.training_benchmark`` instead, with the other arguments, and with
-``--deployment`` ``timm_minimal.tools.deployment_benchmark``.
+``--training`` it runs ``timm_minimal.tools.benchmark.training`` instead, with the other arguments, and with
+``--deployment`` ``timm_minimal.tools.benchmark.deployment``.
 """
 import argparse
 import importlib
@@ -92,14 +92,14 @@ def _add_output_options(p: argparse.ArgumentParser, d: BenchmarkConfig) -> None:
                    help='measure nothing: rebuild the report and plots from a saved results JSON')
     p.add_argument('--quick', action='store_true', help='smoke test: 2 models, tiny batches, 1-2 repeats')
     p.add_argument('--training', action='store_true',
-                   help='instead: the trainer against the bare training step (timm_minimal.tools.training_benchmark); '
+                   help='instead: the trainer against the bare training step (timm_minimal.tools.benchmark.training); '
                         'every other argument goes to it, see --training --help')
     p.add_argument('--cpu-modes', action='store_true',
                    help='instead: the training step on the CPU in each mode (eager, compile, bf16, both) and as '
                         'concurrent processes (timm_minimal.tools.benchmark.cpu_modes); see --cpu-modes --help')
     p.add_argument('--deployment', action='store_true',
                    help='instead: batch-1 CPU latency of every shipped checkpoint in torch eager against onnxruntime '
-                        'fp32 and int8 (timm_minimal.tools.deployment_benchmark, needs the export extra); every '
+                        'fp32 and int8 (timm_minimal.tools.benchmark.deployment, needs the export extra); every '
                         'other argument goes to it, see --deployment --help')
 
 
@@ -132,7 +132,7 @@ def config_from_args(args: argparse.Namespace) -> BenchmarkConfig:
 
 
 # Flags that hand the whole command line over to another benchmark module of timm_minimal.tools.
-DISPATCH = {'--training': '..training_benchmark', '--deployment': '..deployment_benchmark', '--cpu-modes': '.cpu_modes'}
+DISPATCH = {'--training': '.training', '--deployment': '.deployment', '--cpu-modes': '.cpu_modes'}
 
 
 def _dispatch(argv: Sequence[str]) -> Optional[Tuple[str, List[str]]]:

@@ -4,7 +4,7 @@
     timm-minimal-benchmark --cpu-modes --models vit_minimal_sym_6x4.cifar10 --batch-size 256
 
 For every model: the bare training step (forward, cross-entropy, backward, AdamW; resident random inputs;
-``timm_minimal.tools.training_benchmark.bare_step_throughput``) with all the process's cores as torch threads,
+``timm_minimal.tools.benchmark.training.bare_step_throughput``) with all the process's cores as torch threads,
 in four modes: eager fp32, ``torch.compile``, bf16 autocast, and both. Then the step as ``--jobs`` concurrent
 processes with ``cores / jobs`` threads each (what ``timm-minimal-reproduce --jobs N`` runs), their images per
 second summed. Every figure is the median of ``--repeats`` timed blocks, and every ratio is against eager fp32
@@ -38,7 +38,7 @@ def _cores() -> int:
 def measure_mode(model: str, mode: str, batch_size: int, threads: int, steps: int, warmup: int,
                  repeats: int) -> List[float]:
     """Images per second of the bare step of ``model`` in ``mode`` with ``threads`` torch threads."""
-    from ..training_benchmark import bare_step_throughput
+    from .training import bare_step_throughput
     compile_, dtype = MODES[mode]
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
