@@ -146,7 +146,7 @@ def test_jobs_0_is_a_usage_error(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         reproduce.main(['--tables', '2', '--jobs', '0', *outputs(tmp_path)])
     assert e.value.code == 2
-    assert 'argument --jobs: must be an integer >= 1' in capsys.readouterr().err
+    assert 'argument --jobs: must be an integer of at least 1' in capsys.readouterr().err
     assert not (tmp_path / 'runs').exists()
 
 

@@ -18,7 +18,6 @@ the same for every attention variant. With T tokens (one per patch; the models a
   matrices, each titled with its asymmetry ||M - M^T|| / ||M||: S is symmetric (0) for ``sym`` and
   ``chol``; A is not, as the softmax normalises each row on its own.
 """
-import argparse
 import io
 import os
 import sys
@@ -32,7 +31,7 @@ import torch
 from PIL import Image, UnidentifiedImageError
 
 from ..models.image_processing_vit_minimal import convert_image, image_mode
-from .common import OneLineParser, allowed_models, create_named_model, positive_int
+from .common import OneLineParser, allowed_models, create_named_model, number
 
 __all__ = ['AttentionMaps', 'AttentionInputError', 'attention_rollout', 'asymmetry', 'create_attention_model',
            'label_names', 'load_image', 'preprocess', 'compute_attention', 'plot_attention', 'render_attention',
@@ -321,14 +320,6 @@ def render_attention(image: Union[str, Path, Image.Image], model: Union[str, tor
     return maps
 
 
-def _dpi(text: str) -> int:
-    """``--dpi``: 1 to 1000 dots per inch."""
-    value = positive_int(text)
-    if value > 1000:
-        raise argparse.ArgumentTypeError(f'must be at most 1000, got {text!r}')
-    return value
-
-
 def main(argv: Optional[Sequence[str]] = None) -> int:
     p = OneLineParser(prog=PROG, description=__doc__.split('\n\n')[0])
     p.add_argument('image', help='an image file (any size and mode PIL reads; resized to the model input)')
@@ -339,7 +330,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument('--out', default='attention.png', help='the PNG to write (default: %(default)s)')
     p.add_argument('--head', type=int, default=1,
                    help='the head (1-based) whose score and attention matrices are shown (default: %(default)s)')
-    p.add_argument('--dpi', type=_dpi, default=100, help='resolution of the PNG, 1 to 1000 (default: %(default)s)')
+    p.add_argument('--dpi', type=number(int, 1, 1000), default=100, help='resolution of the PNG, 1 to 1000 (default: %(default)s)')
     args = p.parse_args(argv)
     if Path(args.out).suffix.lower() != '.png':
         p.error(f'--out {args.out}: the figure is written as a PNG; name a .png file')

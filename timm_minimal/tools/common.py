@@ -15,39 +15,32 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefau
     """--help with the description as written and each option's default."""
 
 
-def positive_int(text: str) -> int:
-    """An argparse type: an integer of at least 1 (a count: a check that ran on nothing must not pass)."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f'must be an integer of at least 1, got {text!r}')
-    return value
-
-
-def positive_float(text: str) -> float:
-    """An argparse type: a finite number above 0."""
+def number(kind: type = int, low: Optional[float] = None, high: Optional[float] = None, above: bool = False):
+    """An argparse type for a finite ``kind`` (int or float) of at least ``low`` (above it with ``above``) and at
+    most ``high``; the error names the range (a count of 0 would make a check run on nothing)."""
     import math
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f'must be a finite number above 0, got {text!r}')
-    return value
+    noun = 'an integer' if kind is int else 'a finite number'
+    bounds = [f'{"above" if above else "of at least"} {low:g}' if low is not None else '',
+              f'at most {high:g}' if high is not None else '']
+    wanted = f'{noun} ' + ' and '.join(b for b in bounds if b)
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            value = None
+        ok = value is not None and math.isfinite(value) and (low is None or (value > low if above else value >= low)) \
+            and (high is None or value <= high)
+        if not ok:
+            raise argparse.ArgumentTypeError(f'must be {wanted.strip()}, got {text!r}')
+        return value
+    parse.__name__ = kind.__name__  # argparse names the type in its own messages
+    return parse
 
 
-def non_negative_float(text: str) -> float:
-    """An argparse type: a finite number of at least 0."""
-    import math
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f'must be a finite number of at least 0, got {text!r}')
-    return value
+positive_int = number(int, 1)
+positive_float = number(float, 0, above=True)
+non_negative_float = number(float, 0)
 
 
 def allowed_models() -> str:

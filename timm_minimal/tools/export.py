@@ -37,7 +37,7 @@ import torch.nn as nn
 
 from ..models.datasets import DATASETS
 from ..models.image_processing_vit_minimal import image_mode
-from .common import OneLineParser, create_named_model, non_negative_float, positive_int
+from .common import OneLineParser, create_named_model, non_negative_float, number, positive_int
 from .staging import staged_folder
 
 __all__ = ['ExportResult', 'ExportError', 'VerificationError', 'MissingExtraError', 'EXPORT_PACKAGES',
@@ -335,17 +335,6 @@ def _max_opset() -> int:
     return ONNX_MAX_OPSET
 
 
-def _opset(text: str) -> int:
-    """``--opset``: an opset the exporter writes."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if not MIN_OPSET <= value <= _max_opset():
-        raise argparse.ArgumentTypeError(f'must be an ONNX opset from {MIN_OPSET} to {_max_opset()}, got {text!r}')
-    return value
-
-
 def _parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog='timm-minimal-export', description=__doc__.split('\n\n')[0])
     p.add_argument('model', help='vit_minimal_<attention>[_mlp]_<depth>x<heads>[.tag], local-dir:PATH or hf-hub:REPO')
@@ -357,7 +346,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument('--max-int8-drop', type=non_negative_float, default=0.5, help='allowed int8 top-1 loss against fp32, in points (%(default)s)')
     p.add_argument('--atol', type=non_negative_float, default=1e-4, help='allowed |fp32 ONNX logit - torch logit| (%(default)s)')
     p.add_argument('--random-init', action='store_true', help='export the untrained model (for tags without weights)')
-    p.add_argument('--opset', type=_opset, default=None,
+    p.add_argument('--opset', type=number(int, MIN_OPSET, _max_opset()), default=None,
                    help=f"ONNX opset, {MIN_OPSET} to {_max_opset()} (default: the exporter's)")
     p.add_argument('--batch-size', type=positive_int, default=1000, help='batch size of the test-split evaluation (%(default)s)')
     p.add_argument('--overwrite', action='store_true', help='replace an earlier export in --out (never other files)')

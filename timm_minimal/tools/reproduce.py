@@ -35,7 +35,7 @@ from typing import Any, Dict, List, Optional, Sequence, TextIO, Tuple
 from ..models.datasets import DATASETS
 from ..models.paper import BASELINE, NUM_CLASSES, PAPER, PAPER_EPOCHS, TABLE1, TABLE2, TABLE2_CIFAR10, PaperRow
 from ..training.run_folder import RunFolder
-from .common import HelpFormatter, OneLineParser
+from .common import HelpFormatter, OneLineParser, positive_int
 
 __all__ = ['PaperRow', 'TABLE1', 'TABLE2', 'Command', 'CommandResult', 'run_commands', 'select_rows',
            'train_command', 'train_rows', 'collect', 'write_markdown', 'write_plot', 'main']
@@ -491,17 +491,6 @@ def write_plot(results: List[Dict[str, Any]], path: Path) -> None:
     plt.close(fig)
 
 
-def _jobs(text: str) -> int:
-    """``--jobs``: an integer of at least 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f'must be an integer >= 1 (runs trained at the same time), got {text!r}')
-    return value
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = OneLineParser(
         prog='timm-minimal-reproduce', description=__doc__.split('\n\n')[0],
@@ -520,7 +509,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument('--launcher', default=None,
                    help='command that runs a python module, e.g. "accelerate launch --num_processes 4 -m" '
                         '(default: this python -m)')
-    p.add_argument('--jobs', type=_jobs, default=1, metavar='N',
+    p.add_argument('--jobs', type=positive_int, default=1, metavar='N',
                    help='train up to N runs at the same time, each in its own process on the same device '
                         '(default 1: one after another, output on the console and in <runs-dir>/logs/<model>.log). '
                         'With N > 1 the output goes to the log only, the console gets a line when each run starts '
