@@ -8,8 +8,9 @@ import pytest
 import torch
 from PIL import Image
 
+from timm_minimal.training.loader_data import EpochSampler, TransformDataset
 from timm_minimal.training.data import (
-    CIFAR10_CLASSES, DatasetError, EpochSampler, TransformDataset, build_transforms, dataset_kind,
+    CIFAR10_CLASSES, DatasetError, build_transforms, dataset_kind,
     find_image_folder_splits, load_cifar10, load_dataset, load_mnist,
 )
 

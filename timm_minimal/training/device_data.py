@@ -10,7 +10,7 @@ on the CPU during training, so small models train at the speed of the device.
   evaluation transform once (resize, centre crop, uint8), and image folders cache the result on disk
   (``<cache-dir>/device-arrays/*.npz``), so the next run starts at once.
 
-The sample order is ``EpochSampler``'s (a permutation per (seed, epoch)), the augmentation a pure
+The sample order is ``seeding.epoch_order`` (a permutation per (seed, epoch), as the loader path's), the augmentation a pure
 function of (seed, epoch, sample) (``batch_augment.epoch_uniforms``); every process of a
 multi-process run takes its own contiguous share of each global batch, and its own contiguous shard
 of the evaluation split.

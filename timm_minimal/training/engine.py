@@ -12,7 +12,7 @@ import logging
 import math
 import random
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
 from typing import Any, Callable, Dict, List, Optional
 
@@ -107,10 +107,29 @@ class FiniteGuard:
         return None if at == torch.iinfo(torch.int64).max else at
 
 
+@dataclass(frozen=True)
+class LoopConfig:
+    """The options the training loop reads (from the resolved command line)."""
+    epochs: int
+    batch_size: int
+    grad_accum_steps: int
+    seed: int
+    clip_grad: Optional[float]
+    clip_mode: str
+    checkpoint_interval: int
+    log_interval: int
+    no_progress: bool
+
+    @classmethod
+    def from_args(cls, args: Any) -> 'LoopConfig':
+        return cls(**{f.name: getattr(args, f.name) for f in fields(cls)})
+
+
 @dataclass
 class Run:
     """What the loop needs: built once by ``timm_minimal.training.train``."""
-    args: Any
+    args: Any  # the resolved command line, for the run record and resuming
+    loop: LoopConfig
     accelerator: Any
     model: nn.Module  # prepared (DDP) and possibly compiled: the training forward
     unwrapped: nn.Module  # the plain model: evaluation, checkpoints, EMA
@@ -181,7 +200,7 @@ def _forward_backward(run: Run, x: torch.Tensor, y: torch.Tensor):
 
 def _step(run: Run, x: torch.Tensor, y: torch.Tensor, seed: int):
     """One batch: forward, backward, clipping and (when the accumulation is complete) the optimizer step."""
-    args, acc = run.args, run.accelerator
+    loop, acc = run.loop, run.accelerator
     with acc.accumulate(run.model):
         if run.step_rng:
             seed_rngs(seed)
@@ -195,11 +214,11 @@ def _step(run: Run, x: torch.Tensor, y: torch.Tensor, seed: int):
                 seed_rngs(seed)
             output, loss = _forward_backward(run, x, y)
         grad_norm = None
-        if acc.sync_gradients and args.clip_grad is not None:
-            if args.clip_mode == 'value':
-                acc.clip_grad_value_(run.model.parameters(), args.clip_grad)
+        if acc.sync_gradients and loop.clip_grad is not None:
+            if loop.clip_mode == 'value':
+                acc.clip_grad_value_(run.model.parameters(), loop.clip_grad)
             else:
-                grad_norm = acc.clip_grad_norm_(run.model.parameters(), args.clip_grad)
+                grad_norm = acc.clip_grad_norm_(run.model.parameters(), loop.clip_grad)
         run.optimizer.step()
         run.optimizer.zero_grad(set_to_none=True)
     run.compile_checked = True
@@ -222,7 +241,7 @@ def check_finite(run: Run, state: TrainState) -> None:
     bad = run.guard.first_bad(run.accelerator)
     if bad is None:
         return
-    accum = run.args.grad_accum_steps
+    accum = run.loop.grad_accum_steps
     epoch, batch = divmod(bad - 1, run.batches_per_epoch)
     raise Diverged(f'loss or gradient norm not finite at epoch {epoch + 1}, batch {batch + 1}/{run.batches_per_epoch} '
                    f'(update {(bad - 1) // accum + 1}, lr {run.lr():.3g})')
@@ -231,7 +250,7 @@ def check_finite(run: Run, state: TrainState) -> None:
 def train_one_epoch(run: Run, state: TrainState, epoch: int) -> Dict[str, float]:
     """Train from (epoch, state.batch) to the epoch's end; returns the epoch's summed loss, hits, count, time."""
     from tqdm.auto import tqdm
-    args, acc = run.args, run.accelerator
+    loop, acc = run.loop, run.accelerator
     part = state.partial if state.batch else _zero_partial()
     sums = torch.tensor([part['loss_sum'], part['correct']] if run.is_main else [0.0, 0.0], dtype=torch.float64,
                         device=run.device)
@@ -239,12 +258,12 @@ def train_one_epoch(run: Run, state: TrainState, epoch: int) -> Dict[str, float]
     train_time, batch = part['train_time'], state.batch
     acc.step = 0
     run.model.train()
-    bar = tqdm(total=run.batches_per_epoch, initial=batch, desc=f'epoch {epoch + 1}/{args.epochs}', leave=False,
-               disable=(not run.is_main) or args.no_progress or None, dynamic_ncols=True, mininterval=1.0)
-    show_log = run.is_main and args.log_interval > 0 and bar.disable
+    bar = tqdm(total=run.batches_per_epoch, initial=batch, desc=f'epoch {epoch + 1}/{loop.epochs}', leave=False,
+               disable=(not run.is_main) or loop.no_progress or None, dynamic_ncols=True, mininterval=1.0)
+    show_log = run.is_main and loop.log_interval > 0 and bar.disable
     t0 = time.perf_counter()
     for x, y in run.data.train_batches(epoch, batch):
-        output, loss = _step(run, x, y, mix_seed(args.seed, 0xB47C, epoch, batch, run.rank))
+        output, loss = _step(run, x, y, mix_seed(loop.seed, 0xB47C, epoch, batch, run.rank))
         n = y.shape[0]
         sums += torch.stack([loss.double() * n, (output.argmax(-1) == y).sum().double()])
         count += n
@@ -257,11 +276,11 @@ def train_one_epoch(run: Run, state: TrainState, epoch: int) -> Dict[str, float]
             run.scheduler.step_update(state.update)
         if run.ema is not None:
             run.ema.update(run.unwrapped, step=state.update)
-        if args.checkpoint_interval and state.update % args.checkpoint_interval == 0 and batch < run.batches_per_epoch:
+        if loop.checkpoint_interval and state.update % loop.checkpoint_interval == 0 and batch < run.batches_per_epoch:
             state.batch = batch
             state.partial = dict(global_partial(run, sums, count), train_time=train_time + time.perf_counter() - t0)
             save_checkpoint(run, state, is_best=False)
-        if args.log_interval > 0 and state.update % args.log_interval == 0 and (show_log or not bar.disable):
+        if loop.log_interval > 0 and state.update % loop.log_interval == 0 and (show_log or not bar.disable):
             loss_now = float(loss)
             if show_log:
                 run.accelerator.print(f'  epoch {epoch + 1} batch {batch}/{run.batches_per_epoch}: loss {loss_now:.4f}, '
@@ -328,14 +347,14 @@ def save_checkpoint(run: Run, state: TrainState, is_best: bool) -> None:
     weights = run.unwrapped.state_dict()
     ema_weights = run.ema.module.state_dict() if run.ema is not None else None
     acc = run.accelerator
-    position = dict(epoch=state.epoch, batch=state.batch, update=state.update, epochs=run.args.epochs,
+    position = dict(epoch=state.epoch, batch=state.batch, update=state.update, epochs=run.loop.epochs,
                     batches_per_epoch=run.batches_per_epoch, completed_epochs=len(state.history))
     meta = dict(model=run.model_name, epoch=str(state.epoch), batch=str(state.batch), update=str(state.update))
     training_state = dict(
         optimizer=run.optimizer.state_dict(),
         scheduler=run.scheduler.state_dict() if run.scheduler is not None else None,
         scaler=acc.scaler.state_dict() if acc.scaler is not None else None,
-        rng=rng_state(), batch_size=run.args.batch_size, **state.state_dict(), epochs=run.args.epochs,
+        rng=rng_state(), batch_size=run.loop.batch_size, **state.state_dict(), epochs=run.loop.epochs,
         batches_per_epoch=run.batches_per_epoch)
     config_text = json.dumps(run.model_config, indent=2, default=str) + '\n'
     saved = datetime.now(timezone.utc).isoformat(timespec='seconds')

@@ -49,14 +49,12 @@ from ..models.datasets import channel_stats
 from ..models.image_processing_vit_minimal import convert_image, image_mode
 from . import checkpoint as ckpt
 from .batch_augment import BatchAugment, BatchAugmentConfig
-from .data import (
-    DatasetError, ImageData, LoaderDataPath, TransformDataset, build_transforms, dataset_kind, dataset_len, load_dataset,
-    mix_seed,
-    subset,
-)
+from .data import DatasetError, ImageData, build_transforms, dataset_kind, dataset_len, load_dataset, subset
+from .loader_data import LoaderDataPath, TransformDataset
+from .seeding import mix_seed
 from .device_data import DeviceDataPath, cache_file, dataset_bytes, device_budget_bytes, images_to_array
 from .engine import (
-    Diverged, FiniteGuard, Run, TrainHooks, TrainState, check_finite, epoch_row, evaluate, save_checkpoint,
+    Diverged, FiniteGuard, LoopConfig, Run, TrainHooks, TrainState, check_finite, epoch_row, evaluate, save_checkpoint,
     train_one_epoch, weights_hash,
 )
 from .files import FolderBusy, describe_write_error, is_disk_full
@@ -496,7 +494,7 @@ def setup(args: argparse.Namespace, provenance: Dict[str, Any], argv: Sequence[s
         compiled = args.compile if args.compile is not None else accelerator.device.type == 'cuda'
         train_model = torch.compile(prepared, mode=compile_mode(args, accelerator), dynamic=False) if compiled else prepared
         ema = ModelEmaV3(unwrapped, decay=args.model_ema_decay, use_warmup=args.model_ema_warmup) if args.model_ema else None
-        run = Run(args=args, accelerator=accelerator, model=train_model, unwrapped=unwrapped, optimizer=optimizer,
+        run = Run(args=args, loop=LoopConfig.from_args(args), accelerator=accelerator, model=train_model, unwrapped=unwrapped, optimizer=optimizer,
                   scheduler=scheduler, ema=ema, data=data_path, loss_fn=loss_fn, mixup_fn=mixup_fn, folder=folder,
                   model_name=model_name, model_config=model_config(unwrapped, model_name, model_kwargs, data, data_cfg),
                   batches_per_epoch=batches_per_epoch, hooks=hooks, compiled=compiled)
