@@ -470,7 +470,6 @@ def _rank_report(run: Run, status: str, samples: int) -> None:
 def setup(args: argparse.Namespace, provenance: Dict[str, Any], argv: Sequence[str],
           hooks: TrainHooks) -> Tuple[Run, TrainState, Dict[str, Any], Optional[Path]]:
     """Everything a run needs: accelerator, run folder, data, model, optimizer, data path, state."""
-    from timm.utils import ModelEmaV3
     check_numbers(args)
     accelerator = make_accelerator(args)
     world = accelerator.num_processes
@@ -478,46 +477,55 @@ def setup(args: argparse.Namespace, provenance: Dict[str, Any], argv: Sequence[s
         raise UsageError(f'--batch-size {args.batch_size} must be a multiple of the number of processes ({world}).')
     folder, last_dir = prepare_folder(args, accelerator)
     try:
-        with accelerator.main_process_first():
-            data = load_dataset(
-                args.dataset, args.data_dir, download=not args.no_download, cache_dir=args.cache_dir,
-                train_split=args.train_split, eval_split=args.val_split, num_classes=args.num_classes, seed=args.seed,
-                batch_size=args.batch_size // world)
-        model, model_name, model_kwargs = build_model(args, data)
-        data_cfg = _data_config(model, args)
-        n_train, updates_per_epoch, batches_per_epoch = count_batches(args, data)
-        data_path = build_data_path(args, data, data_cfg, accelerator, batches_per_epoch)
-        optimizer, scheduler = build_optimization(args, model, updates_per_epoch, accelerator.device)
-        loss_fn, mixup_fn = build_loss(args, data.num_classes, args.batch_size // world)
-        prepared, optimizer = accelerator.prepare(model, optimizer)
-        unwrapped = accelerator.unwrap_model(prepared)
-        compiled = args.compile if args.compile is not None else accelerator.device.type == 'cuda'
-        train_model = torch.compile(prepared, mode=compile_mode(args, accelerator), dynamic=False) if compiled else prepared
-        ema = ModelEmaV3(unwrapped, decay=args.model_ema_decay, use_warmup=args.model_ema_warmup) if args.model_ema else None
-        run = Run(args=args, loop=LoopConfig.from_args(args), accelerator=accelerator, model=train_model, unwrapped=unwrapped, optimizer=optimizer,
-                  scheduler=scheduler, ema=ema, data=data_path, loss_fn=loss_fn, mixup_fn=mixup_fn, folder=folder,
-                  model_name=model_name, model_config=model_config(unwrapped, model_name, model_kwargs, data, data_cfg),
-                  batches_per_epoch=batches_per_epoch, hooks=hooks, compiled=compiled)
-        state = TrainState()
-        if last_dir is not None:
-            restore(run, state, last_dir)
-        if scheduler is not None:
-            scheduler.step_update(state.update)
-        run.guard = FiniteGuard(accelerator.device, state.epoch * batches_per_epoch + state.batch)
-        info = dict(argv=list(argv), model_kwargs=model_kwargs, data_cfg=data_cfg, provenance=provenance,
-                    num_params=sum(p.numel() for p in unwrapped.parameters()),
-                    dataset=dict(data.describe(), train_samples_used=n_train,
-                                 eval_samples_used=len(data.eval) if args.eval_subset is None
-                                 else min(args.eval_subset, dataset_len(data.eval) or args.eval_subset)))
-        accelerator.print(
-            f'{model_name}: {info["num_params"]:,} parameters; {data.name}: {n_train:,} train / '
-            f'{info["dataset"]["eval_samples_used"]:,} {data.eval_split} images, {data.num_classes} classes; {world} '
-            f'process(es) on {accelerator.device}, batch {args.batch_size} ({args.batch_size // world} per process) x '
-            f'{args.grad_accum_steps}, {updates_per_epoch} updates/epoch, {data_path.name} data path, mixed precision '
-            f'{accelerator.mixed_precision}, {"compiled" if compiled else "eager"}.')
+        return _assemble(args, accelerator, folder, last_dir, provenance, argv, hooks)
     except BaseException:
         folder.unlock()
         raise
+
+
+def _assemble(args: argparse.Namespace, accelerator: Any, folder: RunFolder, last_dir: Optional[Path],
+              provenance: Dict[str, Any], argv: Sequence[str],
+              hooks: TrainHooks) -> Tuple[Run, TrainState, Dict[str, Any], Optional[Path]]:
+    """Data, model, optimizer, data path and state of a run whose folder is prepared (and locked)."""
+    from timm.utils import ModelEmaV3
+    world = accelerator.num_processes
+    with accelerator.main_process_first():
+        data = load_dataset(
+            args.dataset, args.data_dir, download=not args.no_download, cache_dir=args.cache_dir,
+            train_split=args.train_split, eval_split=args.val_split, num_classes=args.num_classes, seed=args.seed,
+            batch_size=args.batch_size // world)
+    model, model_name, model_kwargs = build_model(args, data)
+    data_cfg = _data_config(model, args)
+    n_train, updates_per_epoch, batches_per_epoch = count_batches(args, data)
+    data_path = build_data_path(args, data, data_cfg, accelerator, batches_per_epoch)
+    optimizer, scheduler = build_optimization(args, model, updates_per_epoch, accelerator.device)
+    loss_fn, mixup_fn = build_loss(args, data.num_classes, args.batch_size // world)
+    prepared, optimizer = accelerator.prepare(model, optimizer)
+    unwrapped = accelerator.unwrap_model(prepared)
+    compiled = args.compile if args.compile is not None else accelerator.device.type == 'cuda'
+    train_model = torch.compile(prepared, mode=compile_mode(args, accelerator), dynamic=False) if compiled else prepared
+    ema = ModelEmaV3(unwrapped, decay=args.model_ema_decay, use_warmup=args.model_ema_warmup) if args.model_ema else None
+    run = Run(args=args, loop=LoopConfig.from_args(args), accelerator=accelerator, model=train_model,
+              unwrapped=unwrapped, optimizer=optimizer, scheduler=scheduler, ema=ema, data=data_path, loss_fn=loss_fn, mixup_fn=mixup_fn, folder=folder,
+              model_name=model_name, model_config=model_config(unwrapped, model_name, model_kwargs, data, data_cfg),
+              batches_per_epoch=batches_per_epoch, hooks=hooks, compiled=compiled)
+    state = TrainState()
+    if last_dir is not None:
+        restore(run, state, last_dir)
+    if scheduler is not None:
+        scheduler.step_update(state.update)
+    run.guard = FiniteGuard(accelerator.device, state.epoch * batches_per_epoch + state.batch)
+    info = dict(argv=list(argv), model_kwargs=model_kwargs, data_cfg=data_cfg, provenance=provenance,
+                num_params=sum(p.numel() for p in unwrapped.parameters()),
+                dataset=dict(data.describe(), train_samples_used=n_train,
+                             eval_samples_used=len(data.eval) if args.eval_subset is None
+                             else min(args.eval_subset, dataset_len(data.eval) or args.eval_subset)))
+    accelerator.print(
+        f'{model_name}: {info["num_params"]:,} parameters; {data.name}: {n_train:,} train / '
+        f'{info["dataset"]["eval_samples_used"]:,} {data.eval_split} images, {data.num_classes} classes; {world} '
+        f'process(es) on {accelerator.device}, batch {args.batch_size} ({args.batch_size // world} per process) x '
+        f'{args.grad_accum_steps}, {updates_per_epoch} updates/epoch, {data_path.name} data path, mixed precision '
+        f'{accelerator.mixed_precision}, {"compiled" if compiled else "eager"}.')
     return run, state, info, last_dir
 
 
