@@ -547,7 +547,7 @@ def _setup_text(results: List[Dict[str, Any]], seed: int) -> str:
     recipe = _training_setup(results)
     if recipe:
         v = recipe['values']
-        text += (f"Recipe `{recipe['name']}` (`timm_minimal/recipes/{recipe['name']}.yaml`): "
+        text += (f"Recipe `{recipe['name']}` (`timm_minimal/training/recipes/{recipe['name']}.yaml`): "
                  f"{v.get('opt')} lr {v.get('lr')}, weight decay {v.get('weight_decay')}, batch "
                  f"{v.get('batch_size')}, {v.get('sched')} schedule with {v.get('warmup_epochs')} warmup epoch(s), "
                  f"random resized crop scale {v.get('scale')} ratio {v.get('ratio')}, horizontal flip "
