@@ -51,8 +51,9 @@ def _check_target(out: Path, overwrite: bool, marker: Optional[str], error: Type
     if not overwrite:
         if out.is_dir() and not any(out.iterdir()):
             return
-        raise error(f'{out} exists and is not empty: ' + ('pass --overwrite (overwrite=True) to replace an earlier output of this tool'
-                                                          if marker else 'choose a new folder'))
+        remedy = 'pass --overwrite (overwrite=True) to replace an earlier output of this tool' if marker \
+            else 'choose a new folder'
+        raise error(f'{out} exists and is not empty: {remedy}')
     _check_replaceable(out, marker, error)
 
 
