@@ -110,6 +110,11 @@ def open_upload(path: Optional[str]) -> Image.Image:
         raise AppInputError(str(e).replace(str(path), Path(path).name)) from e
 
 
+def parameters(name: str) -> int:
+    """The parameter count of a checkpoint."""
+    return sum(p.numel() for p in load_checkpoint(name).parameters())
+
+
 def _figure_image(figure: Any) -> Image.Image:
     import matplotlib.pyplot as plt
     buffer = io.BytesIO()
@@ -125,8 +130,7 @@ def analyse(name: str, image: Image.Image) -> Tuple[Dict[str, float], Image.Imag
     maps = render_attention(image, model)
     probs, index = maps.probabilities.topk(min(TOP_K, len(maps.probabilities)))
     top = {maps.labels[i]: float(p) for p, i in zip(probs.tolist(), index.tolist())}
-    params = sum(p.numel() for p in model.parameters())
-    lines = [f"**{name}**: {params:,} parameters, predicts **{maps.label}** ({maps.probability:.1%})."]
+    lines = [f"**{name}**: {parameters(name):,} parameters, predicts **{maps.label}** ({maps.probability:.1%})."]
     lines += [f'- note: {n}' for n in maps.notes]
     return top, _figure_image(maps.figure), '\n'.join(lines)
 
@@ -137,8 +141,7 @@ def compare(first: str, second: str, image: Image.Image) -> Tuple[Any, ...]:
     rows = ['| checkpoint | parameters | prediction | probability |', '|---|---:|---|---:|']
     for name, (top, _, _) in ((first, a), (second, b)):
         label, p = next(iter(top.items()))
-        params = sum(q.numel() for q in load_checkpoint(name).parameters())
-        rows.append(f'| `{name}` | {params:,} | {label} | {p:.1%} |')
+        rows.append(f'| `{name}` | {parameters(name):,} | {label} | {p:.1%} |')
     return a[0], a[1], b[0], b[1], '\n'.join(rows)
 
 

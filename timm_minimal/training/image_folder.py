@@ -103,7 +103,3 @@ class FolderDataset(Dataset):
                 return convert_image(im, self.img_mode), label
         except (OSError, ValueError, Image.DecompressionBombError) as e:
             raise DatasetError(f'cannot read image {path}: {e}') from e
-
-    def filename(self, index: int, basename: bool = False, absolute: bool = False) -> str:
-        path = self.samples[index][0]
-        return os.path.basename(path) if basename else path if absolute else path
