@@ -226,3 +226,64 @@ def test_dry_run_with_jobs_reuses_finished_resumes_interrupted_and_starts_nothin
     assert f'--model vit_minimal_sym_6x1.mnist --dataset mnist --output {half_started} --epochs 2' in fresh
     assert (half_started / 'stray').is_file()  # a dry run deletes nothing
     assert not (runs / 'logs').exists() and not (tmp_path / 'R.md').exists()
+
+
+# -- one report over several runs ------------------------------------------------------------------
+def _rows_json(path: Path, dataset: str, epochs: int, results: dict) -> Path:
+    """A --json file as reproduce writes it: the selected rows, ours filled in for the models in ``results``."""
+    rows = []
+    for row in reproduce.select_rows([1, 2], [dataset]):
+        acc, params = results.get(row.arch, (None, None))
+        rows.append(dict(table=row.table, model=row.model, architecture=row.arch, dataset=dataset, depth=row.depth,
+                         heads=row.heads, mlp=row.mlp, params=params, epochs=epochs if acc else 0, val_acc=acc,
+                         paper_val_acc=row.val_acc))
+    path.write_text(json.dumps(rows))
+    path.with_suffix('.md').write_text('# the report of these runs\n')
+    return path
+
+
+def test_combine_puts_each_dataset_at_its_budget_in_one_equal_budget_table(tmp_path, capsys):
+    mnist = _rows_json(tmp_path / 'mnist.json', 'mnist', 100, {
+        'vit_minimal_std_mlp_6x1': (99.0, 279_106), 'vit_minimal_std_6x1': (98.0, 92_890),
+        'vit_minimal_sym_6x4': (98.5, 70_930), 'vit_minimal_qkonly_6x1': (92.0, 26_650)})
+    cifar = _rows_json(tmp_path / 'cifar.json', 'cifar10', 20, {
+        'vit_minimal_std_mlp_6x1': (68.0, 279_046), 'vit_minimal_std_6x1': (57.0, 92_830),
+        'vit_minimal_sym_6x4': (60.0, 70_870), 'vit_minimal_qkonly_6x1': (40.0, 26_590)})
+    md, png = tmp_path / 'out' / 'RESULTS.md', tmp_path / 'out' / 's.png'
+    assert reproduce.main(['--combine', str(mnist), str(cifar), '--results', str(md), '--plot', str(png)]) == 0
+    text = md.read_text()
+    # the budgets, each with its own report and rows
+    assert '| MNIST | 6 | 4 | 100 | 3 of 4 | [`' in text and '| CIFAR-10 | 6 | 4 | 20 | 2 of 2 | [`' in text
+    assert '(../cifar.md)' in text and '(../cifar.json)' in text
+    # one row per model: params saved and the difference to the baseline, ours and the paper's, per dataset
+    assert ('| `vit_minimal_sym_6x4` | 75% | 98.50 | -0.50 | -0.14 | 75% | 60.00 | -8.00 | – |') in text
+    assert ('| `vit_minimal_qkonly_6x1` | 90% | 92.00 | -7.00 | -3.06 | 90% | 40.00 | -28.00 | – |') in text
+    assert 'MNIST: 2 of 3 models within 1 pp of the baseline or above it' in text
+    assert 'largest loss is `vit_minimal_qkonly_6x1`, -28.00 pp' in text
+    assert "MNIST against CIFAR-10: Spearman's ρ = 1.00" in text
+    assert '| `vit_minimal_std_6x1` | 92,830 | 20 | **57.00** | 55.30 | +1.70 |' in text
+    assert png.stat().st_size > 10_000
+    # the inputs are left as they were, nothing trained
+    assert not (tmp_path / 'runs').exists() and 'wrote' in capsys.readouterr().out
+
+
+def test_spearman_ranks_ties_and_refuses_too_few_pairs():
+    from timm_minimal.tools.results_summary import spearman
+    assert spearman([1, 2, 3], [10, 20, 30]) == pytest.approx(1.0)
+    assert spearman([1, 2, 3], [30, 20, 10]) == pytest.approx(-1.0)
+    assert spearman([1, 1, 2, 3], [5, 6, 7, 8]) == pytest.approx(0.9486833)  # scipy.stats.spearmanr
+    assert spearman([1, 2], [1, 2]) is None and spearman([1, 1, 1], [1, 2, 3]) is None
+
+
+@pytest.mark.parametrize('content, message', [
+    (None, 'no such file'), ('not json', 'not a reproduce JSON file'), ('{"a": 1}', 'expected a list of rows'),
+    ('[]', 'no trained rows')])
+def test_combine_bad_input_is_one_line_and_exit_2(tmp_path, capsys, content, message):
+    path = tmp_path / 'r.json'
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(SystemExit) as e:
+        reproduce.main(['--combine', str(path), '--results', str(tmp_path / 'R.md')])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and message in err and 'Traceback' not in err
+    assert not (tmp_path / 'R.md').exists()

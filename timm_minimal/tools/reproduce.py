@@ -517,9 +517,14 @@ def build_parser() -> argparse.ArgumentParser:
                         'A multi-process --launcher needs a rendezvous port of its own per concurrent run.')
     p.add_argument('--results', default='RESULTS.md', help='markdown report')
     p.add_argument('--json', default='results/reproduce_paper.json', help='machine-readable rows')
-    p.add_argument('--plot', default='results/reproduce_paper.png', help='PNG: accuracy vs parameters, accuracy per epoch')
+    p.add_argument('--plot', default=None,
+                   help='PNG: accuracy vs parameters, accuracy per epoch (default results/reproduce_paper.png; '
+                        'with --combine: none unless given)')
     p.add_argument('--report-only', action='store_true', help='train nothing; rebuild the report from the run folders')
     p.add_argument('--dry-run', action='store_true', help='print the training commands only')
+    p.add_argument('--combine', nargs='+', metavar='JSON',
+                   help='train nothing; write --results over the --json files of earlier runs, each dataset and depth '
+                        'at its own budget (tools/results_summary.py)')
     p.add_argument('--note', default='', help='a sentence for the report\'s setup (e.g. how the runs shared a device)')
     return p
 
@@ -577,10 +582,27 @@ def _split_argv(argv: Sequence[str]) -> Tuple[List[str], List[str]]:
     return argv, []
 
 
+def _combine(args: argparse.Namespace, argv: Sequence[str], parser: argparse.ArgumentParser) -> int:
+    from .results_summary import write_summary
+    missing = [p for p in args.combine if not Path(p).is_file()]
+    if missing:
+        parser.error(f"--combine: no such file: {', '.join(missing)}")
+    try:
+        write_summary([Path(p) for p in args.combine], Path(args.results), 'timm-minimal-reproduce ' + shlex.join(argv),
+                      Path(args.plot) if args.plot else None)
+    except ValueError as e:
+        parser.error(str(e))
+    _say(f'[reproduce] wrote {args.results}' + (f', {args.plot}' if args.plot else ''))
+    return 0
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv, extra = _split_argv(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.combine:
+        return _combine(args, argv, parser)
+    args.plot = 'results/reproduce_paper.png' if args.plot is None else args.plot
     try:
         rows = select_rows(args.tables, args.datasets, args.rows)
     except ValueError as e:

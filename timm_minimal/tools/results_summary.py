@@ -1,0 +1,238 @@
+"""One report over several reproduce runs: each dataset and depth at its own budget, side by side.
+
+    timm-minimal-reproduce --combine results/reproduce_paper.json results/cifar10_6layer.json --results RESULTS.md
+
+Each JSON is the ``--json`` output of one ``timm-minimal-reproduce`` run (one list of rows); its report,
+with the recipe, hardware and versions, is the markdown file of the same name beside it. The combined report
+puts the paper's claim (parameters saved against accuracy lost, at equal budget) for every dataset in one
+table, against the baseline of the same dataset and depth (the unchanged transformer with its MLP, one head).
+"""
+import json
+import os
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from ..models.datasets import DATASETS
+from ..models.paper import PAPER, PAPER_EPOCHS, arch_name
+
+__all__ = ['load_rows', 'write_summary']
+
+Row = Dict[str, Any]
+Group = Tuple[str, int]  # (dataset, depth)
+
+
+def load_rows(paths: Sequence[Path]) -> List[Row]:
+    """The trained rows of the JSON files (one per model, rows shared by Tables 1 and 2 once), each with its file."""
+    rows: Dict[Tuple[str, str], Row] = {}
+    for path in paths:
+        try:
+            data = json.loads(Path(path).read_text())
+        except (OSError, ValueError) as e:
+            raise ValueError(f'{path}: not a reproduce JSON file ({e})') from None
+        if not isinstance(data, list) or not all(isinstance(r, dict) and 'model' in r for r in data):
+            raise ValueError(f'{path}: not a reproduce JSON file (expected a list of rows with a "model")')
+        for r in data:
+            if r.get('val_acc') is None:
+                continue
+            key = (r['model'], r['dataset'])
+            if key in rows and rows[key]['source'] != str(path):
+                raise ValueError(f'{r["model"]} is in both {rows[key]["source"]} and {path}: pass one of them')
+            if key not in rows or (rows[key]['paper_val_acc'] is None and r.get('paper_val_acc') is not None):
+                rows[key] = dict(r, source=str(path))
+    if not rows:
+        raise ValueError('no trained rows in ' + ', '.join(map(str, paths)))
+    return list(rows.values())
+
+
+def _name(dataset: str) -> str:
+    return DATASETS[dataset].display_name if dataset in DATASETS else dataset
+
+
+def _groups(rows: List[Row]) -> List[Group]:
+    order = {'mnist': 0, 'cifar10': 1}
+    return sorted({(r['dataset'], r['depth']) for r in rows}, key=lambda g: (g[1], order.get(g[0], 2), g[0]))
+
+
+def _baseline(rows: List[Row], group: Group) -> Optional[Row]:
+    name = arch_name('std', True, group[1], 1)
+    return next((r for r in rows if (r['dataset'], r['depth']) == group and r['architecture'] == name), None)
+
+
+def _f(v: Optional[float], fmt: str) -> str:
+    return '–' if v is None else format(v, fmt)
+
+
+def _link(target: str, out: Path) -> str:
+    return f'[`{target}`]({os.path.relpath(target, out.parent)})'
+
+
+def budgets_section(rows: List[Row], out: Path) -> List[str]:
+    lines = ['## Budgets', '', 'One budget per dataset and depth, the same for every model of a table. The paper '
+             f'trained {PAPER_EPOCHS} epochs and reports the last; so do we, at our budget.', '',
+             '| dataset | layers | models | epochs per model | at or above the paper | report | rows |',
+             '|---|---:|---:|---:|---:|---|---|']
+    for group in _groups(rows):
+        g = [r for r in rows if (r['dataset'], r['depth']) == group]
+        paper = [r for r in g if r.get('paper_val_acc') is not None]
+        above = f"{sum(r['val_acc'] >= r['paper_val_acc'] for r in paper)} of {len(paper)}" if paper else '–'
+        for source in sorted({r['source'] for r in g}):
+            report = str(Path(source).with_suffix('.md'))
+            n = [r for r in g if r['source'] == source]
+            epochs = ', '.join(map(str, sorted({r['epochs'] for r in n})))
+            lines.append(f"| {_name(group[0])} | {group[1]} | {len(n)} | {epochs} | {above} "
+                         f"| {_link(report, out) if Path(report).is_file() else '–'} | {_link(source, out)} |")
+    return lines + ['']
+
+
+def paper_section(rows: List[Row]) -> List[str]:
+    lines = ['## Against the paper', '', "Our last-epoch validation accuracy next to the paper's (500 epochs); "
+             '– where the paper has no number (Table 2 beyond MNIST).', '']
+    for group in _groups(rows):
+        g = sorted((r for r in rows if (r['dataset'], r['depth']) == group), key=lambda r: -r['params'])
+        lines += [f'### {_name(group[0])}, {group[1]} layers', '',
+                  '| model | params | epochs | val acc % | paper % | Δ (pp) |', '|---|---:|---:|---:|---:|---:|']
+        for r in g:
+            gap = None if r.get('paper_val_acc') is None else r['val_acc'] - r['paper_val_acc']
+            lines.append(f"| `{r['architecture']}` | {r['params']:,} | {r['epochs']} | **{r['val_acc']:.2f}** "
+                         f"| {_f(r.get('paper_val_acc'), '.2f')} | {_f(gap, '+.2f')} |")
+        lines.append('')
+    return lines
+
+
+def _delta(r: Optional[Row], base: Optional[Row], key: str) -> Optional[float]:
+    if r is None or base is None or r.get(key) is None or base.get(key) is None:
+        return None
+    return r[key] - base[key]
+
+
+def claim_table(rows: List[Row], depth: int) -> Tuple[List[str], Dict[str, Dict[str, float]]]:
+    """The equal-budget table of one depth: per model and dataset, params saved and Δ to the baseline."""
+    datasets = [d for d, k in _groups(rows) if k == depth]
+    bases = {d: _baseline(rows, (d, depth)) for d in datasets}
+    datasets = [d for d in datasets if bases[d] is not None]
+    if not datasets:
+        return [], {}
+    by = {(r['architecture'], r['dataset']): r for r in rows if r['depth'] == depth}
+    first = {a: i for i, (a, d) in reversed(list(enumerate(by)))}  # the order of the paper's tables breaks ties
+    archs = sorted({a for a, d in by if d in datasets},
+                   key=lambda a: (-max(by[a, d]['params'] for d in datasets if (a, d) in by), first[a]))
+    head = '| model | ' + ' | '.join(f'{_name(d)}: params saved | val acc % | Δ ours (pp) | Δ paper (pp)'
+                                     for d in datasets) + ' |'
+    lines = [head, '|---|' + '---:|' * 4 * len(datasets)]
+    deltas: Dict[str, Dict[str, float]] = {d: {} for d in datasets}
+    for a in archs:
+        cells = []
+        for d in datasets:
+            r, base = by.get((a, d)), bases[d]
+            if r is None:
+                cells += ['–'] * 4
+                continue
+            deltas[d][a] = r['val_acc'] - base['val_acc']
+            cells += [f"{1 - r['params'] / base['params']:.0%}", f"{r['val_acc']:.2f}", f"{deltas[d][a]:+.2f}",
+                      _f(_delta(r, base, 'paper_val_acc'), '+.2f')]
+        lines.append(f'| `{a}` | ' + ' | '.join(cells) + ' |')
+    return lines + [''], deltas
+
+
+def _ranks(values: Sequence[float]) -> List[float]:
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    ranks = [0.0] * len(values)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            ranks[order[k]] = (i + j) / 2 + 1
+        i = j + 1
+    return ranks
+
+
+def spearman(a: Sequence[float], b: Sequence[float]) -> Optional[float]:
+    """Spearman's rank correlation of two equal-length sequences (None below 3 pairs or without spread)."""
+    if len(a) != len(b) or len(a) < 3:
+        return None
+    ra, rb = _ranks(a), _ranks(b)
+    ma, mb = sum(ra) / len(ra), sum(rb) / len(rb)
+    cov = sum((x - ma) * (y - mb) for x, y in zip(ra, rb))
+    va, vb = sum((x - ma) ** 2 for x in ra), sum((y - mb) ** 2 for y in rb)
+    return None if va == 0 or vb == 0 else cov / (va * vb) ** 0.5
+
+
+def claim_summary(deltas: Dict[str, Dict[str, float]], depth: int) -> List[str]:
+    """Per dataset, how many models stay within 1 pp of the baseline; across datasets, whether they rank alike."""
+    lines = []
+    for d, dd in deltas.items():
+        others = {a: v for a, v in dd.items() if a != arch_name('std', True, depth, 1)}
+        if not others:
+            continue
+        worst = min(others, key=others.get)
+        lines.append(f"- {_name(d)}: {sum(v >= -1 for v in others.values())} of {len(others)} models within 1 pp of "
+                     f"the baseline or above it; the largest loss is `{worst}`, {others[worst]:+.2f} pp.")
+    names, baseline = list(deltas), arch_name('std', True, depth, 1)
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            shared = sorted((set(deltas[a]) & set(deltas[b])) - {baseline})
+            rho = spearman([deltas[a][m] for m in shared], [deltas[b][m] for m in shared])
+            if rho is not None:
+                lines.append(f'- The ranking of the {len(shared)} models beside the baseline by accuracy lost, {_name(a)} against '
+                             f"{_name(b)}: Spearman's ρ = {rho:.2f}.")
+    return lines + [''] if lines else []
+
+
+def claim_section(rows: List[Row]) -> List[str]:
+    lines = ['## The paper\'s claim at equal budget: parameters saved against accuracy lost', '',
+             'The paper claims that the minimal variants lose little accuracy for the parameters they save. '
+             'Within each dataset and depth every model had the same budget (epochs, recipe, seed), so the '
+             'differences to the baseline (the unchanged transformer with its MLP and one head) are the '
+             "architecture's. Δ paper is the same difference in the paper's numbers (500 epochs), where it has them.",
+             '']
+    for depth in sorted({r['depth'] for r in rows}):
+        table, deltas = claim_table(rows, depth)
+        if table:
+            lines += [f'### {depth} layers', ''] + table + claim_summary(deltas, depth)
+    return lines
+
+
+def write_plot(rows: List[Row], path: Path) -> None:
+    """Accuracy lost against parameters saved, one series per dataset and depth."""
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for group in _groups(rows):
+        base = _baseline(rows, group)
+        if base is None:
+            continue
+        g = [r for r in rows if (r['dataset'], r['depth']) == group]
+        xs = [100 * (1 - r['params'] / base['params']) for r in g]
+        ys = [r['val_acc'] - base['val_acc'] for r in g]
+        ax.scatter(xs, ys, label=f'{_name(group[0])}, {group[1]} layers ({g[0]["epochs"]} epochs)')
+        for x, y, r in zip(xs, ys, g):
+            ax.annotate(r['architecture'].replace('vit_minimal_', ''), (x, y), fontsize=6,
+                        xytext=(3, 3), textcoords='offset points')
+    ax.axhline(0, color='grey', lw=0.8)
+    ax.set_xlabel('parameters saved against the baseline (%)')
+    ax.set_ylabel('validation accuracy against the baseline (pp)')
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def write_summary(paths: Sequence[Path], out: Path, command: str, plot: Optional[Path] = None) -> str:
+    """RESULTS-style markdown over the rows of ``paths``; returns the text written to ``out``."""
+    rows = load_rows(paths)
+    lines = ["# Results: the paper's Tables 1 and 2 on MNIST and CIFAR-10", '',
+             f'Our minimal transformers next to the numbers of {PAPER}. Generated by `{command}` from the rows of '
+             'the reports below; each report was built from its run folders and states its recipe, hardware and '
+             'versions.', '']
+    lines += budgets_section(rows, out) + claim_section(rows) + paper_section(rows)
+    if plot is not None:
+        write_plot(rows, plot)
+        lines += [f'![accuracy lost against parameters saved]({os.path.relpath(plot, out.parent)})', '']
+    text = '\n'.join(lines)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text)
+    return text
