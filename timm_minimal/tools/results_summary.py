@@ -14,6 +14,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ..models.datasets import DATASETS
 from ..models.paper import PAPER, PAPER_EPOCHS, arch_name
+from .reproduce import _f  # one cell format for both reports
 
 __all__ = ['load_rows', 'write_summary']
 
@@ -56,10 +57,6 @@ def _groups(rows: List[Row]) -> List[Group]:
 def _baseline(rows: List[Row], group: Group) -> Optional[Row]:
     name = arch_name('std', True, group[1], 1)
     return next((r for r in rows if (r['dataset'], r['depth']) == group and r['architecture'] == name), None)
-
-
-def _f(v: Optional[float], fmt: str) -> str:
-    return '–' if v is None else format(v, fmt)
 
 
 def _link(target: str, out: Path) -> str:
