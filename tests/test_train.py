@@ -259,6 +259,30 @@ def test_bf16_autocast_on_cpu(data, tmp_path):
     assert all(v.dtype == torch.float32 for v in weights(out).values())
 
 
+@pytest.mark.parametrize('model, kwargs, pays', [
+    ('vit_minimal_std_mlp_6x1.cifar10', {}, True), ('vit_minimal_std_mlp_12x4', {}, True),
+    ('vit_minimal_sym_6x4.cifar10', {}, False), ('vit_minimal_qkonly_6x1', {}, False),
+    ('vit_minimal_std_mlp_6x1', {'mlp_ratio': 0}, False), ('vit_minimal_sym_6x4', {'mlp_ratio': 2.0}, True),
+    ('resnet18', {}, False), (None, {}, False)])
+def test_cpu_default_precision_follows_the_model_family(model, kwargs, pays, monkeypatch):
+    """bf16 autocast by default on a CPU with native bf16 for the models with an MLP only; fp32 without native bf16."""
+    from accelerate.state import AcceleratorState, GradientState
+    monkeypatch.delenv('ACCELERATE_MIXED_PRECISION', raising=False)
+    for native in (True, False):
+        monkeypatch.setattr(train_mod, 'cpu_has_bf16', lambda: native)
+        assert train_mod.cpu_bf16_pays(model, kwargs) is (pays and native)
+        for given in (None, 'no'):
+            AcceleratorState._reset_state(reset_partial_state=True)
+            GradientState._reset_state()
+            args = train_mod.build_parser().parse_args(['--cpu'] + (['--model', model] if model else []) +
+                                                       (['--mixed-precision', given] if given else []))
+            args.model_kwargs = kwargs
+            expected = 'bf16' if pays and native and given is None else 'no'
+            assert train_mod.make_accelerator(args).mixed_precision == expected
+    AcceleratorState._reset_state(reset_partial_state=True)
+    GradientState._reset_state()
+
+
 def make_image_folder(root: Path, classes=('cat', 'dog', 'owl'), eval_dir='val', n_train=8, n_eval=4):
     rng = np.random.default_rng(0)
     for split, n in (('train', n_train), (eval_dir, n_eval)):

@@ -186,10 +186,11 @@ def test_cpu_modes_side_by_side_smoke(tmp_path, capsys):
     assert rc == 0
     results = json.loads(js.read_text())
     r = results['models']['vit_minimal_sym_6x1.mnist']
-    assert set(r['modes']) == {'eager', 'bf16'} and len(r['jobs']) == 2 and all(v[0] > 0 for v in r['jobs'])
+    assert set(r['modes']) == {'eager', 'bf16'} and set(r['jobs']) == {'eager', 'bf16'}
+    assert all(len(per) == 2 and all(v[0] > 0 for v in per) for per in r['jobs'].values())
     text = md.read_text()
     assert '| `vit_minimal_sym_6x1.mnist` | 4 | eager | 1 x' in text and '| 1.00 |' in text
-    assert 'eager, 2 processes at once' in text
+    assert 'eager, 2 processes at once' in text and 'bf16, 2 processes at once' in text
     with pytest.raises(SystemExit) as e:
         cli.main(['--cpu-modes', '--models', 'vit_minimal_nope.mnist'])
     assert e.value.code == 2 and "unknown model 'vit_minimal_nope.mnist'" in capsys.readouterr().err

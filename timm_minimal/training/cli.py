@@ -163,7 +163,8 @@ def build_parser(suppress: bool = False) -> argparse.ArgumentParser:
     g = p.add_argument_group('system')
     g.add_argument('--mixed-precision', choices=('no', 'fp16', 'bf16'), **d(None),
                    help="default: accelerate's configuration (accelerate launch --mixed_precision) if one is set, "
-                        "else bf16 on a GPU that supports it and no elsewhere")
+                        "else bf16 on a GPU that supports it, bf16 on a CPU with native bf16 for the models with an MLP, "
+                        "and no elsewhere")
     g.add_argument('--compile', action=argparse.BooleanOptionalAction, **d(None),
                    help='torch.compile the model (default: on a CUDA GPU; a failure falls back to eager with a warning)')
     g.add_argument('--compile-mode', **d(None), help='torch.compile mode (default: reduce-overhead, i.e. CUDA graphs, '

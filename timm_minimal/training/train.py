@@ -17,7 +17,9 @@ on the training device as uint8 and is augmented there in whole batches
 (``timm_minimal.training.device_data``); the others go through a ``DataLoader`` with timm's per-image
 transforms. On a CUDA GPU the model is compiled (``torch.compile``) and runs in bf16 autocast by
 default, AdamW is the fused kernel, and the step never waits for the host: losses, accuracies and
-the non-finite check stay on the device until the loop synchronises anyway.
+the non-finite check stay on the device until the loop synchronises anyway. On the CPU the step is
+eager, in bf16 autocast for the models with an MLP where the CPU has native bf16, fp32 otherwise
+(``benchmarks/cpu_modes.md`` measures each mode).
 
 The run folder (``--output``) holds ``run.json``, ``args.yaml``, ``metrics.jsonl`` (one line per
 epoch), ``curves.png`` and ``checkpoints/{last,best}`` (see ``timm_minimal.training.run_folder``).
@@ -153,8 +155,30 @@ def _process_elapsed() -> float:
 
 # -- set-up ----------------------------------------------------------------------------------------
 
+def cpu_has_bf16() -> bool:
+    """Whether this CPU multiplies bf16 natively (AVX512-BF16 or AMX); elsewhere bf16 autocast is emulated and slow."""
+    probes = ('_is_avx512_bf16_supported', '_is_amx_tile_supported')
+    return any(getattr(torch.cpu, name, lambda: False)() for name in probes)
+
+
+def cpu_bf16_pays(model: Optional[str], model_kwargs: Optional[Dict[str, Any]] = None) -> bool:
+    """bf16 autocast by default on the CPU: for a minimal transformer with an MLP, on a CPU with native bf16.
+
+    As measured side by side in ``benchmarks/cpu_modes.md``: the MLP's matmuls dominate the step of the ``*_mlp_*``
+    models and bf16 runs them faster, while the attention-only models spend their step in small ops that bf16
+    slows down. Other timm models are not measured and stay in fp32."""
+    from ..models.paper import parse_arch
+    try:
+        mlp = parse_arch(split_model_name(model or '')[0])['mlp']
+    except ValueError:
+        return False
+    ratio = (model_kwargs or {}).get('mlp_ratio')
+    return (mlp if ratio is None else float(ratio) > 0) and cpu_has_bf16()
+
+
 def make_accelerator(args: argparse.Namespace):
-    """accelerate's Accelerator: CPU, one or several GPUs; bf16 autocast by default where the GPU supports it."""
+    """accelerate's Accelerator: CPU, one or several GPUs; bf16 autocast by default where the GPU supports it, and on
+    the CPU where it pays (``cpu_bf16_pays``)."""
     from accelerate import Accelerator
     has_gpu = torch.cuda.is_available() or (hasattr(torch, 'xpu') and torch.xpu.is_available())
     # several processes without a GPU (torchrun, accelerate launch on a CPU machine): accelerate only
@@ -162,8 +186,11 @@ def make_accelerator(args: argparse.Namespace):
     multi_cpu = not has_gpu and int(os.environ.get('WORLD_SIZE', '1')) > 1
     precision = args.mixed_precision
     if precision is None and 'ACCELERATE_MIXED_PRECISION' not in os.environ:
-        on_cuda = torch.cuda.is_available() and not args.cpu
-        precision = 'bf16' if on_cuda and torch.cuda.is_bf16_supported() else 'no'
+        if torch.cuda.is_available() and not args.cpu:
+            precision = 'bf16' if torch.cuda.is_bf16_supported() else 'no'
+        else:
+            on_cpu = args.cpu or not has_gpu
+            precision = 'bf16' if on_cpu and cpu_bf16_pays(args.model, args.model_kwargs) else 'no'
     return Accelerator(mixed_precision=precision, gradient_accumulation_steps=args.grad_accum_steps,
                        cpu=args.cpu or multi_cpu, step_scheduler_with_optimizer=False)
 

@@ -6,8 +6,8 @@
 For every model: the bare training step (forward, cross-entropy, backward, AdamW; resident random inputs;
 ``timm_minimal.tools.benchmark.training.bare_step_throughput``) with all the process's cores as torch threads,
 in four modes: eager fp32, ``torch.compile``, bf16 autocast, and both. Then the step as ``--jobs`` concurrent
-processes with ``cores / jobs`` threads each (what ``timm-minimal-reproduce --jobs N`` runs), their images per
-second summed. Every figure is the median of ``--repeats`` timed blocks, and every ratio is against eager fp32
+processes with ``cores / jobs`` threads each (what ``timm-minimal-reproduce --jobs N`` runs), eager and in bf16
+(``--jobs-modes``), their images per second summed. Every figure is the median of ``--repeats`` timed blocks, and every ratio is against eager fp32
 of the same model in the same run. The machine should be otherwise idle.
 """
 import argparse
@@ -50,14 +50,16 @@ def measure_mode(model: str, mode: str, batch_size: int, threads: int, steps: in
 
 
 _CHILD = ('import json, sys; from timm_minimal.tools.benchmark.cpu_modes import measure_mode; '
-          'print(json.dumps(measure_mode(sys.argv[1], "eager", *map(int, sys.argv[2:]))))')
+          'print(json.dumps(measure_mode(sys.argv[1], sys.argv[2], *map(int, sys.argv[3:]))))')
 
 
-def measure_jobs(model: str, jobs: int, batch_size: int, steps: int, warmup: int, repeats: int) -> List[List[float]]:
-    """The eager step as ``jobs`` processes at once, ``cores // jobs`` threads each: each process's rates."""
+def measure_jobs(model: str, mode: str, jobs: int, batch_size: int, steps: int, warmup: int,
+                 repeats: int) -> List[List[float]]:
+    """The step in ``mode`` as ``jobs`` processes at once, ``cores // jobs`` threads each: each process's rates."""
     threads = max(1, _cores() // jobs)
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
-    argv = [sys.executable, '-c', _CHILD, model, str(batch_size), str(threads), str(steps), str(warmup), str(repeats)]
+    argv = [sys.executable, '-c', _CHILD, model, mode, str(batch_size), str(threads), str(steps), str(warmup),
+            str(repeats)]
     procs = [subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for _ in range(jobs)]
     out = []
@@ -76,9 +78,9 @@ def _rows(results: Dict[str, Any]) -> List[str]:
         for mode, rates in r['modes'].items():
             lines.append(f"| `{model}` | {results['batch_size']} | {mode} | 1 x {results['threads']} "
                          f"| {statistics.median(rates):,.0f} | {statistics.median(rates) / eager:.2f} |")
-        if r.get('jobs'):
-            per = [statistics.median(rates) for rates in r['jobs']]
-            lines.append(f"| `{model}` | {results['batch_size']} | eager, {len(per)} processes at once "
+        for mode, jobs in r.get('jobs', {}).items():
+            per = [statistics.median(rates) for rates in jobs]
+            lines.append(f"| `{model}` | {results['batch_size']} | {mode}, {len(per)} processes at once "
                          f"| {len(per)} x {r['job_threads']} | {sum(per):,.0f} ({' + '.join(f'{v:,.0f}' for v in per)}) "
                          f"| {sum(per) / eager:.2f} |")
     return lines
@@ -96,7 +98,7 @@ def render(results: Dict[str, Any]) -> str:
 
 
 def run(models: Sequence[str], batch_size: int, modes: Sequence[str], jobs: int, steps: int, warmup: int,
-        repeats: int) -> Dict[str, Any]:
+        repeats: int, jobs_modes: Sequence[str] = ('eager',)) -> Dict[str, Any]:
     threads = _cores()
     results: Dict[str, Any] = dict(batch_size=batch_size, threads=threads, steps=steps, warmup=warmup, repeats=repeats,
                                    models={}, environment=dict(
@@ -109,7 +111,9 @@ def run(models: Sequence[str], batch_size: int, modes: Sequence[str], jobs: int,
             r['modes'][mode] = measure_mode(model, mode, batch_size, threads, steps, warmup, repeats)
             print(f'{model} {mode}: {statistics.median(r["modes"][mode]):,.0f} img/s', flush=True)
         if jobs > 1:
-            r['jobs'], r['job_threads'] = measure_jobs(model, jobs, batch_size, steps, warmup, repeats), max(1, threads // jobs)
+            r['job_threads'] = max(1, threads // jobs)
+            r['jobs'] = {mode: measure_jobs(model, mode, jobs, batch_size, steps, warmup, repeats)
+                         for mode in jobs_modes}
         results['models'][model] = r
     return results
 
@@ -120,7 +124,9 @@ def _parser() -> argparse.ArgumentParser:
                    help='timm names with their tag')
     p.add_argument('--batch-size', type=positive_int, default=256, help='images per step')
     p.add_argument('--modes', nargs='+', default=list(MODES), choices=list(MODES), help='step modes to measure')
-    p.add_argument('--jobs', type=positive_int, default=2, help='concurrent processes of the last row (1: none)')
+    p.add_argument('--jobs', type=positive_int, default=2, help='concurrent processes of the last rows (1: none)')
+    p.add_argument('--jobs-modes', nargs='+', default=['eager', 'bf16'], choices=list(MODES),
+                   help='modes of the concurrent processes')
     p.add_argument('--steps', type=positive_int, default=10, help='steps per timed block')
     p.add_argument('--warmup', type=positive_int, default=3, help='steps before timing (compilation included)')
     p.add_argument('--repeats', type=positive_int, default=5, help='timed blocks; the median is reported')
@@ -137,7 +143,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     unknown = [m for m in args.models if not timm.is_model(m.split('.')[0])]
     if unknown:
         p.error(f'unknown model {unknown[0]!r}: a vit_minimal_* name with its tag, e.g. vit_minimal_sym_6x4.cifar10')
-    results = run(args.models, args.batch_size, args.modes, args.jobs, args.steps, args.warmup, args.repeats)
+    results = run(args.models, args.batch_size, args.modes, args.jobs, args.steps, args.warmup, args.repeats,
+                  args.jobs_modes)
     results['command'] = ' '.join([PROG, *(argv if argv is not None else sys.argv[1:])])
     write_report(results, render(results), args.out_json, args.out_md)
     return 0
