@@ -72,6 +72,7 @@ def test_reproduce_report_from_run_folders(tmp_path):
     assert missing['status'] == 'missing' and missing['val_acc'] is None and missing['paper_val_acc'] == 98.38
     text = md.read_text()
     assert '| **97.90** / 98.24 | -0.34 |' in text and '2 / 500' in text and 'r.png' in text
+    assert 'Mixed precision' not in text  # the runs do not say
     assert png.stat().st_size > 10_000
 
 
@@ -79,11 +80,13 @@ def test_report_of_table_2_on_cifar10_beside_the_papers_table_1(tmp_path):
     """CIFAR-10 rows with the paper's numbers (Table 1) and without them (Table 2, beyond the paper) in one
     equal-budget table against the baseline."""
     runs = tmp_path / 'runs'
-    for arch, acc, params in (('vit_minimal_std_mlp_6x1', 62.0, 279_046), ('vit_minimal_sym_6x4', 60.5, 70_870)):
+    for arch, acc, params, precision in (('vit_minimal_std_mlp_6x1', 62.0, 279_046, 'bf16'),
+                                         ('vit_minimal_sym_6x4', 60.5, 70_870, 'no')):
         d = runs / f'{arch}.cifar10'
         d.mkdir(parents=True)
         (d / 'run.json').write_text(json.dumps(dict(status='finished', num_params=params, wall_time=60.0,
-                                                    recipe='cifar10', launches=[dict(device='cpu')])))
+                                                    recipe='cifar10',
+                                                    launches=[dict(device='cpu', mixed_precision=precision)])))
         (d / 'metrics.jsonl').write_text(json.dumps(dict(epoch=1, train_loss=1.0, train_acc=60.0, test_loss=1.1,
                                                          test_acc=acc, epoch_time=30.0)) + '\n')
     md, js, png = tmp_path / 'R.md', tmp_path / 'r.json', tmp_path / 'r.png'
@@ -95,6 +98,7 @@ def test_report_of_table_2_on_cifar10_beside_the_papers_table_1(tmp_path):
     assert '| **62.00** / 60.24 | +1.76 |' in text and '| **60.50** / – | – |' in text
     assert '| `vit_minimal_sym_6x4` | 70,870 | 75% | 60.50 | -1.50 | – |' in text
     assert 'Models at or above the paper\'s validation accuracy: 1 of 1.' in text
+    assert 'Mixed precision: bf16 for `std_mlp_6x1`; no for `sym_6x4`.' in text  # the CPU default differs by model
 
 
 # -- the pool -------------------------------------------------------------------------------------

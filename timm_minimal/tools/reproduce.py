@@ -545,6 +545,19 @@ def _training_setup(results: List[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
     return None
 
 
+def _precision_text(results: List[Dict[str, Any]]) -> str:
+    """The mixed precision the runs trained in (the trainer's default depends on the device and the model)."""
+    by_mode: Dict[str, List[str]] = {}
+    for r in {r['model']: r for r in results}.values():
+        run = RunFolder(r['run_dir']).read_run() if r.get('run_dir') else None
+        mode = ((run or {}).get('launches') or [{}])[0].get('mixed_precision')
+        if mode:
+            by_mode.setdefault(mode, []).append(f"`{r['model'].split('.')[0].replace('vit_minimal_', '')}`")
+    if len(by_mode) <= 1:
+        return f'Mixed precision: {next(iter(by_mode))}. ' if by_mode else ''
+    return 'Mixed precision: ' + '; '.join(f"{mode} for {', '.join(models)}" for mode, models in by_mode.items()) + '. '
+
+
 def _setup_text(results: List[Dict[str, Any]], seed: int) -> str:
     """The report's setup paragraph: epochs, recipe, hardware, versions and wall time, from the run folders."""
     epochs = sorted({r['epochs'] for r in results if r['epochs']})
@@ -564,7 +577,7 @@ def _setup_text(results: List[Dict[str, Any]], seed: int) -> str:
                  + (f" and {recipe['workers']} data-loading worker(s)" if recipe['workers'] is not None else '')
                  + '; '
                  f"torch {recipe['versions'].get('torch')}, timm {recipe['versions'].get('timm')}, "
-                 f"accelerate {recipe['versions'].get('accelerate')}. ")
+                 f"accelerate {recipe['versions'].get('accelerate')}. ") + _precision_text(results)
     walls = [r['wall_time_s'] for r in {r['model']: r for r in results}.values() if r.get('wall_time_s')]
     if walls:
         text += (f'Wall time of the training processes: {sum(walls) / 60:.1f} min in all '
