@@ -33,8 +33,10 @@ BASE = ['--dataset', 'mnist', '--train-subset', '384', '--batch-size', '32', '--
 RESUME_ARGS = BASE + ['--model', 'vit_minimal_std_mlp_6x1', '--model-kwargs', 'depth=2', '--eval-subset', '200',
                       '--reprob', '0.5', '--drop-path', '0.1', '--checkpoint-interval', '4', '--translate', '0.1',
                       '--rotate', '10']
-# deterministic training step, an evaluation set that does not divide into the batches
-DDP_ARGS = BASE + ['--model', 'vit_minimal_std_mlp_6x1', '--model-kwargs', 'depth=1', '--eval-subset', '250']
+# deterministic training step, an evaluation set that does not divide into the batches; fp32 wherever the CPU's
+# default would be bf16, so one process and two (launched with --mixed_precision no) compute the same thing
+DDP_ARGS = BASE + ['--model', 'vit_minimal_std_mlp_6x1', '--model-kwargs', 'depth=1', '--eval-subset', '250',
+                   '--mixed-precision', 'no']
 
 # a run killed at an update: the test's hook, passed to train.main as a callback
 KILLER = """
