@@ -7,8 +7,8 @@ For every model: the bare training step (forward, cross-entropy, backward, AdamW
 ``timm_minimal.tools.benchmark.training.bare_step_throughput``) with all the process's cores as torch threads,
 in four modes: eager fp32, ``torch.compile``, bf16 autocast, and both. Then the step as ``--jobs`` concurrent
 processes with ``cores / jobs`` threads each (what ``timm-minimal-reproduce --jobs N`` runs), eager and in bf16
-(``--jobs-modes``), their images per second summed. Every figure is the median of ``--repeats`` timed blocks, and every ratio is against eager fp32
-of the same model in the same run. The machine should be otherwise idle.
+(``--jobs-modes``), their images per second summed. Every figure is the median of ``--repeats`` timed blocks,
+and every ratio is against eager fp32 of the same model in the same run. The machine should be otherwise idle.
 """
 import argparse
 import json
