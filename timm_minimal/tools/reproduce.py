@@ -247,7 +247,7 @@ def collect(rows: Sequence[PaperRow], runs_dir: Path) -> List[Dict[str, Any]]:
         metrics = folder.read_metrics() if folder.is_run() else []
         ours: Dict[str, Any] = dict(params=None, epochs=0, train_loss=None, train_acc=None, val_loss=None,
                                     val_acc=None, best_val_acc=None, best_epoch=None, train_time_s=None, q=None,
-                                    wall_time_s=None,
+                                    wall_time_s=None, mixed_precision=None,
                                     status='missing')
         if metrics:
             m, run = metrics, folder.read_run()
@@ -260,6 +260,7 @@ def collect(rows: Sequence[PaperRow], runs_dir: Path) -> List[Dict[str, Any]]:
                 best_epoch=best['epoch'], train_time_s=sum(r['epoch_time'] for r in m),
                 q=(DATASETS[row.dataset].train_samples * NUM_CLASSES / params) if params else None,
                 status=run.get('status', 'unknown'), wall_time_s=run.get('wall_time'),
+                mixed_precision=(run.get('launches') or [{}])[0].get('mixed_precision'),
                 val_acc_per_epoch=[r['test_acc'] for r in m])
         results.append(dict(
             table=row.table, row_id=row.row_id, label=row.label, model=row.model, architecture=row.arch,
@@ -549,8 +550,7 @@ def _precision_text(results: List[Dict[str, Any]]) -> str:
     """The mixed precision the runs trained in (the trainer's default depends on the device and the model)."""
     by_mode: Dict[str, List[str]] = {}
     for r in {r['model']: r for r in results}.values():
-        run = RunFolder(r['run_dir']).read_run() if r.get('run_dir') else None
-        mode = ((run or {}).get('launches') or [{}])[0].get('mixed_precision')
+        mode = r.get('mixed_precision')
         if mode:
             by_mode.setdefault(mode, []).append(f"`{r['model'].split('.')[0].replace('vit_minimal_', '')}`")
     if len(by_mode) <= 1:
