@@ -55,11 +55,16 @@ sys.exit(train.main(sys.argv[1:], hooks=Kill()))
 """
 
 
-def run_inprocess(argv):
-    """timm_minimal.training.train.main in this process, with fresh accelerate state."""
+def reset_accelerate_state():
+    """Forget accelerate's process-wide state, so the next Accelerator is built from its own arguments."""
     from accelerate.state import AcceleratorState, GradientState
     AcceleratorState._reset_state(reset_partial_state=True)
     GradientState._reset_state()
+
+
+def run_inprocess(argv):
+    """timm_minimal.training.train.main in this process, with fresh accelerate state."""
+    reset_accelerate_state()
     return train_mod.main([str(a) for a in argv])
 
 
@@ -268,21 +273,18 @@ def test_bf16_autocast_on_cpu(data, tmp_path):
     ('resnet18', {}, False), (None, {}, False)])
 def test_cpu_default_precision_follows_the_model_family(model, kwargs, pays, monkeypatch):
     """bf16 autocast by default on a CPU with native bf16 for the models with an MLP only; fp32 without native bf16."""
-    from accelerate.state import AcceleratorState, GradientState
     monkeypatch.delenv('ACCELERATE_MIXED_PRECISION', raising=False)
     for native in (True, False):
         monkeypatch.setattr(train_mod, 'cpu_has_bf16', lambda: native)
         assert train_mod.cpu_bf16_pays(model, kwargs) is (pays and native)
         for given in (None, 'no'):
-            AcceleratorState._reset_state(reset_partial_state=True)
-            GradientState._reset_state()
+            reset_accelerate_state()
             args = train_mod.build_parser().parse_args(['--cpu'] + (['--model', model] if model else []) +
                                                        (['--mixed-precision', given] if given else []))
             args.model_kwargs = kwargs
             expected = 'bf16' if pays and native and given is None else 'no'
             assert train_mod.make_accelerator(args).mixed_precision == expected
-    AcceleratorState._reset_state(reset_partial_state=True)
-    GradientState._reset_state()
+    reset_accelerate_state()
 
 
 def make_image_folder(root: Path, classes=('cat', 'dog', 'owl'), eval_dir='val', n_train=8, n_eval=4):
