@@ -269,7 +269,7 @@ def test_bf16_autocast_on_cpu(data, tmp_path):
 @pytest.mark.parametrize('model, kwargs, pays', [
     ('vit_minimal_std_mlp_6x1.cifar10', {}, True), ('vit_minimal_std_mlp_12x4', {}, True),
     ('vit_minimal_sym_6x4.cifar10', {}, False), ('vit_minimal_qkonly_6x1', {}, False),
-    ('vit_minimal_std_mlp_6x1', {'mlp_ratio': 0}, False), ('vit_minimal_sym_6x4', {'mlp_ratio': 2.0}, True),
+    ('vit_minimal_std_mlp_6x1', {'use_mlp': False}, False), ('vit_minimal_sym_6x4', {'use_mlp': True}, True),
     ('resnet18', {}, False), (None, {}, False)])
 def test_cpu_default_precision_follows_the_model_family(model, kwargs, pays, monkeypatch):
     """bf16 autocast by default on a CPU with native bf16 for the models with an MLP only; fp32 without native bf16."""

@@ -172,8 +172,7 @@ def cpu_bf16_pays(model: Optional[str], model_kwargs: Optional[Dict[str, Any]] =
         mlp = parse_arch(split_model_name(model or '')[0])['mlp']
     except ValueError:
         return False
-    ratio = (model_kwargs or {}).get('mlp_ratio')
-    return (mlp if ratio is None else float(ratio) > 0) and cpu_has_bf16()
+    return bool((model_kwargs or {}).get('use_mlp', mlp)) and cpu_has_bf16()
 
 
 def make_accelerator(args: argparse.Namespace):
