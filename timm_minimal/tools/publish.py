@@ -163,35 +163,47 @@ def _resolved_recipe(run: Dict[str, Any]) -> Dict[str, Any]:
     return {k: used.get(k, v) for k, v in (run.get('recipe_values') or {}).items()}
 
 
+def _card_data(info: RunInfo, repo_id: str, attn_type: str):
+    """The card's metadata: library, tags, dataset and the last epoch's test accuracy as an eval result."""
+    from huggingface_hub import EvalResult, ModelCardData
+
+    dataset_name, last = info.dataset_name, info.last
+    return ModelCardData(
+        library_name='timm',
+        pipeline_tag='image-classification',
+        license='apache-2.0',
+        tags=['image-classification', 'timm', 'transformers', 'vit_minimal', f'attn-{attn_type}'],
+        datasets=[info.dataset_info.hub_id] if info.dataset_info else None,
+        model_name=repo_id,
+        eval_results=[EvalResult(
+            task_type='image-classification', task_name='Image Classification',
+            dataset_type=info.dataset_info.hub_id if info.dataset_info else info.dataset_kind,
+            dataset_name=dataset_name, dataset_split=info.run['dataset'].get('eval_split', 'test'),
+            metric_type='accuracy', metric_name='Top-1 accuracy', metric_value=round(last['test_acc'], 2),
+        )],
+    )
+
+
+def _comparison(paper_rows, last) -> str:
+    """One sentence: the last epoch against the paper's 500-epoch validation accuracy, where it has one."""
+    if not paper_rows:
+        return 'The paper reports no result for this architecture on this dataset.'
+    gap = last['test_acc'] - paper_rows[0]['val_acc']
+    return (f'After {last["epoch"]} epoch{"s" if last["epoch"] != 1 else ""} this model is {abs(gap):.2f} points '
+            f'{"below" if gap < 0 else "above"} the validation accuracy the paper reports after 500 epochs.')
+
+
 def render_card(info: RunInfo, repo_id: str, model, template: Optional[Path] = None, note: str = ''):
     """The model card of a run (``huggingface_hub.ModelCard``); every number comes from the run's files."""
-    from huggingface_hub import EvalResult, ModelCard, ModelCardData
+    from huggingface_hub import ModelCard
 
     arch, kind = info.architecture, info.dataset_kind
     dataset_name = info.dataset_name
     last = info.last
     args = model.init_kwargs
-    card_data = ModelCardData(
-        library_name='timm',
-        pipeline_tag='image-classification',
-        license='apache-2.0',
-        tags=['image-classification', 'timm', 'transformers', 'vit_minimal', f'attn-{args["attn_type"]}'],
-        datasets=[info.dataset_info.hub_id] if info.dataset_info else None,
-        model_name=repo_id,
-        eval_results=[EvalResult(
-            task_type='image-classification', task_name='Image Classification',
-            dataset_type=info.dataset_info.hub_id if info.dataset_info else kind, dataset_name=dataset_name,
-            dataset_split=info.run['dataset'].get('eval_split', 'test'),
-            metric_type='accuracy', metric_name='Top-1 accuracy', metric_value=round(last['test_acc'], 2),
-        )],
-    )
+    card_data = _card_data(info, repo_id, args['attn_type'])
     paper_rows = _paper_rows(arch, kind)
-    if paper_rows:
-        gap = last['test_acc'] - paper_rows[0]['val_acc']
-        comparison = (f'After {last["epoch"]} epoch{"s" if last["epoch"] != 1 else ""} this model is {abs(gap):.2f} points '
-                      f'{"below" if gap < 0 else "above"} the validation accuracy the paper reports after 500 epochs.')
-    else:
-        comparison = 'The paper reports no result for this architecture on this dataset.'
+    comparison = _comparison(paper_rows, last)
     versions = info.run.get('versions', {})
     # model_cards/template.md, shipped in the package as model_card_template.md (a link to it)
     template = Path(template) if template else resources.files('timm_minimal.tools').joinpath('model_card_template.md')
