@@ -95,6 +95,20 @@ def test_fused_sdpa_matches_explicit_softmax(attn_type):
     torch.testing.assert_close(fused, attn(x), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize('dim, heads, pad', [(60, 4, 1), (60, 1, 4), (64, 4, 0)])
+def test_fused_path_pads_heads_to_a_multiple_of_8_without_changing_outputs_or_gradients(dim, heads, pad):
+    attn = _randomize(StdAttention(dim, num_heads=heads))
+    assert attn.fused_attn and attn.head_pad == pad and (attn.head_dim + pad) % 8 == 0
+    x = _x(dim=dim).requires_grad_()
+    results = []
+    for head_pad in (pad, 0):  # padded as built, then plain SDPA on the true head width
+        attn.head_pad = head_pad
+        out = attn(x)
+        results.append((out, *torch.autograd.grad(out.square().sum(), [x, *attn.parameters()])))
+    for padded, plain in zip(*results):
+        torch.testing.assert_close(padded, plain, rtol=1e-5, atol=1e-5 * plain.abs().max().item())
+
+
 @pytest.mark.parametrize('attn_type', ['qk', 'qkonly', 'chol'])
 def test_single_head_variants_reject_heads(attn_type):
     with pytest.raises(ValueError, match='num_heads=1 only'):

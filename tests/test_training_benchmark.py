@@ -176,24 +176,33 @@ def test_benchmark_training_flag_dispatches(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_cpu_modes_side_by_side_smoke(tmp_path, capsys):
-    """Every mode and the concurrent processes are measured in one run, each ratio against eager of that run."""
+def test_cpu_modes_side_by_side_smoke(tmp_path, capsys, mnist_dir):
+    """Every mode, the concurrent processes and the trainer with its defaults are measured in one run, each ratio
+    against the first mode of that run (the step with unpadded heads)."""
     from timm_minimal.tools.benchmark import cli
     md, js = tmp_path / 'modes.md', tmp_path / 'modes.json'
-    rc = cli.main(['--cpu-modes', '--models', 'vit_minimal_sym_6x1.mnist', '--batch-size', '4', '--modes', 'eager',
-                   'bf16', '--jobs', '2', '--steps', '1', '--warmup', '1', '--repeats', '1', '--out-md', str(md),
-                   '--out-json', str(js)])
+    rc = cli.main(['--cpu-modes', '--models', 'vit_minimal_sym_6x4.mnist', '--batch-size', '4', '--modes',
+                   'eager-unpadded', 'eager', 'bf16', '--jobs', '2', '--steps', '1', '--warmup', '1', '--repeats', '1',
+                   '--trainer-data-dir', str(mnist_dir), '--trainer-subset', '64',
+                   '--out-md', str(md), '--out-json', str(js)])
     assert rc == 0
     results = json.loads(js.read_text())
-    r = results['models']['vit_minimal_sym_6x1.mnist']
-    assert set(r['modes']) == {'eager', 'bf16'} and set(r['jobs']) == {'eager', 'bf16'}
+    r = results['models']['vit_minimal_sym_6x4.mnist']
+    assert list(r['modes']) == ['eager-unpadded', 'eager', 'bf16'] and set(r['jobs']) == {'eager', 'bf16'}
     assert all(len(per) == 2 and all(v[0] > 0 for v in per) for per in r['jobs'].values())
+    trainer = r['trainer']
+    assert len(trainer['rates']) == 3 and trainer['median'] > 0 and trainer['compiled'] is False
+    assert trainer['mixed_precision'] in ('no', 'bf16')
     text = md.read_text()
-    assert '| `vit_minimal_sym_6x1.mnist` | 4 | eager | 1 x' in text and '| 1.00 |' in text
+    assert '| `vit_minimal_sym_6x4.mnist` | 4 | eager-unpadded | 1 x' in text and '| 1.00 |' in text
     assert 'eager, 2 processes at once' in text and 'bf16, 2 processes at once' in text
+    assert f"timm-minimal-train, its defaults ({trainer['mixed_precision']}, eager)" in text
     with pytest.raises(SystemExit) as e:
         cli.main(['--cpu-modes', '--models', 'vit_minimal_nope.mnist'])
     assert e.value.code == 2 and "unknown model 'vit_minimal_nope.mnist'" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        cli.main(['--cpu-modes', '--models', 'vit_minimal_sym_6x4', '--trainer-data-dir', str(mnist_dir)])
+    assert e.value.code == 2 and 'has none of mnist, cifar10' in capsys.readouterr().err
 
 
 def test_the_old_module_paths_still_run():

@@ -5,10 +5,14 @@
 
 For every model: the bare training step (forward, cross-entropy, backward, AdamW; resident random inputs;
 ``timm_minimal.tools.benchmark.training.bare_step_throughput``) with all the process's cores as torch threads,
-in four modes: eager fp32, ``torch.compile``, bf16 autocast, and both. Then the step as ``--jobs`` concurrent
-processes with ``cores / jobs`` threads each (what ``timm-minimal-reproduce --jobs N`` runs), eager and in bf16
-(``--jobs-modes``), their images per second summed. Every figure is the median of ``--repeats`` timed blocks,
-and every ratio is against eager fp32 of the same model in the same run. The machine should be otherwise idle.
+in five modes: eager fp32 with SDPA on the true head width (``eager-unpadded``, the reference: the plain step
+before the attention padded its heads, ``MinimalAttention.head_pad``), eager fp32, ``torch.compile``, bf16
+autocast, and both. Then the step as ``--jobs`` concurrent processes with ``cores / jobs`` threads each (what
+``timm-minimal-reproduce --jobs N`` runs), eager and in bf16 (``--jobs-modes``), their images per second summed.
+With ``--trainer-data-dir``, last, ``timm-minimal-train`` itself with its defaults (only the batch size, a
+training subset and 3 epochs are set), its median epoch throughput after the first. Every step figure is the
+median of ``--repeats`` timed blocks, and every ratio is against the first mode of the same model in the same
+run. The machine should be otherwise idle.
 """
 import argparse
 import json
@@ -17,18 +21,21 @@ import platform
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
 import torch
 
 from ..common import HelpFormatter, OneLineParser, positive_int, write_report
 
-__all__ = ['MODES', 'measure_mode', 'measure_jobs', 'run', 'main']
+__all__ = ['MODES', 'measure_mode', 'measure_jobs', 'measure_trainer', 'run', 'main']
 
 PROG = 'python -m timm_minimal.tools.benchmark.cpu_modes'
-MODES = {'eager': (False, None), 'compile': (True, None), 'bf16': (False, torch.bfloat16),
-         'compile+bf16': (True, torch.bfloat16)}
+# mode: (torch.compile, autocast dtype, heads padded for SDPA)
+MODES = {'eager-unpadded': (False, None, False), 'eager': (False, None, True), 'compile': (True, None, True),
+         'bf16': (False, torch.bfloat16, True), 'compile+bf16': (True, torch.bfloat16, True)}
 
 
 def _cores() -> int:
@@ -39,12 +46,12 @@ def measure_mode(model: str, mode: str, batch_size: int, threads: int, steps: in
                  repeats: int) -> List[float]:
     """Images per second of the bare step of ``model`` in ``mode`` with ``threads`` torch threads."""
     from .training import bare_step_throughput
-    compile_, dtype = MODES[mode]
+    compile_, dtype, pad_heads = MODES[mode]
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
         return bare_step_throughput(model, batch_size, torch.device('cpu'), compile_, dtype, steps, warmup, repeats,
-                                    compile_mode=None)
+                                    compile_mode=None, pad_heads=pad_heads)
     finally:
         torch.set_num_threads(before)
 
@@ -71,10 +78,30 @@ def measure_jobs(model: str, mode: str, jobs: int, batch_size: int, steps: int, 
     return out
 
 
+def measure_trainer(model: str, batch_size: int, data_dir: str, train_subset: int, threads: int) -> Dict[str, Any]:
+    """``timm-minimal-train`` with its defaults on the model's dataset (its tag): 3 epochs of ``train_subset``
+    images in a temporary folder; the median epoch throughput after the first, and the precision and compile
+    mode the defaults chose."""
+    from ...models.datasets import DATASETS
+    from .training import read_metrics, run_trainer_subprocess
+    dataset = DATASETS[model.split('.')[1]].kind
+    with tempfile.TemporaryDirectory(prefix='cpu-modes-trainer-') as tmp:
+        out = Path(tmp) / 'run'
+        run_trainer_subprocess(['--model', model, '--dataset', dataset, '--data-dir', data_dir, '--output', str(out),
+                                '--epochs', '3', '--batch-size', str(batch_size), '--train-subset', str(train_subset),
+                                '--eval-subset', '256', '--seed', '0', '--no-progress', '--log-interval', '0'],
+                               out, threads=threads)
+        rates = [float(row['throughput']) for row in read_metrics(out)]
+        launch = json.loads((out / 'run.json').read_text())['launches'][-1]
+    return dict(rates=rates, median=statistics.median(rates[1:]), mixed_precision=launch['mixed_precision'],
+                compiled=launch['compiled'])
+
+
 def _rows(results: Dict[str, Any]) -> List[str]:
-    lines = ['| model | batch | mode | processes x threads | img/s (median) | / eager |', '|---|---:|---|---|---:|---:|']
+    lines = ['| model | batch | mode | processes x threads | img/s (median) | / first row |',
+             '|---|---:|---|---|---:|---:|']
     for model, r in results['models'].items():
-        eager = statistics.median(r['modes']['eager'])
+        eager = statistics.median(next(iter(r['modes'].values())))
         for mode, rates in r['modes'].items():
             lines.append(f"| `{model}` | {results['batch_size']} | {mode} | 1 x {results['threads']} "
                          f"| {statistics.median(rates):,.0f} | {statistics.median(rates) / eager:.2f} |")
@@ -83,6 +110,11 @@ def _rows(results: Dict[str, Any]) -> List[str]:
             lines.append(f"| `{model}` | {results['batch_size']} | {mode}, {len(per)} processes at once "
                          f"| {len(per)} x {r['job_threads']} | {sum(per):,.0f} ({' + '.join(f'{v:,.0f}' for v in per)}) "
                          f"| {sum(per) / eager:.2f} |")
+        if 'trainer' in r:
+            t = r['trainer']
+            lines.append(f"| `{model}` | {results['batch_size']} | timm-minimal-train, its defaults ({t['mixed_precision']}"
+                         f", {'compiled' if t['compiled'] else 'eager'}) | 1 x {results['threads']} "
+                         f"| {t['median']:,.0f} | {t['median'] / eager:.2f} |")
     return lines
 
 
@@ -98,7 +130,8 @@ def render(results: Dict[str, Any]) -> str:
 
 
 def run(models: Sequence[str], batch_size: int, modes: Sequence[str], jobs: int, steps: int, warmup: int,
-        repeats: int, jobs_modes: Sequence[str] = ('eager',)) -> Dict[str, Any]:
+        repeats: int, jobs_modes: Sequence[str] = ('eager',), trainer_data_dir: Optional[str] = None,
+        trainer_subset: int = 10240) -> Dict[str, Any]:
     threads = _cores()
     results: Dict[str, Any] = dict(batch_size=batch_size, threads=threads, steps=steps, warmup=warmup, repeats=repeats,
                                    models={}, environment=dict(
@@ -114,6 +147,9 @@ def run(models: Sequence[str], batch_size: int, modes: Sequence[str], jobs: int,
             r['job_threads'] = max(1, threads // jobs)
             r['jobs'] = {mode: measure_jobs(model, mode, jobs, batch_size, steps, warmup, repeats)
                          for mode in jobs_modes}
+        if trainer_data_dir:
+            r['trainer'] = measure_trainer(model, batch_size, trainer_data_dir, trainer_subset, threads)
+            print(f"{model} timm-minimal-train: {r['trainer']['median']:,.0f} img/s", flush=True)
         results['models'][model] = r
     return results
 
@@ -127,6 +163,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument('--jobs', type=positive_int, default=2, help='concurrent processes of the last rows (1: none)')
     p.add_argument('--jobs-modes', nargs='+', default=['eager', 'bf16'], choices=list(MODES),
                    help='modes of the concurrent processes')
+    p.add_argument('--trainer-data-dir', default=None, metavar='DIR',
+                   help="also run timm-minimal-train with its defaults on the model's dataset, in DIR")
+    p.add_argument('--trainer-subset', type=positive_int, default=10240, metavar='N',
+                   help='training images per epoch of that run')
     p.add_argument('--steps', type=positive_int, default=10, help='steps per timed block')
     p.add_argument('--warmup', type=positive_int, default=3, help='steps before timing (compilation included)')
     p.add_argument('--repeats', type=positive_int, default=5, help='timed blocks; the median is reported')
@@ -143,8 +183,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     unknown = [m for m in args.models if not timm.is_model(m.split('.')[0])]
     if unknown:
         p.error(f'unknown model {unknown[0]!r}: a vit_minimal_* name with its tag, e.g. vit_minimal_sym_6x4.cifar10')
+    if args.trainer_data_dir:
+        from ...models.datasets import DATASETS
+        untagged = [m for m in args.models if m.partition('.')[2] not in DATASETS]
+        if untagged:
+            p.error(f'--trainer-data-dir trains on the dataset of the tag; {untagged[0]!r} has none of '
+                    f'{", ".join(DATASETS)}')
+        if not Path(args.trainer_data_dir).is_dir():
+            p.error(f'--trainer-data-dir {args.trainer_data_dir!r} is not a directory')
     results = run(args.models, args.batch_size, args.modes, args.jobs, args.steps, args.warmup, args.repeats,
-                  args.jobs_modes)
+                  args.jobs_modes, args.trainer_data_dir, args.trainer_subset)
     results['command'] = ' '.join([PROG, *(argv if argv is not None else sys.argv[1:])])
     write_report(results, render(results), args.out_json, args.out_md)
     return 0

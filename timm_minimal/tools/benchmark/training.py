@@ -134,14 +134,15 @@ def _timed(step: Callable[[torch.Tensor, torch.Tensor], None], x: torch.Tensor, 
 
 def bare_step_throughput(model_name: str, batch_size: int, device: torch.device, compile: bool,
                          amp_dtype: Optional[torch.dtype], steps: int, warmup: int, repeats: int,
-                         compile_mode: Optional[str] = None) -> List[float]:
+                         compile_mode: Optional[str] = None, pad_heads: bool = True) -> List[float]:
     """Images per second of the bare training step, one value per timed repeat.
 
     ``model_name`` is a timm name with its tag (``vit_minimal_sym_6x4.mnist``). The model (optionally
     ``torch.compile``-d, in ``compile_mode``), AdamW (``create_optimizer_v2``, lr 1e-3, weight decay 0.05, fused on CUDA) and a
     batch of random inputs and labels live on ``device``; ``warmup`` steps (compilation included), then
     ``repeats`` blocks of ``steps`` steps, each timed with the device synchronised before and after.
-    The global RNG state is left as it was (the model is initialised from seed 0).
+    The global RNG state is left as it was (the model is initialised from seed 0). ``pad_heads=False`` runs
+    SDPA on the true head width (``MinimalAttention.head_pad`` set to 0), the step as it was before that padding.
     """
     if batch_size < 1 or steps < 1 or repeats < 1 or warmup < 0:
         raise ValueError('bare_step_throughput needs batch_size, steps, repeats >= 1 and warmup >= 0.')
@@ -150,6 +151,10 @@ def bare_step_throughput(model_name: str, batch_size: int, device: torch.device,
     with torch.random.fork_rng(devices=rng_devices):
         torch.manual_seed(0)
         model = timm.create_model(model_name).to(device).train()
+        if not pad_heads:
+            for module in model.modules():
+                if hasattr(module, 'head_pad'):
+                    module.head_pad = 0
         optimizer = create_optimizer_v2(
             model, 'adamw', lr=1e-3, weight_decay=0.05, **({'fused': True} if device.type == 'cuda' else {}))
         x, y = _synthetic_batch(model, batch_size, device)
