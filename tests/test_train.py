@@ -445,3 +445,5 @@ def test_a_failing_compilation_falls_back_to_eager(data, tmp_path, capsys, monke
     out = capsys.readouterr().out
     assert 'WARNING: torch.compile failed (RuntimeError: backend compiler failed); training without compilation' in out
     assert metrics(tmp_path / 'run')[0]['update'] == 12
+    launch = json.loads((tmp_path / 'run' / 'run.json').read_text())['launches'][-1]
+    assert launch['compiled'] is False and launch['compile_mode'] is None  # run.json says what ran

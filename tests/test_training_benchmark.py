@@ -190,13 +190,16 @@ def test_cpu_modes_side_by_side_smoke(tmp_path, capsys, mnist_dir):
     r = results['models']['vit_minimal_sym_6x4.mnist']
     assert list(r['modes']) == ['eager-unpadded', 'eager', 'bf16'] and set(r['jobs']) == {'eager', 'bf16'}
     assert all(len(per) == 2 and all(v[0] > 0 for v in per) for per in r['jobs'].values())
-    trainer = r['trainer']
-    assert len(trainer['rates']) == 3 and trainer['median'] > 0 and trainer['compiled'] is False
-    assert trainer['mixed_precision'] in ('no', 'bf16')
+    assert list(r['trainer']) == ['defaults', '--compile']
+    for name, trainer in r['trainer'].items():
+        assert len(trainer['rates']) == len(trainer['train_time']) == 3 and trainer['median'] > 0
+        assert trainer['compiled'] is (name == '--compile')  # a 3-epoch run of 16 updates stays eager by default
+        assert trainer['mixed_precision'] in ('no', 'bf16')
     text = md.read_text()
     assert '| `vit_minimal_sym_6x4.mnist` | 4 | eager-unpadded | 1 x' in text and '| 1.00 |' in text
     assert 'eager, 2 processes at once' in text and 'bf16, 2 processes at once' in text
-    assert f"timm-minimal-train, its defaults ({trainer['mixed_precision']}, eager)" in text
+    assert f"timm-minimal-train, defaults ({r['trainer']['defaults']['mixed_precision']}, eager; first epoch" in text
+    assert 'timm-minimal-train, --compile (' in text
     with pytest.raises(SystemExit) as e:
         cli.main(['--cpu-modes', '--models', 'vit_minimal_nope.mnist'])
     assert e.value.code == 2 and "unknown model 'vit_minimal_nope.mnist'" in capsys.readouterr().err

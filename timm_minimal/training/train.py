@@ -475,6 +475,8 @@ def finish_run(run: Run, state: TrainState, status: str, message: Optional[str],
     record.update(status=status, finished=datetime.now(timezone.utc).isoformat(timespec='seconds'))
     if record.get('launches'):
         record['launches'][-1]['wall_time'] = launch_time
+        if not run.compiled:  # what ran: a compilation that failed fell back to eager
+            record['launches'][-1].update(compiled=False, compile_mode=None)
     record['wall_time'] = sum(la.get('wall_time', 0.0) for la in record.get('launches', []))
     record.update(epochs_completed=len(state.history), final=state.history[-1] if state.history else None,
                   best=state.best if state.best.get('epoch') else None)

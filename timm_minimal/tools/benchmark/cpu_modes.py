@@ -10,7 +10,9 @@ before the attention padded its heads, ``MinimalAttention.head_pad``), eager fp3
 autocast, and both. Then the step as ``--jobs`` concurrent processes with ``cores / jobs`` threads each (what
 ``timm-minimal-reproduce --jobs N`` runs), eager and in bf16 (``--jobs-modes``), their images per second summed.
 With ``--trainer-data-dir``, last, ``timm-minimal-train`` itself with its defaults (only the batch size, a
-training subset and 3 epochs are set), its median epoch throughput after the first. Every step figure is the
+training subset and 3 epochs are set; a run this short stays eager) and with ``--compile`` (the default of a run
+long enough to repay it), its median epoch throughput after the first, and the first epoch's extra time (the
+compilation, for ``--compile``). Every step figure is the
 median of ``--repeats`` timed blocks, and every ratio is against the first mode of the same model in the same
 run. The machine should be otherwise idle.
 """
@@ -78,10 +80,15 @@ def measure_jobs(model: str, mode: str, jobs: int, batch_size: int, steps: int, 
     return out
 
 
-def measure_trainer(model: str, batch_size: int, data_dir: str, train_subset: int, threads: int) -> Dict[str, Any]:
-    """``timm-minimal-train`` with its defaults on the model's dataset (its tag): 3 epochs of ``train_subset``
-    images in a temporary folder; the median epoch throughput after the first, and the precision and compile
-    mode the defaults chose."""
+TRAINER_MODES = {'defaults': [], '--compile': ['--compile']}
+
+
+def measure_trainer(model: str, batch_size: int, data_dir: str, train_subset: int, threads: int,
+                    extra_args: Sequence[str] = ()) -> Dict[str, Any]:
+    """``timm-minimal-train`` with its defaults (and ``extra_args``) on the model's dataset (its tag): 3 epochs of
+    ``train_subset`` images in a temporary folder; the median epoch throughput after the first, the first epoch's
+    extra training time over the median of the others (start-up and compilation), and the precision and compile
+    mode the run used."""
     from ...models.datasets import DATASETS
     from .training import read_metrics, run_trainer_subprocess
     dataset = DATASETS[model.split('.')[1]].kind
@@ -89,11 +96,13 @@ def measure_trainer(model: str, batch_size: int, data_dir: str, train_subset: in
         out = Path(tmp) / 'run'
         run_trainer_subprocess(['--model', model, '--dataset', dataset, '--data-dir', data_dir, '--output', str(out),
                                 '--epochs', '3', '--batch-size', str(batch_size), '--train-subset', str(train_subset),
-                                '--eval-subset', '256', '--seed', '0', '--no-progress', '--log-interval', '0'],
-                               out, threads=threads)
-        rates = [float(row['throughput']) for row in read_metrics(out)]
+                                '--eval-subset', '256', '--seed', '0', '--no-progress', '--log-interval', '0',
+                                *extra_args], out, threads=threads)
+        rows = read_metrics(out)
         launch = json.loads((out / 'run.json').read_text())['launches'][-1]
-    return dict(rates=rates, median=statistics.median(rates[1:]), mixed_precision=launch['mixed_precision'],
+    rates, times = [float(r['throughput']) for r in rows], [float(r['train_time']) for r in rows]
+    return dict(rates=rates, median=statistics.median(rates[1:]), train_time=times,
+                first_epoch_extra_s=times[0] - statistics.median(times[1:]), mixed_precision=launch['mixed_precision'],
                 compiled=launch['compiled'])
 
 
@@ -110,11 +119,11 @@ def _rows(results: Dict[str, Any]) -> List[str]:
             lines.append(f"| `{model}` | {results['batch_size']} | {mode}, {len(per)} processes at once "
                          f"| {len(per)} x {r['job_threads']} | {sum(per):,.0f} ({' + '.join(f'{v:,.0f}' for v in per)}) "
                          f"| {sum(per) / eager:.2f} |")
-        if 'trainer' in r:
-            t = r['trainer']
-            lines.append(f"| `{model}` | {results['batch_size']} | timm-minimal-train, its defaults ({t['mixed_precision']}"
-                         f", {'compiled' if t['compiled'] else 'eager'}) | 1 x {results['threads']} "
-                         f"| {t['median']:,.0f} | {t['median'] / eager:.2f} |")
+        for name, t in r.get('trainer', {}).items():
+            how = (f"{t['mixed_precision']}, {'compiled' if t['compiled'] else 'eager'}; "
+                   f"first epoch {round(t['first_epoch_extra_s']):+d} s")
+            lines.append(f"| `{model}` | {results['batch_size']} | timm-minimal-train, {name} ({how}) "
+                         f"| 1 x {results['threads']} | {t['median']:,.0f} | {t['median'] / eager:.2f} |")
     return lines
 
 
@@ -148,8 +157,10 @@ def run(models: Sequence[str], batch_size: int, modes: Sequence[str], jobs: int,
             r['jobs'] = {mode: measure_jobs(model, mode, jobs, batch_size, steps, warmup, repeats)
                          for mode in jobs_modes}
         if trainer_data_dir:
-            r['trainer'] = measure_trainer(model, batch_size, trainer_data_dir, trainer_subset, threads)
-            print(f"{model} timm-minimal-train: {r['trainer']['median']:,.0f} img/s", flush=True)
+            r['trainer'] = {}
+            for name, extra in TRAINER_MODES.items():
+                r['trainer'][name] = measure_trainer(model, batch_size, trainer_data_dir, trainer_subset, threads, extra)
+                print(f"{model} timm-minimal-train, {name}: {r['trainer'][name]['median']:,.0f} img/s", flush=True)
         results['models'][model] = r
     return results
 
