@@ -9,12 +9,11 @@ in five modes: eager fp32 with SDPA on the true head width (``eager-unpadded``, 
 before the attention padded its heads, ``MinimalAttention.head_pad``), eager fp32, ``torch.compile``, bf16
 autocast, and both. Then the step as ``--jobs`` concurrent processes with ``cores / jobs`` threads each (what
 ``timm-minimal-reproduce --jobs N`` runs), eager and in bf16 (``--jobs-modes``), their images per second summed.
-With ``--trainer-data-dir``, last, ``timm-minimal-train`` itself with its defaults (only the batch size, a
-training subset and 3 epochs are set; a run this short stays eager) and with ``--compile`` (the default of a run
-long enough to repay it), its median epoch throughput after the first, and the first epoch's extra time (the
-compilation, for ``--compile``). Every step figure is the
-median of ``--repeats`` timed blocks, and every ratio is against the first mode of the same model in the same
-run. The machine should be otherwise idle.
+With ``--trainer-data-dir``, last, ``timm-minimal-train`` itself (only the batch size, a training subset and 3
+epochs are set), with its defaults and with ``--compile``: its median epoch throughput after the first, and the
+first epoch's extra time (for ``--compile`` a cold compilation: each trainer run gets an empty
+``TORCHINDUCTOR_CACHE_DIR``). Every step figure is the median of ``--repeats`` timed blocks, and every ratio is
+against the first mode of the same model in the same run. The machine should be otherwise idle.
 """
 import argparse
 import json
@@ -86,9 +85,9 @@ TRAINER_MODES = {'defaults': [], '--compile': ['--compile']}
 def measure_trainer(model: str, batch_size: int, data_dir: str, train_subset: int, threads: int,
                     extra_args: Sequence[str] = ()) -> Dict[str, Any]:
     """``timm-minimal-train`` with its defaults (and ``extra_args``) on the model's dataset (its tag): 3 epochs of
-    ``train_subset`` images in a temporary folder; the median epoch throughput after the first, the first epoch's
-    extra training time over the median of the others (start-up and compilation), and the precision and compile
-    mode the run used."""
+    ``train_subset`` images in a temporary folder, with an empty compilation cache of its own; the median epoch
+    throughput after the first, the first epoch's extra training time over the median of the others (start-up and
+    a cold compilation), and the precision and compile mode the run used."""
     from ...models.datasets import DATASETS
     from .training import read_metrics, run_trainer_subprocess
     dataset = DATASETS[model.split('.')[1]].kind
@@ -97,7 +96,8 @@ def measure_trainer(model: str, batch_size: int, data_dir: str, train_subset: in
         run_trainer_subprocess(['--model', model, '--dataset', dataset, '--data-dir', data_dir, '--output', str(out),
                                 '--epochs', '3', '--batch-size', str(batch_size), '--train-subset', str(train_subset),
                                 '--eval-subset', '256', '--seed', '0', '--no-progress', '--log-interval', '0',
-                                *extra_args], out, threads=threads)
+                                *extra_args], out, threads=threads,
+                               env_extra={'TORCHINDUCTOR_CACHE_DIR': str(Path(tmp) / 'inductor-cache')})
         rows = read_metrics(out)
         launch = json.loads((out / 'run.json').read_text())['launches'][-1]
     rates, times = [float(r['throughput']) for r in rows], [float(r['train_time']) for r in rows]

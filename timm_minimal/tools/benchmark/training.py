@@ -179,14 +179,16 @@ def _tail(path: Path, lines: int = 15) -> str:
     return '\n'.join('    ' + ln for ln in text[-lines:])
 
 
-def run_trainer_subprocess(args: Sequence[str], output: Path, threads: Optional[int] = None) -> None:
+def run_trainer_subprocess(args: Sequence[str], output: Path, threads: Optional[int] = None,
+                           env_extra: Optional[Dict[str, str]] = None) -> None:
     """Run ``python -m timm_minimal.training.train ARGS`` in a fresh process; stdout and stderr go to files beside
     ``output`` (``<output>.stdout.txt``, ``<output>.stderr.txt``). ``threads`` sets ``OMP_NUM_THREADS``
-    (torch's default thread count); raises TrainerError with the tail of stderr when the trainer fails."""
+    (torch's default thread count), ``env_extra`` more environment variables; raises TrainerError with the tail
+    of stderr when the trainer fails."""
     output.parent.mkdir(parents=True, exist_ok=True)
     out_log = output.parent / f'{output.name}.stdout.txt'
     err_log = output.parent / f'{output.name}.stderr.txt'
-    env = dict(os.environ)
+    env = dict(os.environ, **(env_extra or {}))
     if threads:
         env['OMP_NUM_THREADS'] = str(threads)
     command = [*TRAINER, *args]
