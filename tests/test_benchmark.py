@@ -55,7 +55,8 @@ def test_clock_choice():
 
 def test_flops_match_the_architecture():
     model = B.build_model('vit_minimal_std_mlp_6x1')
-    assert B.count_flops(model, (1, 28, 28)) == _analytic_flops()
+    assert B.count_flops(model, (1, 28, 28)) == _analytic_flops()  # the true head width, not the padded one
+    assert {m.head_pad for m in model.modules() if hasattr(m, 'head_pad')} == {4}  # and the padding is back
     # SDPA and the explicit softmax path count the same
     assert B.count_flops(B.set_fused_attn(model, False), (1, 28, 28)) == _analytic_flops()
     no_mlp = B.build_model('vit_minimal_std_6x1')

@@ -116,12 +116,16 @@ def count_flops(model: nn.Module, input_shape: Sequence[int], backward: bool = F
 
     It counts matrix products (linear layers, the patch-embedding convolution, batched matmuls and
     the fused SDPA kernels, CPU ones included) as 2 x multiply-accumulates; element-wise work
-    (softmax, LayerNorm, GELU, additions) is not counted.
+    (softmax, LayerNorm, GELU, additions) is not counted. SDPA counts on the true head width: the zero
+    columns the attention pads its heads with for speed (``MinimalAttention.head_pad``) are left out.
     """
     param = next(model.parameters())
     x = torch.randn(1, *input_shape, device=param.device, dtype=param.dtype)
     was_training = model.training
     model.train(backward)
+    padded = [(m, m.head_pad) for m in model.modules() if getattr(m, 'head_pad', 0)]
+    for m, _ in padded:
+        m.head_pad = 0
     try:
         with FlopCounterMode(display=False, custom_mapping=_cpu_sdpa_formulas()) as counter:
             if backward:
@@ -131,6 +135,8 @@ def count_flops(model: nn.Module, input_shape: Sequence[int], backward: bool = F
                     model(x)
     finally:
         model.train(was_training)
+        for m, pad in padded:
+            m.head_pad = pad
         if backward:
             model.zero_grad(set_to_none=True)
     return int(counter.get_total_flops())
