@@ -92,6 +92,8 @@ def test_card_accuracy_is_confirmed_on_the_full_test_split(name, cache, monkeypa
     res = evaluate_model(timm.create_model(name, pretrained=True), dataset, str(DATA))
     assert res['samples'] == 10000
     # the card's number was measured by the trainer on its device: fp32 on a CPU gives the same predictions as
-    # this fp32 evaluation; bf16 autocast on a GPU flips a few borderline ones (0.16 pp at most so far)
-    on_gpu = 'GPU' in ModelCard.load(ROOT / 'model_cards' / f'{name}.md').text
-    assert abs(res['acc'] - card_accuracy(name)) <= (0.2 if on_gpu else 0.005), (res['acc'], card_accuracy(name))
+    # this fp32 evaluation; bf16 autocast (on a GPU, or on a CPU where the card says so) flips a few borderline
+    # ones (0.16 pp at most so far)
+    text = ModelCard.load(ROOT / 'model_cards' / f'{name}.md').text
+    autocast = 'GPU' in text or 'autocast as the run trained' in text
+    assert abs(res['acc'] - card_accuracy(name)) <= (0.2 if autocast else 0.005), (res['acc'], card_accuracy(name))

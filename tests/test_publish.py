@@ -62,6 +62,20 @@ def test_export_folder_and_card_numbers_come_from_the_run(mnist_run, tmp_path):
     assert '97.80' in text  # the paper's Table 2 validation accuracy for 1-head symmetry
     assert 'hf-hub:testuser/vit_minimal_sym_6x1.mnist' in text
     assert (tmp_path / 'cards' / 'sym.md').read_text() == (out / 'README.md').read_text()
+    assert 'autocast' not in text  # an fp32 run's card states no precision
+
+
+def test_card_states_the_autocast_precision_its_test_accuracy_was_measured_in(mnist_run, tmp_path):
+    """A run that trained (and so evaluated) in bf16 autocast says so next to its numbers: an fp32 evaluation of
+    the same weights can differ by a few borderline predictions."""
+    run = shutil.copytree(mnist_run, tmp_path / 'bf16-run')
+    record = json.loads((run / 'run.json').read_text())
+    assert record['launches'][-1]['mixed_precision'] == 'no'
+    record['launches'][-1]['mixed_precision'] = 'bf16'
+    (run / 'run.json').write_text(json.dumps(record))
+    out = publish.export_run(run, tmp_path / 'repo', 'testuser/vit_minimal_sym_6x1.mnist')
+    text = ModelCard.load(out / 'README.md').text
+    assert 'at the end of\ntraining, in bf16 autocast as the run trained' in text
 
 
 def test_push_and_read_back_with_timm_transformers_and_modelcard(mnist_run, tmp_path, hub_server):

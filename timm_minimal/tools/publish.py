@@ -133,6 +133,12 @@ def _hardware(info: RunInfo) -> str:
     return f'{where} ({launch["device_name"]})' if launch.get('device_name') else where
 
 
+def _eval_precision(info: RunInfo) -> Optional[str]:
+    """The autocast precision the run's last evaluation ran in (its last launch's), None for fp32."""
+    precision = (info.run.get('launches') or [{}])[-1].get('mixed_precision', 'no')
+    return None if precision in (None, 'no') else str(precision)
+
+
 def _wall_time(metrics: List[Dict[str, Any]]) -> Optional[float]:
     """Seconds of training over all launches: each launch's ``elapsed`` at its last epoch (from process start)."""
     if not metrics or 'elapsed' not in metrics[0]:
@@ -239,6 +245,7 @@ def render_card(info: RunInfo, repo_id: str, model, template: Optional[Path] = N
         recipe=yaml.safe_dump(_resolved_recipe(info.run), sort_keys=False).strip(),
         versions=', '.join(f'{k} {v}' for k, v in versions.items()) or 'not recorded',
         hardware=_hardware(info),
+        eval_precision=_eval_precision(info),
         wall_time=_wall_time(info.metrics),
         launches=len(info.run.get('launches') or [1]),
         note=note,
