@@ -271,6 +271,18 @@ def test_combine_puts_each_dataset_at_its_budget_in_one_equal_budget_table(tmp_p
     assert not (tmp_path / 'runs').exists() and 'wrote' in capsys.readouterr().out
 
 
+def test_combine_gives_no_paper_delta_against_a_paper_baseline_that_failed(tmp_path):
+    """The paper's 12-layer CIFAR-10 baseline (std_mlp_12x1) ended at 10.00%, chance: differences to it say nothing."""
+    cifar = _rows_json(tmp_path / 'cifar.json', 'cifar10', 20, {
+        'vit_minimal_std_mlp_12x1': (68.0, 554_542), 'vit_minimal_std_12x4': (66.0, 182_110)})
+    md = tmp_path / 'RESULTS.md'
+    assert reproduce.main(['--combine', str(cifar), '--results', str(md), '--plot', str(tmp_path / 's.png')]) == 0
+    text = md.read_text()
+    assert '| `vit_minimal_std_12x4` | 67% | 66.00 | -2.00 | – |' in text
+    assert "CIFAR-10: the paper's run of the baseline `vit_minimal_std_mlp_12x1` failed (10.00%, chance)" in text
+    assert '| `vit_minimal_std_12x4` | 182,110 | 20 | **66.00** | 55.60 | +10.40 |' in text  # each row still has its own
+
+
 def test_spearman_ranks_ties_and_refuses_too_few_pairs():
     from timm_minimal.tools.results_summary import spearman
     assert spearman([1, 2, 3], [10, 20, 30]) == pytest.approx(1.0)

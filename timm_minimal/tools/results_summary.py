@@ -96,6 +96,18 @@ def paper_section(rows: List[Row]) -> List[str]:
     return lines
 
 
+def _paper_failed(base: Row) -> bool:
+    """The paper's run of this baseline ended at chance (its 12-layer CIFAR-10 one: 10.00%, 10 classes)."""
+    chance = 100 / DATASETS[base['dataset']].num_classes if base['dataset'] in DATASETS else None
+    return chance is not None and base.get('paper_val_acc') is not None and base['paper_val_acc'] <= chance
+
+
+def _failed_baseline_notes(bases: Dict[str, Row]) -> List[str]:
+    return [f"- {_name(d)}: the paper's run of the baseline `{b['architecture']}` failed "
+            f"({b['paper_val_acc']:.2f}%, chance), so there is no Δ paper to compare with." for d, b in bases.items()
+            if _paper_failed(b)]
+
+
 def _delta(r: Optional[Row], base: Optional[Row], key: str) -> Optional[float]:
     if r is None or base is None or r.get(key) is None or base.get(key) is None:
         return None
@@ -125,10 +137,11 @@ def claim_table(rows: List[Row], depth: int) -> Tuple[List[str], Dict[str, Dict[
                 cells += ['–'] * 4
                 continue
             deltas[d][a] = r['val_acc'] - base['val_acc']
+            paper = None if _paper_failed(base) else _delta(r, base, 'paper_val_acc')
             cells += [f"{1 - r['params'] / base['params']:.0%}", f"{r['val_acc']:.2f}", f"{deltas[d][a]:+.2f}",
-                      _f(_delta(r, base, 'paper_val_acc'), '+.2f')]
+                      _f(paper, '+.2f')]
         lines.append(f'| `{a}` | ' + ' | '.join(cells) + ' |')
-    return lines + [''], deltas
+    return lines + [''] + _failed_baseline_notes(bases), deltas
 
 
 def _ranks(values: Sequence[float]) -> List[float]:
