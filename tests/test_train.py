@@ -287,6 +287,36 @@ def test_cpu_default_precision_follows_the_model_family(model, kwargs, pays, mon
     reset_accelerate_state()
 
 
+@pytest.mark.parametrize('model, kwargs, device, epochs, given, expected', [
+    ('vit_minimal_std_mlp_6x1.cifar10', {}, 'cpu', 20, None, True),  # 20 x 50,000 images: repays a compilation
+    ('vit_minimal_std_mlp_6x1.cifar10', {}, 'cpu', 2, None, False),  # 100,000: too short
+    ('vit_minimal_std_mlp_6x1.cifar10', {}, 'cpu', 20, False, False),
+    ('vit_minimal_sym_6x4.cifar10', {}, 'cpu', 20, None, False),  # no MLP: compiling gains nothing on the CPU
+    ('vit_minimal_sym_6x4.cifar10', {}, 'cpu', 2, True, True),
+    ('vit_minimal_sym_6x4', {'use_mlp': True}, 'cpu', 20, None, True),
+    ('resnet18', {}, 'cpu', 20, None, False), ('vit_minimal_sym_6x4.cifar10', {}, 'cuda', 1, None, True),
+    ('vit_minimal_std_mlp_6x1', {}, 'mps', 20, None, False)])
+def test_default_compile_follows_the_device_the_model_family_and_the_run_length(model, kwargs, device, epochs,
+                                                                                 given, expected):
+    args = train_mod.build_parser().parse_args(['--model', model, '--epochs', str(epochs)] +
+                                               ([] if given is None else ['--compile' if given else '--no-compile']))
+    args.model_kwargs = kwargs
+    assert train_mod.default_compile(args, device, 50_000) is expected
+
+
+def test_a_long_cpu_run_of_a_model_with_an_mlp_compiles_by_default(data, tmp_path, monkeypatch):
+    """The trainer hands its run length to the default: the same run compiles once it is long enough (the bar is
+    lowered here so that the run stays short; torch.compile is replaced by a recorder that returns the model)."""
+    calls = []
+    monkeypatch.setattr(torch, 'compile', lambda model, **kwargs: calls.append(kwargs) or model)
+    for bar, compiles in ((385, False), (384, True)):  # 1 epoch of the 384 training images
+        monkeypatch.setattr(train_mod, 'CPU_COMPILE_MIN_IMAGES', bar)
+        out = tmp_path / f'run-{bar}'
+        assert run_inprocess(DDP_ARGS + data + ['--epochs', '1', '--output', out]) == 0
+        assert len(calls) == int(compiles)
+        assert json.loads((out / 'run.json').read_text())['launches'][-1]['compiled'] is compiles
+
+
 def make_image_folder(root: Path, classes=('cat', 'dog', 'owl'), eval_dir='val', n_train=8, n_eval=4):
     rng = np.random.default_rng(0)
     for split, n in (('train', n_train), (eval_dir, n_eval)):

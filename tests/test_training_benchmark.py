@@ -183,7 +183,7 @@ def test_cpu_modes_side_by_side_smoke(tmp_path, capsys, mnist_dir):
     md, js = tmp_path / 'modes.md', tmp_path / 'modes.json'
     rc = cli.main(['--cpu-modes', '--models', 'vit_minimal_sym_6x4.mnist', '--batch-size', '4', '--modes',
                    'eager-unpadded', 'eager', 'bf16', '--jobs', '2', '--steps', '1', '--warmup', '1', '--repeats', '1',
-                   '--trainer-data-dir', str(mnist_dir), '--trainer-subset', '64',
+                   '--trainer-data-dir', str(mnist_dir), '--trainer-subset', '64', '--trainer-repeats', '2',
                    '--out-md', str(md), '--out-json', str(js)])
     assert rc == 0
     results = json.loads(js.read_text())
@@ -192,14 +192,16 @@ def test_cpu_modes_side_by_side_smoke(tmp_path, capsys, mnist_dir):
     assert all(len(per) == 2 and all(v[0] > 0 for v in per) for per in r['jobs'].values())
     assert list(r['trainer']) == ['defaults', '--compile']
     for name, trainer in r['trainer'].items():
-        assert len(trainer['rates']) == len(trainer['train_time']) == 3 and trainer['median'] > 0
+        assert len(trainer['runs']) == 2 and trainer['median'] > 0  # the median over the two runs of each mode
+        assert all(len(run['rates']) == len(run['train_time']) == 3 for run in trainer['runs'])
+        assert sorted([run['median'] for run in trainer['runs']])[0] <= trainer['median']
         assert trainer['compiled'] is (name == '--compile')
         assert trainer['mixed_precision'] in ('no', 'bf16')
     text = md.read_text()
     assert '| `vit_minimal_sym_6x4.mnist` | 4 | eager-unpadded | 1 x' in text and '| 1.00 |' in text
     assert 'eager, 2 processes at once' in text and 'bf16, 2 processes at once' in text
     assert f"timm-minimal-train, defaults ({r['trainer']['defaults']['mixed_precision']}, eager; first epoch" in text
-    assert 'timm-minimal-train, --compile (' in text
+    assert 'timm-minimal-train, --compile (' in text and text.count('; median of 2 runs: ') == 2
     with pytest.raises(SystemExit) as e:
         cli.main(['--cpu-modes', '--models', 'vit_minimal_nope.mnist'])
     assert e.value.code == 2 and "unknown model 'vit_minimal_nope.mnist'" in capsys.readouterr().err

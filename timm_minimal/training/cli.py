@@ -16,6 +16,12 @@ import yaml
 from ..models.datasets import dataset_for_kind
 from .data import DatasetError, dataset_kind
 
+# On a 2-core CPU a cold torch.compile of std_mlp_6x1 cost 27 s and made its trainer epochs 1.11x faster (the
+# median of three alternated runs, benchmarks/cpu_modes_trainer.md; 1.03x and 1.21x in single runs), which repays
+# the compilation after about 180,000 training images; the default asks about three times that, so the tests, the
+# demo and short runs stay eager (train.default_compile).
+CPU_COMPILE_MIN_IMAGES = 500_000
+
 __all__ = ['UsageError', 'OneLineParser', 'DATA_PATHS', 'build_parser', 'parse_args', 'load_recipe', 'read_options_yaml',
            'check_option_types', 'recipe_for', 'print_help', 'check_numbers']
 
@@ -166,7 +172,8 @@ def build_parser(suppress: bool = False) -> argparse.ArgumentParser:
                         "else bf16 on a GPU that supports it, bf16 on a CPU with native bf16 for the models with an MLP, "
                         "and no elsewhere")
     g.add_argument('--compile', action=argparse.BooleanOptionalAction, **d(None),
-                   help='torch.compile the model (default: on a CUDA GPU; a failure falls back to eager with a warning)')
+                   help='torch.compile the model (default: on a CUDA GPU, and on the CPU for the models with an MLP in '
+                        f'runs of {CPU_COMPILE_MIN_IMAGES:,} training images or more; a failure falls back to eager with a warning)')
     g.add_argument('--compile-mode', **d(None), help='torch.compile mode (default: reduce-overhead, i.e. CUDA graphs, '
                    'for one process on a GPU; torch\'s default otherwise)')
     g.add_argument('--cpu', action='store_true', **d(False), help='train on the CPU even if a GPU is present')

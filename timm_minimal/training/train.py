@@ -17,9 +17,9 @@ on the training device as uint8 and is augmented there in whole batches
 (``timm_minimal.training.device_data``); the others go through a ``DataLoader`` with timm's per-image
 transforms. On a CUDA GPU the model is compiled (``torch.compile``) and runs in bf16 autocast by
 default, AdamW is the fused kernel, and the step never waits for the host: losses, accuracies and
-the non-finite check stay on the device until the loop synchronises anyway. On the CPU the step is
-eager, in bf16 autocast for the models with an MLP where the CPU has native bf16, fp32 otherwise
-(``benchmarks/cpu_modes.md`` measures each mode).
+the non-finite check stay on the device until the loop synchronises anyway. On the CPU the models with
+an MLP run in bf16 autocast where the CPU has native bf16 (fp32 otherwise) and are compiled in runs long enough
+to repay it (``default_compile``); the others run eager in fp32 (``benchmarks/cpu_modes.md`` measures each mode).
 
 The run folder (``--output``) holds ``run.json``, ``args.yaml``, ``metrics.jsonl`` (one line per
 epoch), ``curves.png`` and ``checkpoints/{last,best}`` (see ``timm_minimal.training.run_folder``).
@@ -61,7 +61,7 @@ from .engine import (
 )
 from .files import FolderBusy, describe_write_error, is_disk_full
 from .run_folder import RUN_FORMAT, RunFolder
-from .cli import UsageError, build_parser, check_numbers, load_recipe, parse_args  # noqa: F401  (also reachable here)
+from .cli import CPU_COMPILE_MIN_IMAGES, UsageError, build_parser, check_numbers, load_recipe, parse_args  # noqa: F401  (also reachable here)
 from .resume import restore
 
 _logger = logging.getLogger('timm_minimal.training.train')
@@ -161,18 +161,36 @@ def cpu_has_bf16() -> bool:
     return any(getattr(torch.cpu, name, lambda: False)() for name in probes)
 
 
+def minimal_with_mlp(model: Optional[str], model_kwargs: Optional[Dict[str, Any]] = None) -> bool:
+    """Whether ``model`` is a minimal transformer with an MLP (``*_mlp_*``, or ``use_mlp`` set): the family whose
+    step the MLP's matmuls dominate, which the CPU defaults below treat apart. Other timm models: False."""
+    from ..models.paper import parse_arch
+    try:
+        mlp = parse_arch(split_model_name(model or '')[0])['mlp']
+    except ValueError:
+        return False
+    return bool((model_kwargs or {}).get('use_mlp', mlp))
+
+
 def cpu_bf16_pays(model: Optional[str], model_kwargs: Optional[Dict[str, Any]] = None) -> bool:
     """bf16 autocast by default on the CPU: for a minimal transformer with an MLP, on a CPU with native bf16.
 
     As measured side by side in ``benchmarks/cpu_modes.md``: the MLP's matmuls dominate the step of the ``*_mlp_*``
     models and bf16 runs them faster, while the attention-only models spend their step in small ops that bf16
     slows down. Other timm models are not measured and stay in fp32."""
-    from ..models.paper import parse_arch
-    try:
-        mlp = parse_arch(split_model_name(model or '')[0])['mlp']
-    except ValueError:
-        return False
-    return bool((model_kwargs or {}).get('use_mlp', mlp)) and cpu_has_bf16()
+    return minimal_with_mlp(model, model_kwargs) and cpu_has_bf16()
+
+
+def default_compile(args: argparse.Namespace, device_type: str, train_images: int) -> bool:
+    """``--compile``/``--no-compile`` where given; else always on a CUDA GPU, and on the CPU for the minimal
+    transformers with an MLP in a run of at least ``CPU_COMPILE_MIN_IMAGES`` training images (epochs x images per
+    epoch), long enough to repay a cold compilation. The attention-only models gain nothing from it on the CPU."""
+    if args.compile is not None:
+        return args.compile
+    if device_type == 'cuda':
+        return True
+    return (device_type == 'cpu' and minimal_with_mlp(args.model, args.model_kwargs)
+            and args.epochs * train_images >= CPU_COMPILE_MIN_IMAGES)
 
 
 def make_accelerator(args: argparse.Namespace):
@@ -530,7 +548,7 @@ def _assemble(args: argparse.Namespace, accelerator: Any, folder: RunFolder, las
     loss_fn, mixup_fn = build_loss(args, data.num_classes, args.batch_size // world)
     prepared, optimizer = accelerator.prepare(model, optimizer)
     unwrapped = accelerator.unwrap_model(prepared)
-    compiled = args.compile if args.compile is not None else accelerator.device.type == 'cuda'
+    compiled = default_compile(args, accelerator.device.type, n_train)
     train_model = torch.compile(prepared, mode=compile_mode(args, accelerator), dynamic=False) if compiled else prepared
     ema = ModelEmaV3(unwrapped, decay=args.model_ema_decay, use_warmup=args.model_ema_warmup) if args.model_ema else None
     run = Run(args=args, loop=LoopConfig.from_args(args), accelerator=accelerator, model=train_model,

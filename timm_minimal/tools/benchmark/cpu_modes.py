@@ -12,7 +12,8 @@ autocast, and both. Then the step as ``--jobs`` concurrent processes with ``core
 With ``--trainer-data-dir``, last, ``timm-minimal-train`` itself (only the batch size, a training subset and 3
 epochs are set), with its defaults and with ``--compile``: its median epoch throughput after the first, and the
 first epoch's extra time (for ``--compile`` a cold compilation: each trainer run gets an empty
-``TORCHINDUCTOR_CACHE_DIR``). Every step figure is the median of ``--repeats`` timed blocks, and every ratio is
+``TORCHINDUCTOR_CACHE_DIR``); ``--trainer-repeats N`` alternates the two N times and reports the medians over the
+runs, which a shared machine needs. Every step figure is the median of ``--repeats`` timed blocks, and every ratio is
 against the first mode of the same model in the same run. The machine should be otherwise idle.
 """
 import argparse
@@ -106,6 +107,23 @@ def measure_trainer(model: str, batch_size: int, data_dir: str, train_subset: in
                 compiled=launch['compiled'])
 
 
+def _merge_trainer_runs(runs: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """Repeated trainer runs of one mode: the median over the runs of their throughput and first-epoch extra time;
+    ``compiled`` only where every run compiled (a fallback to eager shows)."""
+    return dict(runs=runs, median=statistics.median(r['median'] for r in runs),
+                first_epoch_extra_s=statistics.median(r['first_epoch_extra_s'] for r in runs),
+                mixed_precision=runs[0]['mixed_precision'], compiled=all(r['compiled'] for r in runs))
+
+
+def _trainer_label(name: str, t: Dict[str, Any]) -> str:
+    how = (f"{t['mixed_precision']}, {'compiled' if t['compiled'] else 'eager'}; "
+           f"first epoch {round(t['first_epoch_extra_s']):+d} s")
+    if len(t.get('runs', ())) > 1:
+        each = ', '.join(f"{r['median']:,.0f}" for r in t['runs'])
+        how += f"; median of {len(t['runs'])} runs: {each}"
+    return f'timm-minimal-train, {name} ({how})'
+
+
 def _rows(results: Dict[str, Any]) -> List[str]:
     lines = ['| model | batch | mode | processes x threads | img/s (median) | / first row |',
              '|---|---:|---|---|---:|---:|']
@@ -120,9 +138,7 @@ def _rows(results: Dict[str, Any]) -> List[str]:
                          f"| {len(per)} x {r['job_threads']} | {sum(per):,.0f} ({' + '.join(f'{v:,.0f}' for v in per)}) "
                          f"| {sum(per) / eager:.2f} |")
         for name, t in r.get('trainer', {}).items():
-            how = (f"{t['mixed_precision']}, {'compiled' if t['compiled'] else 'eager'}; "
-                   f"first epoch {round(t['first_epoch_extra_s']):+d} s")
-            lines.append(f"| `{model}` | {results['batch_size']} | timm-minimal-train, {name} ({how}) "
+            lines.append(f"| `{model}` | {results['batch_size']} | {_trainer_label(name, t)} "
                          f"| 1 x {results['threads']} | {t['median']:,.0f} | {t['median'] / eager:.2f} |")
     return lines
 
@@ -140,7 +156,7 @@ def render(results: Dict[str, Any]) -> str:
 
 def run(models: Sequence[str], batch_size: int, modes: Sequence[str], jobs: int, steps: int, warmup: int,
         repeats: int, jobs_modes: Sequence[str] = ('eager',), trainer_data_dir: Optional[str] = None,
-        trainer_subset: int = 10240) -> Dict[str, Any]:
+        trainer_subset: int = 10240, trainer_repeats: int = 1) -> Dict[str, Any]:
     threads = _cores()
     results: Dict[str, Any] = dict(batch_size=batch_size, threads=threads, steps=steps, warmup=warmup, repeats=repeats,
                                    models={}, environment=dict(
@@ -157,10 +173,13 @@ def run(models: Sequence[str], batch_size: int, modes: Sequence[str], jobs: int,
             r['jobs'] = {mode: measure_jobs(model, mode, jobs, batch_size, steps, warmup, repeats)
                          for mode in jobs_modes}
         if trainer_data_dir:
-            r['trainer'] = {}
-            for name, extra in TRAINER_MODES.items():
-                r['trainer'][name] = measure_trainer(model, batch_size, trainer_data_dir, trainer_subset, threads, extra)
-                print(f"{model} timm-minimal-train, {name}: {r['trainer'][name]['median']:,.0f} img/s", flush=True)
+            runs: Dict[str, List[Dict[str, Any]]] = {name: [] for name in TRAINER_MODES}
+            for _ in range(trainer_repeats):  # alternated, so that a busy spell of a shared machine hits both
+                for name, extra in TRAINER_MODES.items():
+                    runs[name].append(measure_trainer(model, batch_size, trainer_data_dir, trainer_subset, threads,
+                                                      extra))
+                    print(f"{model} timm-minimal-train, {name}: {runs[name][-1]['median']:,.0f} img/s", flush=True)
+            r['trainer'] = {name: _merge_trainer_runs(rs) for name, rs in runs.items()}
         results['models'][model] = r
     return results
 
@@ -178,6 +197,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="also run timm-minimal-train with its defaults on the model's dataset, in DIR")
     p.add_argument('--trainer-subset', type=positive_int, default=10240, metavar='N',
                    help='training images per epoch of that run')
+    p.add_argument('--trainer-repeats', type=positive_int, default=1, metavar='N',
+                   help='trainer runs per mode, alternated; the medians over them are reported')
     p.add_argument('--steps', type=positive_int, default=10, help='steps per timed block')
     p.add_argument('--warmup', type=positive_int, default=3, help='steps before timing (compilation included)')
     p.add_argument('--repeats', type=positive_int, default=5, help='timed blocks; the median is reported')
@@ -203,7 +224,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if not Path(args.trainer_data_dir).is_dir():
             p.error(f'--trainer-data-dir {args.trainer_data_dir!r} is not a directory')
     results = run(args.models, args.batch_size, args.modes, args.jobs, args.steps, args.warmup, args.repeats,
-                  args.jobs_modes, args.trainer_data_dir, args.trainer_subset)
+                  args.jobs_modes, args.trainer_data_dir, args.trainer_subset, args.trainer_repeats)
     results['command'] = ' '.join([PROG, *(argv if argv is not None else sys.argv[1:])])
     write_report(results, render(results), args.out_json, args.out_md)
     return 0
