@@ -280,7 +280,7 @@ def test_combine_gives_no_paper_delta_against_a_paper_baseline_that_failed(tmp_p
     text = md.read_text()
     assert '| `vit_minimal_std_12x4` | 67% | 66.00 | -2.00 | – |' in text
     assert "CIFAR-10: the paper's run of the baseline `vit_minimal_std_mlp_12x1` failed (10.00%, chance)" in text
-    assert '| `vit_minimal_std_12x4` | 182,110 | 20 | **66.00** | 55.60 | +10.40 |' in text  # each row still has its own
+    assert '| `vit_minimal_std_12x4` | 182,110 | 20 | **66.00** | 55.60 | +10.40 |' in text  # against the paper's own
 
 
 def test_spearman_ranks_ties_and_refuses_too_few_pairs():

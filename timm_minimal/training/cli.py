@@ -173,7 +173,8 @@ def build_parser(suppress: bool = False) -> argparse.ArgumentParser:
                         "and no elsewhere")
     g.add_argument('--compile', action=argparse.BooleanOptionalAction, **d(None),
                    help='torch.compile the model (default: on a CUDA GPU, and on the CPU for the models with an MLP in '
-                        f'runs of {CPU_COMPILE_MIN_IMAGES:,} training images or more; a failure falls back to eager with a warning)')
+                        f'runs of {CPU_COMPILE_MIN_IMAGES:,} training images or more; a failure falls back to eager '
+                        'with a warning)')
     g.add_argument('--compile-mode', **d(None), help='torch.compile mode (default: reduce-overhead, i.e. CUDA graphs, '
                    'for one process on a GPU; torch\'s default otherwise)')
     g.add_argument('--cpu', action='store_true', **d(False), help='train on the CPU even if a GPU is present')

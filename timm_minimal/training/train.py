@@ -61,7 +61,8 @@ from .engine import (
 )
 from .files import FolderBusy, describe_write_error, is_disk_full
 from .run_folder import RUN_FORMAT, RunFolder
-from .cli import CPU_COMPILE_MIN_IMAGES, UsageError, build_parser, check_numbers, load_recipe, parse_args  # noqa: F401  (also reachable here)
+from .cli import CPU_COMPILE_MIN_IMAGES  # the default_compile bar
+from .cli import UsageError, build_parser, check_numbers, load_recipe, parse_args  # noqa: F401  (also reachable here)
 from .resume import restore
 
 _logger = logging.getLogger('timm_minimal.training.train')
