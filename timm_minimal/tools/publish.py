@@ -80,6 +80,11 @@ class RunInfo:
     def best(self) -> Dict[str, Any]:
         return max(self.metrics, key=lambda m: m['test_acc'])
 
+    @property
+    def last_launch(self) -> Dict[str, Any]:
+        """The record of the launch that ran the last epoch (device, precision, ...); {} where none is kept."""
+        return (self.run.get('launches') or [{}])[-1]
+
 
 def read_run(run_dir: Path, checkpoint: str = 'last') -> RunInfo:
     """Read ``run.json``, ``metrics.jsonl`` and the chosen checkpoint of a run folder."""
@@ -125,7 +130,7 @@ def _paper_rows(architecture: str, tag: str) -> List[Dict[str, Any]]:
 
 
 def _hardware(info: RunInfo) -> str:
-    launch = (info.run.get('launches') or [{}])[-1]
+    launch = info.last_launch
     device = str(launch.get('device', 'cpu'))
     processes = launch.get('num_processes', 1)
     kind = 'GPU' if 'cuda' in device else 'CPU'
@@ -135,7 +140,7 @@ def _hardware(info: RunInfo) -> str:
 
 def _eval_precision(info: RunInfo) -> Optional[str]:
     """The autocast precision the run's last evaluation ran in (its last launch's), None for fp32."""
-    precision = (info.run.get('launches') or [{}])[-1].get('mixed_precision', 'no')
+    precision = info.last_launch.get('mixed_precision', 'no')
     return None if precision in (None, 'no') else str(precision)
 
 

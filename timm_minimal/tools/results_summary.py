@@ -102,12 +102,6 @@ def _paper_failed(base: Row) -> bool:
     return chance is not None and base.get('paper_val_acc') is not None and base['paper_val_acc'] <= chance
 
 
-def _failed_baseline_notes(bases: Dict[str, Row]) -> List[str]:
-    return [f"- {_name(d)}: the paper's run of the baseline `{b['architecture']}` failed "
-            f"({b['paper_val_acc']:.2f}%, chance), so there is no Δ paper to compare with." for d, b in bases.items()
-            if _paper_failed(b)]
-
-
 def _delta(r: Optional[Row], base: Optional[Row], key: str) -> Optional[float]:
     if r is None or base is None or r.get(key) is None or base.get(key) is None:
         return None
@@ -121,6 +115,7 @@ def claim_table(rows: List[Row], depth: int) -> Tuple[List[str], Dict[str, Dict[
     datasets = [d for d in datasets if bases[d] is not None]
     if not datasets:
         return [], {}
+    failed = [d for d in datasets if _paper_failed(bases[d])]
     by = {(r['architecture'], r['dataset']): r for r in rows if r['depth'] == depth}
     first = {a: i for i, (a, d) in reversed(list(enumerate(by)))}  # the order of the paper's tables breaks ties
     archs = sorted({a for a, d in by if d in datasets},
@@ -137,11 +132,13 @@ def claim_table(rows: List[Row], depth: int) -> Tuple[List[str], Dict[str, Dict[
                 cells += ['–'] * 4
                 continue
             deltas[d][a] = r['val_acc'] - base['val_acc']
-            paper = None if _paper_failed(base) else _delta(r, base, 'paper_val_acc')
+            paper = None if d in failed else _delta(r, base, 'paper_val_acc')
             cells += [f"{1 - r['params'] / base['params']:.0%}", f"{r['val_acc']:.2f}", f"{deltas[d][a]:+.2f}",
                       _f(paper, '+.2f')]
         lines.append(f'| `{a}` | ' + ' | '.join(cells) + ' |')
-    return lines + [''] + _failed_baseline_notes(bases), deltas
+    notes = [f"- {_name(d)}: the paper's run of the baseline `{bases[d]['architecture']}` failed "
+             f"({bases[d]['paper_val_acc']:.2f}%, chance), so there is no Δ paper to compare with." for d in failed]
+    return lines + [''] + notes, deltas
 
 
 def _ranks(values: Sequence[float]) -> List[float]:
