@@ -213,3 +213,33 @@ def test_a_full_disk_leaves_nothing_and_a_retry_works(mnist_run, tmp_path, small
     bigger = small_disk(4096)
     assert publish.main([str(mnist_run), '--repo-id', 'x/y', '--out', str(bigger / 'repo')]) == 0
     assert (bigger / 'repo' / 'model.safetensors').is_file()
+
+
+def test_a_card_copy_to_a_folder_is_refused_before_anything_is_written(mnist_run, tmp_path, capsys):
+    (tmp_path / 'cards').mkdir()
+    rc = publish.main([str(mnist_run), '--repo-id', 'x/y', '--out', str(tmp_path / 'repo'),
+                       '--card-copy', str(tmp_path / 'cards')])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count('\n') == 1 and '--card-copy' in err and 'is a folder' in err
+    assert not (tmp_path / 'repo').exists() and list((tmp_path / 'cards').iterdir()) == []
+
+
+def test_a_push_to_a_hub_that_does_not_answer_is_one_line(mnist_run, tmp_path, monkeypatch, capsys):
+    """The Hub server is started, the client pointed at it, then the server stopped: its port refuses."""
+    from hub_server import HubServer, configure_client
+    with HubServer(tmp_path / 'gone') as server:
+        configure_client(server, tmp_path / 'hf-home', monkeypatch)
+    rc = publish.main([str(mnist_run), '--repo-id', 'testuser/gone', '--out', str(tmp_path / 'repo'), '--push'])
+    err = capsys.readouterr().err
+    assert rc == 1 and err.count('\n') == 1 and 'Traceback' not in err, err
+    assert 'the push of' in err and server.url in err and (tmp_path / 'repo' / 'README.md').is_file()
+
+
+def test_every_file_of_the_repository_folder_has_the_usual_permissions(mnist_run, tmp_path):
+    import os
+    publish.export_run(mnist_run, tmp_path / 'repo', 'x/y')
+    mask = os.umask(0o022)
+    os.umask(mask)
+    modes = {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / 'repo').iterdir()}
+    assert modes and all(m == 0o666 & ~mask for m in modes.values()), modes
+    assert (tmp_path / 'repo').stat().st_mode & 0o777 == 0o777 & ~mask

@@ -203,7 +203,7 @@ def test_jobs_2_trains_two_runs_at_the_same_time(mnist_dir, tmp_path, monkeypatc
 
 def write_fake_run(folder: RunFolder, status: str, epochs: int) -> None:
     folder.prepare()
-    folder.write_args(dict(model='m', epochs=epochs))
+    folder.write_args(dict(model=folder.path.name, output=str(folder.path), epochs=epochs))
     folder.write_run(dict(status=status, launches=[dict(device='cpu')]))
     folder.write_metrics([dict(epoch=e + 1, test_acc=50.0) for e in range(epochs)])
 
@@ -212,9 +212,9 @@ def test_dry_run_with_jobs_reuses_finished_resumes_interrupted_and_starts_nothin
     runs = tmp_path / 'runs'
     write_fake_run(RunFolder(runs / 'vit_minimal_sym_6x4.mnist'), 'finished', 2)
     write_fake_run(RunFolder(runs / 'vit_minimal_qkonly_6x1.mnist'), 'running', 1)  # killed in epoch 2
-    half_started = runs / 'vit_minimal_sym_6x1.mnist'  # died before writing its options
+    half_started = runs / 'vit_minimal_sym_6x1.mnist'  # killed before writing its options: only its lock file
     half_started.mkdir()
-    (half_started / 'stray').write_text('')
+    (half_started / '.lock').write_text('12345\n')
 
     def no_pool(*args, **kwargs):
         raise AssertionError('--dry-run ran commands')
@@ -228,8 +228,54 @@ def test_dry_run_with_jobs_reuses_finished_resumes_interrupted_and_starts_nothin
     assert f'timm_minimal.training.train --resume {runs / "vit_minimal_qkonly_6x1.mnist"} --epochs 2' in resume
     fresh = next(line for line in lines if line.startswith('[reproduce] vit_minimal_sym_6x1.mnist: '))
     assert f'--model vit_minimal_sym_6x1.mnist --dataset mnist --output {half_started} --epochs 2' in fresh
-    assert (half_started / 'stray').is_file()  # a dry run deletes nothing
+    assert (half_started / '.lock').is_file()  # the trainer starts in it; nothing is deleted
     assert not (runs / 'logs').exists() and not (tmp_path / 'R.md').exists()
+
+
+def test_a_folder_that_is_not_its_own_run_is_refused_and_kept(tmp_path, monkeypatch, capsys):
+    """Reproduce reuses or resumes only a run of its own (args.yaml naming the folder and the model); a user's
+    folder, another model's run or a folder a live process holds stops the grid before anything runs, exit 2,
+    and nothing in it is touched."""
+    from timm_minimal.training.files import FolderLock
+    monkeypatch.setattr(reproduce, 'run_commands', lambda *a, **k: pytest.fail('the grid started a run'))
+    runs = tmp_path / 'runs'
+    argv = ['--tables', '2', '--datasets', 'mnist', '--rows', 't2-mnist-sym-6x4', '--epochs', '1',
+            *outputs(tmp_path)]
+    user = runs / 'vit_minimal_sym_6x4.mnist'
+    user.mkdir(parents=True)
+    (user / 'NOTES.md').write_text('my export')
+    assert reproduce.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count('\n') == 1 and f'{user} holds files that are not a run of vit_minimal_sym_6x4.mnist' in err
+    assert (user / 'NOTES.md').read_text() == 'my export'
+    (user / 'NOTES.md').unlink()
+    (user / 'args.yaml').write_text(f'model: vit_minimal_std_6x1.mnist\noutput: {user}\n')  # another model's run
+    assert reproduce.main(argv) == 2 and 'not a run of' in capsys.readouterr().err
+    assert (user / 'args.yaml').is_file()
+    (user / 'args.yaml').unlink()
+    lock = FolderLock(user, '.lock').acquire()  # a live trainer on the (still empty) folder
+    try:
+        assert reproduce.main(argv) == 2
+        assert 'is using' in capsys.readouterr().err and (user / '.lock').is_file()
+    finally:
+        lock.release()
+    (tmp_path / 'afile').write_text('x')
+    with pytest.raises(SystemExit) as e:
+        reproduce.main([*argv[:-len(outputs(tmp_path))], '--runs-dir', str(tmp_path / 'afile')])
+    assert e.value.code == 2 and 'is a file' in capsys.readouterr().err
+
+
+def test_reproduce_exits_non_zero_naming_the_failed_runs(tmp_path, monkeypatch, capsys):
+    def pool(commands, jobs=1, **kwargs):
+        return [reproduce.CommandResult(c.name, 3 if 'sym_6x4' in c.name else 0, 1.0, 0.0, 1.0, c.log)
+                for c in commands]
+    monkeypatch.setattr(reproduce, 'run_commands', pool)
+    rc = reproduce.main(['--tables', '2', '--datasets', 'mnist', '--rows', *ROWS, '--epochs', '1',
+                         *outputs(tmp_path)])
+    out = capsys.readouterr().out
+    log = tmp_path / 'runs' / 'logs' / 'vit_minimal_sym_6x4.mnist.log'
+    assert rc == 1 and f'vit_minimal_sym_6x4.mnist failed (exit status 3, log {log})' in out
+    assert 'qkonly_6x1.mnist failed' not in out
 
 
 # -- one report over several runs ------------------------------------------------------------------

@@ -20,7 +20,10 @@ def _write(out, overwrite=False, files=('a.txt',)):
 def test_the_folder_appears_whole_with_its_marker(tmp_path):
     _write(tmp_path / 'out', files=('a.txt', 'b.txt'))
     assert sorted(p.name for p in (tmp_path / 'out').iterdir()) == ['.mark.json', 'a.txt', 'b.txt']
-    assert json.loads((tmp_path / 'out' / '.mark.json').read_text()) == {'files': ['a.txt', 'b.txt']}
+    import hashlib
+    manifest = json.loads((tmp_path / 'out' / '.mark.json').read_text())
+    assert manifest == {'format': 'timm-minimal-files/1',
+                        'files': {n: hashlib.sha256(n.encode()).hexdigest() for n in ('a.txt', 'b.txt')}}
     assert [p.name for p in tmp_path.iterdir()] == ['out']
 
 
@@ -74,3 +77,47 @@ def test_a_full_disk_is_named_and_nothing_is_left(tmp_path):
         with staged_folder(out, marker='.mark.json', error=Refused):
             raise OSError(errno.ENOSPC, 'No space left on device')
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_forged_or_malformed_marker_proves_nothing(tmp_path):
+    """The marker is a claim; only files whose digest it lists are the tool's, so a hand-written marker that names
+    a user's files (or is not a listing at all) gets nothing deleted."""
+    out = tmp_path / 'out'
+    out.mkdir()
+    (out / 'thesis.tex').write_text('keep')
+    (out / 'src').mkdir()
+    (out / 'src' / 'main.c').write_text('keep')
+    (out / 'a').write_text('keep')
+    for forged in ({'files': ['thesis.tex', 'src', 'a']}, {'files': 'a'},
+                   {'format': 'timm-minimal-files/1', 'files': {'thesis.tex': '0' * 64, 'src/main.c': '1' * 64}},
+                   {'format': 'timm-minimal-files/1', 'files': {'a': 'not a digest'}}):
+        (out / '.mark.json').write_text(json.dumps(forged))
+        with pytest.raises(Refused, match='did not write'):
+            _write(out, overwrite=True)
+    assert (out / 'thesis.tex').read_text() == 'keep' and (out / 'src' / 'main.c').read_text() == 'keep'
+    assert (out / 'a').read_text() == 'keep'
+
+
+def test_a_file_added_to_the_output_while_writing_is_kept(tmp_path):
+    """The check runs again at the swap: a file that appears in --out while the tool writes is never replaced,
+    with or without overwrite."""
+    for overwrite in (False, True):
+        out = tmp_path / f'out{overwrite}'
+        if overwrite:
+            _write(out)
+        with pytest.raises(Refused, match='not empty' if not overwrite else r'did not write \(notes.txt\)'):
+            with staged_folder(out, overwrite, marker='.mark.json', error=Refused) as stage:
+                (stage / 'a.txt').write_text('new')
+                out.mkdir(exist_ok=True)
+                (out / 'notes.txt').write_text('keep')
+        assert (out / 'notes.txt').read_text() == 'keep'
+        assert not [p for p in tmp_path.iterdir() if p.name.startswith('.')]
+
+
+def test_two_writers_to_one_new_folder_do_not_both_succeed(tmp_path):
+    out = tmp_path / 'out'
+    with pytest.raises(Refused, match='exists and is not empty'):
+        with staged_folder(out, marker='.mark.json', error=Refused) as first:
+            (first / 'a.txt').write_text('first')
+            _write(out, files=('b.txt',))  # the second writer finishes while the first is still writing
+    assert sorted(p.name for p in out.iterdir()) == ['.mark.json', 'b.txt']

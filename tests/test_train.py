@@ -401,15 +401,75 @@ def test_recipe_then_command_line(tmp_path):
 
 
 @pytest.mark.parametrize('option, value, allowed', [
-    ('--epochs', '0', 'at least 1'), ('--epochs', '-2', 'at least 1'), ('--batch-size', '0', 'at least 1'),
-    ('--batch-size', '-8', 'at least 1'), ('--num-workers', '-1', 'at least 0'), ('--eval-subset', '0', 'at least 1'),
-    ('--eval-subset', '-1', 'at least 1'), ('--train-subset', '-1', 'at least 1'),
+    ('--epochs', '0', 'an integer of at least 1'), ('--epochs', '-2', 'an integer of at least 1'),
+    ('--batch-size', '0', 'an integer of at least 1'), ('--num-workers', '-1', 'an integer of at least 0'),
+    ('--eval-subset', '0', 'an integer of at least 1'), ('--train-subset', '-1', 'an integer of at least 1'),
+    ('--clip-grad', '-1', 'a finite number above 0'), ('--seed', '18446744073709551616', 'an integer of at least 0'),
+    ('--smoothing', '1.5', 'below 1'), ('--device-data-limit', 'nan', 'a finite number above 0'),
+    ('--lr', 'inf', 'a finite number above 0'), ('--hflip', '2', 'at most 1'), ('--drop-path', '1', 'below 1'),
+    ('--rotate', '200', 'at most 180'), ('--opt-betas', '1.5', 'below 1'),
 ])
 def test_bad_numbers_are_named(option, value, allowed, data, tmp_path, capsys):
+    """Every number is checked at the door: one line naming the option and its range, exit 2, nothing written."""
     argv = DDP_ARGS + data + [option, value, '--output', tmp_path / 'run']
+    with pytest.raises(SystemExit) as e:
+        run_inprocess(argv)
+    err = capsys.readouterr().err
+    assert e.value.code == train_mod.EXIT_BAD_INPUT and err.count('\n') == 1, err
+    assert f'argument {option}: ' in err and allowed in err, err
+    assert not (tmp_path / 'run').exists()
+
+
+@pytest.mark.parametrize('line, message', [
+    ('clip_grad: -1', 'clip_grad must be a finite number above 0, got -1'),
+    ('smoothing: 1.5', 'smoothing must be a finite number of at least 0 and below 1'),
+    ('seed: 18446744073709551616', 'seed must be an integer of at least 0'),
+    ('epochs: 2.5', 'epochs must be an integer'), ('lr: .nan', 'lr must be a finite number above 0'),
+    ('scale: [0.5]', 'scale takes 2 values'), ('hflip: yes', 'hflip must be a finite number'),
+])
+def test_recipes_and_args_yaml_pass_the_same_checks(line, message, data, tmp_path, capsys):
+    recipe = tmp_path / 'r.yaml'
+    recipe.write_text(line + '\n')
+    assert run_inprocess(DDP_ARGS + data + ['--recipe', recipe, '--output', tmp_path / 'a']) == train_mod.EXIT_BAD_INPUT
+    assert message in capsys.readouterr().err
+    run = tmp_path / 'run'
+    assert run_inprocess(DDP_ARGS + data + ['--epochs', '1', '--output', run]) == 0
+    import yaml
+    saved = yaml.safe_load((run / 'args.yaml').read_text())
+    saved.update(yaml.safe_load(line))
+    (run / 'args.yaml').write_text(yaml.safe_dump(saved))
+    assert run_inprocess(['--resume', run, '--epochs', '2']) == train_mod.EXIT_BAD_INPUT
+    assert message in capsys.readouterr().err and len(metrics(run)) == 1
+
+
+def test_os_errors_the_user_can_cause_are_one_line(data, tmp_path, capsys, monkeypatch):
+    """An --output that is a file, and a folder the run cannot write (a read-only file system: the OS error is
+    raised where the run folder is prepared), end in one line naming the path and the cause."""
+    (tmp_path / 'afile').write_text('x')
+    assert run_inprocess(DDP_ARGS + data + ['--output', tmp_path / 'afile']) == train_mod.EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert err.count('\n') == 1 and f'--output {tmp_path / "afile"} is a file' in err
+    import errno
+    from timm_minimal.training.run_folder import RunFolder
+
+    def read_only(self):
+        raise OSError(errno.EROFS, 'Read-only file system', str(self.path))
+    monkeypatch.setattr(RunFolder, 'prepare', read_only)
+    assert run_inprocess(DDP_ARGS + data + ['--output', tmp_path / 'ro']) == train_mod.EXIT_WRITE_FAILED
+    err = capsys.readouterr().err
+    assert err.count('\n') == 1 and 'Traceback' not in err and f'{tmp_path / "ro"}: the file system is read-only' in err
+
+
+def test_a_failed_start_leaves_no_folder_and_a_killed_start_is_named(mnist_dir, tmp_path, capsys):
+    out = tmp_path / 'new' / 'run'
+    argv = ['--model', 'vit_minimal_std_6x1', '--dataset', 'mnist', '--data-dir', tmp_path / 'nothing', '--no-download',
+            '--output', out]
     assert run_inprocess(argv) == train_mod.EXIT_BAD_INPUT
-    assert f'{option} must be {allowed}, got {value}' in capsys.readouterr().err
-    assert not (tmp_path / 'run' / 'checkpoints' / 'last').exists()
+    assert 'MNIST not found' in capsys.readouterr().err and list(tmp_path.iterdir()) == []
+    out.mkdir(parents=True)
+    (out / '.lock').write_text('123\n')  # a start killed before it wrote its options
+    assert run_inprocess(['--resume', out]) == train_mod.EXIT_BAD_INPUT
+    assert 'stopped before it wrote its options' in capsys.readouterr().err
 
 
 def test_unreadable_files_are_named(reference, data, tmp_path, capsys):

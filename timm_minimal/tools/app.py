@@ -28,6 +28,7 @@ from PIL import Image
 
 from .attention import AttentionInputError, load_image, render_attention
 from .common import OneLineParser, create_named_model
+from ..cli import command
 
 __all__ = ['AppInputError', 'shipped_checkpoints', 'example_images', 'sketch_to_image', 'analyse', 'compare',
            'build_app', 'main']
@@ -237,6 +238,7 @@ def _parser(checkpoints: Sequence[str]) -> argparse.ArgumentParser:
     return p
 
 
+@command('timm-minimal-app')
 def main(argv: Optional[Sequence[str]] = None) -> int:
     os.environ.setdefault('GRADIO_ANALYTICS_ENABLED', 'False')
     try:

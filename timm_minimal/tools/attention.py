@@ -32,6 +32,7 @@ from PIL import Image, UnidentifiedImageError
 
 from ..models.image_processing_vit_minimal import convert_image, image_mode
 from .common import OneLineParser, allowed_models, create_named_model, number
+from ..cli import command
 
 __all__ = ['AttentionMaps', 'AttentionInputError', 'attention_rollout', 'asymmetry', 'create_attention_model',
            'label_names', 'load_image', 'preprocess', 'compute_attention', 'plot_attention', 'render_attention',
@@ -320,6 +321,7 @@ def render_attention(image: Union[str, Path, Image.Image], model: Union[str, tor
     return maps
 
 
+@command('timm-minimal-attention')
 def main(argv: Optional[Sequence[str]] = None) -> int:
     p = OneLineParser(prog=PROG, description=__doc__.split('\n\n')[0])
     p.add_argument('image', help='an image file (any size and mode PIL reads; resized to the model input)')

@@ -17,6 +17,7 @@ from timm.optim import create_optimizer_v2
 
 from ..models import vit_minimal  # noqa: F401  (registers the architectures)
 from .common import HelpFormatter, OneLineParser, positive_float, positive_int
+from ..cli import command
 
 
 @lru_cache(maxsize=1)
@@ -71,6 +72,7 @@ def train(model_name: str, epochs: int, batch_size: int = 128, lr: float = 1e-3,
     )
 
 
+@command('timm-minimal-demo')
 def main(argv=None) -> None:
     parser = OneLineParser(prog='timm-minimal-demo', description=__doc__,
                            formatter_class=HelpFormatter)

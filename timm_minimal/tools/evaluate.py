@@ -10,8 +10,9 @@ report.
 """
 import argparse
 import sys
-from typing import Any, Callable, Dict, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
+import numpy as np
 import torch
 
 from ..training.batch_augment import BatchAugment, BatchAugmentConfig
@@ -20,26 +21,52 @@ from ..training.device_data import images_to_array
 from ..training.engine import eval_metrics, eval_sums
 from ..models.image_processing_vit_minimal import image_mode
 from .common import OneLineParser, positive_int
+from ..cli import command
 
 __all__ = ['evaluate_model', 'evaluate_forwards', 'main']
+
+
+def map_labels(data_classes: Sequence[str], label_names: Optional[Sequence[str]], by_order: bool,
+               where: str) -> Optional[np.ndarray]:
+    """The model's class index for each class of the data (their folder names), by name; None where the data's
+    labels are the model's already (the same names in the same order, no names to map by, or ``by_order``).
+    Folders whose names are not among the model's ``label_names`` are refused, naming them."""
+    if by_order or not label_names or list(data_classes) == list(label_names):
+        return None
+    index = {str(name): i for i, name in enumerate(label_names)}
+    unknown = [c for c in data_classes if str(c) not in index]
+    if unknown:
+        shown = ', '.join(unknown[:8]) + (', ...' if len(unknown) > 8 else '')
+        raise DatasetError(f'the classes of {where} ({shown}) are not among the model\'s label names '
+                           f'({", ".join(map(str, label_names[:10]))}{", ..." if len(label_names) > 10 else ""}): '
+                           f'name the folders after them, or pass --labels-by-order to take the folders in '
+                           f'alphabetical order as class 0, 1, ...')
+    return np.asarray([index[str(c)] for c in data_classes], dtype=np.int64)
 
 
 @torch.no_grad()
 def evaluate_forwards(forwards: Mapping[str, Callable[[torch.Tensor], torch.Tensor]], data_cfg: Mapping[str, Any],
                       num_classes: int, dataset: str, data_dir: Optional[str] = None, batch_size: int = 1000,
-                      device: str = 'cpu', download: bool = False) -> Dict[str, Dict[str, Any]]:
+                      device: str = 'cpu', download: bool = False, label_names: Optional[Sequence[str]] = None,
+                      labels_by_order: bool = False, download_hint: str = '') -> Dict[str, Dict[str, Any]]:
     """Loss and top-1 / top-5 accuracy (%) of each function from images to logits over the evaluation split of
-    ``dataset``, prepared once with the preprocessing ``data_cfg`` (timm's ``resolve_data_config``)."""
+    ``dataset``, prepared once with the preprocessing ``data_cfg`` (timm's ``resolve_data_config``). The data's
+    classes are matched to the model's ``label_names`` by name (``map_labels``) unless ``labels_by_order``."""
     if batch_size < 1:
         raise ValueError(f'the batch size must be at least 1, got {batch_size}')
-    data = load_dataset(dataset, data_dir, download=download)
-    if data.num_classes > num_classes:
+    data = load_dataset(dataset, data_dir, download=download, download_hint=download_hint)
+    mapping = map_labels(data.classes, label_names, labels_by_order, data.source or dataset)
+    if mapping is None and data.num_classes > num_classes:
         raise DatasetError(f'{data.name} has {data.num_classes} classes and the model {num_classes} outputs: '
                            f'evaluate a model trained on these classes.')
     img_mode = image_mode(data_cfg['input_size'][0])
     _, eval_tf = build_transforms(data_cfg['input_size'], data_cfg['mean'], data_cfg['std'],
                                   interpolation=data_cfg['interpolation'], crop_pct=data_cfg['crop_pct'])
     images, labels = images_to_array(data.eval, eval_tf, data_cfg['input_size'], img_mode)
+    if len(images) == 0:
+        raise DatasetError(f'the {data.eval_split} split of {data.name} holds no images: nothing was evaluated.')
+    if mapping is not None:
+        labels = mapping[labels]
     normalize = BatchAugment(BatchAugmentConfig(), data_cfg['mean'], data_cfg['std'], torch.device(device))
     sums = {key: torch.zeros(4, dtype=torch.float64, device=device) for key in forwards}
     for i in range(0, len(images), batch_size):
@@ -47,8 +74,6 @@ def evaluate_forwards(forwards: Mapping[str, Callable[[torch.Tensor], torch.Tens
         y = torch.from_numpy(labels[i:i + batch_size].copy()).to(device)
         for key, forward in forwards.items():
             sums[key] += eval_sums(forward(x), y)
-    if len(images) == 0:
-        raise DatasetError(f'the {data.eval_split} split of {data.name} holds no images: nothing was evaluated.')
     results = {}
     for key in forwards:
         res = eval_metrics(sums[key], num_classes=num_classes)
@@ -57,16 +82,24 @@ def evaluate_forwards(forwards: Mapping[str, Callable[[torch.Tensor], torch.Tens
     return results
 
 
+def model_label_names(model: torch.nn.Module) -> Optional[List[str]]:
+    """The class names a model was trained on (its pretrained config's ``label_names``), where it has them."""
+    names = (getattr(model, 'pretrained_cfg', None) or {}).get('label_names')
+    return list(names) if names and len(names) == getattr(model, 'num_classes', len(names)) else None
+
+
 def evaluate_model(model: torch.nn.Module, dataset: str, data_dir: Optional[str] = None, batch_size: int = 1000,
-                   device: str = 'cpu', download: bool = False) -> Dict[str, Any]:
+                   device: str = 'cpu', download: bool = False, labels_by_order: bool = False,
+                   download_hint: str = '') -> Dict[str, Any]:
     """Loss and top-1 / top-5 accuracy (%) of ``model`` over the evaluation split of ``dataset``."""
     from timm.data import resolve_data_config
     model = model.to(device).eval()
     cfg = resolve_data_config({}, model=model)
     return evaluate_forwards({'model': model}, cfg, model.num_classes, dataset, data_dir, batch_size, device,
-                             download)['model']
+                             download, model_label_names(model), labels_by_order, download_hint)['model']
 
 
+@command('timm-minimal-evaluate')
 def main(argv: Optional[Sequence[str]] = None) -> int:
     import timm
     from ..models import vit_minimal  # noqa: F401  (registers the architectures)
@@ -78,10 +111,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument('--batch-size', type=positive_int, default=1000, help='images per forward pass')
     p.add_argument('--device', default='cpu', help='torch device')
     p.add_argument('--download', action='store_true', help='download the dataset when it is missing')
+    p.add_argument('--labels-by-order', action='store_true',
+                   help="take an image folder's class folders in alphabetical order as class 0, 1, ... instead of "
+                        "matching their names to the model's label names")
     args = p.parse_args(argv)
     try:
         model = timm.create_model(args.model, pretrained=True)
-        res = evaluate_model(model, args.dataset, args.data_dir, args.batch_size, args.device, args.download)
+        res = evaluate_model(model, args.dataset, args.data_dir, args.batch_size, args.device, args.download,
+                             args.labels_by_order, download_hint='add --download')
     except (DatasetError, RuntimeError, ValueError) as e:
         print(f'timm-minimal-evaluate: error: {e}', file=sys.stderr)
         return 2

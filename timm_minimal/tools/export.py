@@ -39,6 +39,7 @@ from ..models.datasets import DATASETS
 from ..models.image_processing_vit_minimal import image_mode
 from .common import OneLineParser, create_named_model, non_negative_float, number, positive_int
 from .staging import staged_folder
+from ..cli import command
 
 __all__ = ['ExportResult', 'ExportError', 'VerificationError', 'MissingExtraError', 'EXPORT_PACKAGES',
            'require_export_extra', 'resolve_model', 'model_label', 'preprocessing_config', 'export_onnx',
@@ -289,7 +290,7 @@ def _test_split_evaluator(model: nn.Module, dataset: Optional[str], data_dir: st
                           batch_size: int) -> Callable[[Dict[str, Any]], Dict[str, Dict[str, Any]]]:
     """A function from onnxruntime sessions to the test-split metrics of torch and of each session."""
     from timm.data import resolve_data_config
-    from .evaluate import evaluate_forwards
+    from .evaluate import evaluate_forwards, model_label_names
     tag = model.pretrained_cfg.get('tag')
     dataset = dataset or (DATASETS[tag].kind if tag in DATASETS else None)
     if dataset is None:
@@ -298,7 +299,8 @@ def _test_split_evaluator(model: nn.Module, dataset: Optional[str], data_dir: st
 
     def evaluate(sessions: Dict[str, Any]) -> Dict[str, Dict[str, Any]]:
         forwards = {'torch': model, **{key: ort_forward(s) for key, s in sessions.items()}}
-        return evaluate_forwards(forwards, cfg, model.num_classes, dataset, data_dir, batch_size)
+        return evaluate_forwards(forwards, cfg, model.num_classes, dataset, data_dir, batch_size,
+                                 label_names=model_label_names(model))
     return evaluate
 
 
@@ -353,6 +355,7 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+@command('timm-minimal-export')
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """The command line; returns the exit status (0 written, 1 verification failed, 2 bad command line)."""
     from ..training.data import DatasetError

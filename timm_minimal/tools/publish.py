@@ -25,12 +25,13 @@ import yaml
 from .benchmark import count_flops
 from ..models.paper import TABLE1, TABLE2, VARIANTS
 from ..models.pretrained import weights_file_name
-from ..training.checkpoint import CONFIG_FILE, MODEL_FILE
+from ..training.checkpoint import CONFIG_FILE, MODEL_FILE, write_file_atomic
 from ..training.run_folder import RunFolder
 from .common import OneLineParser
 from .staging import staged_folder
 from ..models.datasets import DATASETS, DatasetInfo, dataset_for_kind
 from ..models.vit_minimal import ARCHITECTURES
+from ..cli import Failure, command
 
 __all__ = ['RunInfo', 'read_run', 'export_run', 'render_card', 'push_folder', 'main']
 
@@ -284,14 +285,18 @@ def export_run(run_dir: Path, out_dir: Path, repo_id: str, checkpoint: str = 'la
                            f'model overrides can ship as {info.architecture}.{info.tag}; this run has '
                            f'model_kwargs={info.run.get("model_kwargs")}.')
     out_dir = Path(out_dir)
+    if card_copy is not None and Path(card_copy).is_dir():
+        raise PublishError(f'--card-copy {card_copy} is a folder; name the file to write, e.g. '
+                           f'{Path(card_copy) / "README.md"}')
     model = _load_model(info)
     with staged_folder(out_dir, error=PublishError) as stage:
         _write_repo_folder(info, model, stage, repo_id, note)
     if card_copy is not None:
         Path(card_copy).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(out_dir / 'README.md', card_copy)
+        write_file_atomic(card_copy, lambda tmp: shutil.copyfile(out_dir / 'README.md', tmp))
     if ship_weights:
-        shutil.copyfile(out_dir / MODEL_FILE, Path(ship_weights) / weights_file_name(info.architecture, info.tag))
+        target = Path(ship_weights) / weights_file_name(info.architecture, info.tag)
+        write_file_atomic(target, lambda tmp: shutil.copyfile(out_dir / MODEL_FILE, tmp))
     return out_dir
 
 
@@ -358,6 +363,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@command('timm-minimal-publish')
 def main(argv: Optional[Sequence[str]] = None) -> int:
     from transformers.utils import logging as hf_logging
     args = build_parser().parse_args(argv)
@@ -370,7 +376,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 2
     print(f'wrote {out}')
     if args.push:
-        url = push_folder(out, args.repo_id, args.private, args.revision, args.token, args.commit_message)
+        from huggingface_hub import constants
+        try:
+            url = push_folder(out, args.repo_id, args.private, args.revision, args.token, args.commit_message)
+        except Exception as e:  # noqa: BLE001 (the Hub client raises HTTP, connection and validation errors alike)
+            cause = ' '.join(str(e).split())[:300] or type(e).__name__
+            raise Failure(f'the push of {out} to {args.repo_id} at {constants.ENDPOINT} failed ({type(e).__name__}: '
+                          f'{cause}); the folder is written, and the same command with --push tries again') from None
         print(f'pushed {args.repo_id}: {url}')
     return 0
 

@@ -21,7 +21,6 @@ import argparse
 import json
 import os
 import shlex
-import shutil
 import signal
 import subprocess
 import sys
@@ -34,6 +33,8 @@ from typing import Any, Dict, List, Optional, Sequence, TextIO, Tuple
 
 from ..models.datasets import DATASETS
 from ..models.paper import BASELINE, NUM_CLASSES, PAPER, PAPER_EPOCHS, TABLE1, TABLE2, TABLE2_CIFAR10, PaperRow
+from ..cli import UsageError, command
+from ..training.files import FolderBusy
 from ..training.run_folder import RunFolder
 from .common import HelpFormatter, OneLineParser, positive_int
 
@@ -190,11 +191,42 @@ def _thread_env(jobs: int) -> Optional[Dict[str, str]]:
     return dict(os.environ, OMP_NUM_THREADS=str(max(1, cores // jobs)))
 
 
+def _own_run(folder: RunFolder, row: PaperRow) -> bool:
+    """Whether ``folder`` holds a run that this grid started for ``row``: its ``args.yaml`` names the folder and
+    the row's model (``run.json`` follows it within the same start)."""
+    try:
+        saved = folder.read_args()
+    except (OSError, ValueError):
+        return False
+    return isinstance(saved, dict) and saved.get('model') == row.model \
+        and Path(str(saved.get('output', ''))).resolve() == folder.path.resolve()
+
+
+def check_folder(folder: RunFolder, row: PaperRow) -> Optional[str]:
+    """Why the grid may not train ``row`` in ``folder`` (None when it may): the folder holds something that is
+    not a run of its own, or another process is writing it. Nothing is removed: a folder the grid did not write
+    is the user's."""
+    path = folder.path
+    if path.exists() and not path.is_dir():
+        return f'{path} is a file, not a run folder'
+    if path.is_dir() and not folder.is_empty() and not _own_run(folder, row):
+        return (f'{path} holds files that are not a run of {row.model} (no args.yaml of this grid): move them '
+                f'away or choose another --runs-dir')
+    if path.is_dir():
+        try:
+            folder.lock()
+        except FolderBusy as e:
+            return f'{e}: wait for that run to end'
+        finally:
+            folder.unlock()
+    return None
+
+
 def train_command(row: PaperRow, args: argparse.Namespace, extra: Sequence[str]) -> Optional[Command]:
     """The command that trains (or resumes) the run of one row; None when its finished run can be reused.
 
-    A folder that a start left without its options (``args.yaml``) is removed, except on ``--dry-run``.
-    """
+    The folder was checked by ``check_folder``: absent, empty (a start killed before it wrote anything), or a run
+    of this grid, resumed."""
     folder = RunFolder(_run_dir(Path(args.runs_dir), row))
     if folder.is_run() and folder.status == 'finished' and len(folder.read_metrics()) >= args.epochs:
         _say(f'[reproduce] {row.model}: finished run in {folder}, reused')
@@ -204,8 +236,6 @@ def train_command(row: PaperRow, args: argparse.Namespace, extra: Sequence[str])
     if folder.args_file.is_file():
         argv += ['--resume', str(folder), '--epochs', str(args.epochs)]
     else:
-        if folder.exists() and not args.dry_run:
-            shutil.rmtree(folder.path)  # a start that never got as far as writing its options
         argv += ['--model', row.model, '--dataset', row.dataset, '--output', str(folder), '--epochs', str(args.epochs),
                  '--seed', str(args.seed), '--no-progress']
         if args.data_dir:
@@ -220,12 +250,14 @@ def train_command(row: PaperRow, args: argparse.Namespace, extra: Sequence[str])
 def train_rows(rows: Sequence[PaperRow], args: argparse.Namespace, extra: Sequence[str]) -> List[CommandResult]:
     """Train the run of every model of ``rows`` (once each), ``args.jobs`` at a time; how each launched run ended.
 
-    On ``--dry-run`` the commands are printed and nothing runs.
+    Every folder is checked first (``check_folder``): one the grid may not use stops the grid before any run
+    starts (``UsageError``). On ``--dry-run`` the commands are printed and nothing runs.
     """
-    commands: Dict[str, Optional[Command]] = {}
-    for row in rows:
-        if row.model not in commands:
-            commands[row.model] = train_command(row, args, extra)
+    unique = list({row.model: row for row in rows}.values())
+    refused = [why for why in (check_folder(RunFolder(_run_dir(Path(args.runs_dir), r)), r) for r in unique) if why]
+    if refused:
+        raise UsageError('; '.join(refused) + '. Nothing was trained.')
+    commands = {row.model: train_command(row, args, extra) for row in unique}
     todo = [c for c in commands.values() if c is not None]
     if args.dry_run:
         for c in todo:
@@ -634,35 +666,48 @@ def _combine(args: argparse.Namespace, argv: Sequence[str], parser: argparse.Arg
     return 0
 
 
+@command('timm-minimal-reproduce')
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    """The command line: 0 when every run it launched finished, 1 when one failed (named, with its log), 2 for
+    misuse or a run folder it may not use."""
     argv, extra = _split_argv(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.combine:
         return _combine(args, argv, parser)
     args.plot = 'results/reproduce_paper.png' if args.plot is None else args.plot
+    if Path(args.runs_dir).exists() and not Path(args.runs_dir).is_dir():
+        parser.error(f'--runs-dir {args.runs_dir} is a file; it names the folder that holds one run folder per model')
     try:
         rows = select_rows(args.tables, args.datasets, args.rows)
     except ValueError as e:
         parser.error(str(e))
     if not rows:
         parser.error('no rows selected (check --tables/--datasets/--rows)')
+    failed = []
     if not args.report_only:
-        train_rows(rows, args, extra)
+        failed = [r for r in train_rows(rows, args, extra) if r.returncode != 0]
         if args.dry_run:
             return 0
-    results = collect(rows, Path(args.runs_dir))
+    try:
+        results = collect(rows, Path(args.runs_dir))
+    except ValueError as e:
+        raise UsageError(str(e)) from None
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(results, indent=2) + '\n')
     plot = Path(args.plot) if args.plot else None
     if plot is not None:
         write_plot(results, plot)
     cmd_argv = [a for a in argv if a not in ('--report-only', '--dry-run')]
-    command = 'timm-minimal-reproduce ' + shlex.join(cmd_argv) + (' -- ' + shlex.join(extra) if extra else '')
-    setup = dict(command=command, text=_setup_text(results, args.seed) + (' ' + args.note if args.note else ''),
+    command_line = 'timm-minimal-reproduce ' + shlex.join(cmd_argv) + (' -- ' + shlex.join(extra) if extra else '')
+    setup = dict(command=command_line, text=_setup_text(results, args.seed) + (' ' + args.note if args.note else ''),
                  json=args.json)
     write_markdown(results, Path(args.results), setup, plot)
     _say(f'[reproduce] wrote {args.results}, {args.json}' + (f', {plot}' if plot else ''))
+    if failed:
+        _say('[reproduce] error: ' + ', '.join(f'{r.name} failed (exit status {r.returncode}, log {r.log})'
+                                              for r in failed))
+        return 1
     return 0
 
 

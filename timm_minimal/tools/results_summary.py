@@ -32,9 +32,10 @@ def load_rows(paths: Sequence[Path]) -> List[Row]:
             raise ValueError(f'{path}: not a reproduce JSON file ({e})') from None
         if not isinstance(data, list) or not all(isinstance(r, dict) and 'model' in r for r in data):
             raise ValueError(f'{path}: not a reproduce JSON file (expected a list of rows with a "model")')
-        for r in data:
+        for i, r in enumerate(data, 1):
             if r.get('val_acc') is None:
                 continue
+            _check_row(r, f'{path} row {i}')
             key = (r['model'], r['dataset'])
             if key in rows and rows[key]['source'] != str(path):
                 raise ValueError(f'{r["model"]} is in both {rows[key]["source"]} and {path}: pass one of them')
@@ -43,6 +44,32 @@ def load_rows(paths: Sequence[Path]) -> List[Row]:
     if not rows:
         raise ValueError('no trained rows in ' + ', '.join(map(str, paths)))
     return list(rows.values())
+
+
+# what every trained row must hold, and the range of each number (a row from another tool or edited by hand is
+# refused in one line, naming the file, the row and the key)
+_ROW_KEYS = {'model': str, 'architecture': str, 'dataset': str, 'depth': int, 'epochs': int, 'params': int,
+             'val_acc': float, 'paper_val_acc': (float, type(None))}
+_RANGES = {'depth': (1, None), 'epochs': (1, None), 'params': (1, None), 'val_acc': (0, 100), 'paper_val_acc': (0, 100)}
+
+
+def _check_row(r: Row, where: str) -> None:
+    import math
+    for key, kind in _ROW_KEYS.items():
+        if key not in r:
+            raise ValueError(f'{where}: the key "{key}" is missing (a row needs {", ".join(_ROW_KEYS)})')
+        value, kinds = r[key], kind if isinstance(kind, tuple) else (kind,)
+        numeric = float in kinds and isinstance(value, int) and not isinstance(value, bool)
+        if not (isinstance(value, kinds) and not isinstance(value, bool)) and not numeric:
+            raise ValueError(f'{where}: "{key}" must be {"a number" if float in kinds else kinds[0].__name__}, '
+                             f'got {value!r}')
+        low, high = _RANGES.get(key, (None, None))
+        if isinstance(value, (int, float)) and (not math.isfinite(value) or (low is not None and value < low)
+                                                or (high is not None and value > high)):
+            raise ValueError(f'{where}: "{key}" must be {"at least " + str(low) if high is None else f"from {low} to {high}"}, '
+                             f'got {value!r}')
+    if r['dataset'] not in DATASETS:
+        raise ValueError(f'{where}: unknown dataset {r["dataset"]!r}; the datasets are {", ".join(DATASETS)}')
 
 
 def _name(dataset: str) -> str:

@@ -1,60 +1,136 @@
-"""Output folders that appear whole or not at all, and replace only what a tool wrote itself.
+"""Output folders that appear whole or not at all, and replace only what a tool can prove it wrote.
 
-A tool writes into a temporary folder beside its output and renames it into place when everything is
-written; a failure removes the temporary folder and leaves the output as it was. A folder written with a
-``marker`` holds a small JSON file of that name listing the files the tool wrote: ``overwrite`` replaces
-such a folder (and an empty one) but never a folder with other files, the working folder or one of its
-ancestors.
+A tool writes into a temporary folder beside its output and renames it into place when everything is written;
+a failure removes the temporary folder and leaves the output as it was. A folder written with a ``marker`` holds
+a small JSON file of that name with the name and SHA-256 digest of every file the tool wrote. The marker is a
+claim, not a proof: ``overwrite`` replaces a folder only when every file in it is listed there with its digest
+(the content itself is the proof), so a forged or hand-edited marker proves nothing about a file the tool did
+not write. Anything else in the folder means: refuse in one line and leave the folder as it was.
+
+The check runs at the moment of the swap, under a lock that every writer through this module takes (an OS lock
+on the output's parent folder, held only for the check and the renames): the output is moved aside, checked
+again, and put back untouched if anything appeared in it meanwhile. Two writers to one new output therefore
+never both succeed without ``overwrite``: the second finds the first's output and refuses.
 """
+import contextlib
+import fcntl
+import hashlib
 import json
 import os
 import shutil
+import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Optional, Type
+from typing import Dict, Iterator, List, Optional, Type
 
-from ..training.files import describe_write_error, is_disk_full
+from ..cli import describe_os_error, is_disk_full
 
-__all__ = ['staged_folder']
+__all__ = ['staged_folder', 'write_manifest', 'unproven_entries', 'MANIFEST_FORMAT']
 
-
-def _check_replaceable(out: Path, marker: Optional[str], error: Type[Exception]) -> None:
-    """Raise ``error`` unless ``out`` is an empty folder or one this tool wrote (its marker lists every entry)."""
-    if not out.is_dir():
-        raise error(f'{out} exists and is not a folder; choose another --out')
-    entries = {p.name for p in out.iterdir()}
-    if not entries:
-        return
-    listed = None
-    if marker and marker in entries:
-        try:
-            listed = set(json.loads((out / marker).read_text())['files'])
-        except (OSError, ValueError, KeyError, TypeError):
-            listed = None
-    if listed is None:
-        raise error(f'{out} holds files this tool did not write; --overwrite replaces only an earlier '
-                    f'output of this tool: choose another --out')
-    foreign = sorted(entries - listed - {marker})
-    if foreign:
-        raise error(f'{out} holds files this tool did not write ({", ".join(foreign[:5])}); --overwrite '
-                    f'replaces only an earlier output of this tool: choose another --out')
+MANIFEST_FORMAT = 'timm-minimal-files/1'
 
 
-def _check_target(out: Path, overwrite: bool, marker: Optional[str], error: Type[Exception]) -> None:
-    cwd = Path.cwd().resolve()
-    if out == cwd or out in cwd.parents:
-        raise error(f'{out} is the working folder or one of its ancestors; choose a new folder for --out')
+def _digest(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, 'rb') as f:
+        for block in iter(lambda: f.read(1 << 20), b''):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _entries(folder: Path) -> List[Path]:
+    """Every file, link and folder below ``folder`` (links are not followed)."""
+    return sorted(folder.rglob('*'))
+
+
+def write_manifest(folder: Path, marker: str) -> Dict[str, str]:
+    """List every file below ``folder`` with its SHA-256 digest in ``folder/marker``; the listing."""
+    files = {p.relative_to(folder).as_posix(): _digest(p) for p in _entries(folder) if p.is_file() and not p.is_symlink()}
+    (folder / marker).write_text(json.dumps(dict(format=MANIFEST_FORMAT, files=files), indent=1) + '\n')
+    return files
+
+
+def _read_manifest(path: Path) -> Optional[Dict[str, str]]:
+    """The listing of a marker file: a mapping of relative names to hex digests; None when it is not one."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    files = data.get('files') if isinstance(data, dict) else None
+    if data.get('format') != MANIFEST_FORMAT or not isinstance(files, dict):
+        return None
+    ok = all(isinstance(k, str) and isinstance(v, str) and len(v) == 64 for k, v in files.items())
+    return files if ok else None
+
+
+def unproven_entries(folder: Path, marker: Optional[str]) -> List[str]:
+    """The entries of ``folder`` that its marker does not prove the tool wrote (empty: the folder holds only what
+    the tool wrote, or nothing). Without a readable marker every entry is unproven."""
+    entries = [p for p in _entries(folder) if not (marker and p == folder / marker)]
+    listed = _read_manifest(folder / marker) if marker and (folder / marker).is_file() else None
+    unproven = []
+    for p in entries:
+        name = p.relative_to(folder).as_posix()
+        if p.is_dir() and not p.is_symlink():
+            if not any(p.iterdir()):
+                unproven.append(name + '/')
+            continue
+        if listed is None or p.is_symlink() or not p.is_file() or listed.get(name) != _digest(p):
+            unproven.append(name)
+    return unproven
+
+
+@contextmanager
+def _swap_lock(parent: Path) -> Iterator[None]:
+    """An exclusive OS lock on ``parent`` (the folder itself, so nothing is created), for a check and a swap."""
+    fd = os.open(parent, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing drops the lock
+
+
+def _refusal(out: Path, overwrite: bool, marker: Optional[str]) -> Optional[str]:
+    """Why ``out`` may not be replaced now (None: it may)."""
     if not out.exists() and not out.is_symlink():
-        return
+        return None
     if out.is_symlink():
-        raise error(f'{out} is a symbolic link; choose a new folder for --out')
+        return f'{out} is a symbolic link; choose a new folder for --out'
+    if not out.is_dir():
+        return f'{out} exists and is not a folder; choose another --out'
+    if not any(out.iterdir()):
+        return None
     if not overwrite:
-        if out.is_dir() and not any(out.iterdir()):
-            return
         remedy = 'pass --overwrite (overwrite=True) to replace an earlier output of this tool' if marker \
             else 'choose a new folder'
-        raise error(f'{out} exists and is not empty: {remedy}')
-    _check_replaceable(out, marker, error)
+        return f'{out} exists and is not empty: {remedy}'
+    foreign = unproven_entries(out, marker)
+    if foreign:
+        return (f'{out} holds files this tool did not write ({", ".join(foreign[:5])}'
+                f'{", ..." if len(foreign) > 5 else ""}); --overwrite replaces only an earlier output of this tool, '
+                f'file for file: choose another --out')
+    return None
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _usual_permissions(folder: Path) -> None:
+    """Files and folders as a plain write makes them (0666 / 0777 less the umask): a library that writes through a
+    private temporary file (0600) does not leave one file of the output unreadable to the others."""
+    mask = _umask()
+    for p in _entries(folder):
+        if not p.is_symlink():
+            os.chmod(p, (0o777 if p.is_dir() else 0o666) & ~mask)
+
+
+def _resolve(out: Path) -> Path:
+    out = Path(os.path.abspath(out))  # '.' and '..' resolved by name, a link in the last part kept
+    return out.parent.resolve() / out.name if out.name else out
 
 
 @contextmanager
@@ -62,42 +138,59 @@ def staged_folder(out: Path, overwrite: bool = False, marker: Optional[str] = No
                   error: Type[Exception] = ValueError) -> Iterator[Path]:
     """A temporary folder beside ``out`` that becomes ``out`` when the block succeeds and is removed otherwise.
 
-    ``marker`` names the file, written last, that lists what the block wrote, so that a later ``overwrite``
-    recognises the folder. Refusals and write failures (a full disk included) raise ``error`` with one line.
+    ``marker`` names the manifest, written last, that lists what the block wrote with digests, so that a later
+    ``overwrite`` can prove the folder is this tool's. Refusals (checked before the block and again at the swap)
+    and write failures (a full disk included) raise ``error`` with one line.
     """
-    out = Path(os.path.abspath(out))  # '.' and '..' resolved by name, a link in the last part kept
-    out = out.parent.resolve() / out.name if out.name else out
-    _check_target(out, overwrite, marker, error)
-    stage = out.with_name(f'.{out.name}.tmp-{os.getpid()}')
+    out = _resolve(Path(out))
+    cwd = Path.cwd().resolve()
+    if out == cwd or out in cwd.parents:
+        raise error(f'{out} is the working folder or one of its ancestors; choose a new folder for --out')
+    why = _refusal(out, overwrite, marker)
+    if why:
+        raise error(why)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        stage.mkdir()
+        stage = Path(tempfile.mkdtemp(prefix=f'.{out.name}.tmp-', dir=out.parent))
+        os.chmod(stage, 0o777 & ~_umask())  # mkdtemp makes it 0700: the output gets the usual permissions
     except OSError as e:
-        raise error(describe_write_error(e, out)) from e
+        raise error(describe_os_error(e, out)) from e
     try:
         yield stage
+        _usual_permissions(stage)
         if marker:
-            files = sorted(p.name for p in stage.iterdir())
-            (stage / marker).write_text(json.dumps({'files': files}) + '\n')
-        _swap_in(stage, out)
+            write_manifest(stage, marker)
+        with _swap_lock(out.parent):
+            _swap_in(stage, out, overwrite, marker, error)
     except Exception as e:  # noqa: BLE001 (a failed write; safetensors and torch.save raise their own types)
         if isinstance(e, error) or not (isinstance(e, OSError) or is_disk_full(e, stage)):
             raise
-        raise error(describe_write_error(e, out)) from e
+        raise error(f'cannot write {out}: {describe_os_error(e, out)}') from e
     finally:
         shutil.rmtree(stage, ignore_errors=True)
 
 
-def _swap_in(stage: Path, out: Path) -> None:
-    """Rename ``stage`` to ``out``; an earlier ``out`` (already checked replaceable) is removed after, or put back
-    when the rename fails."""
-    old = out.with_name(f'.{out.name}.old-{os.getpid()}')
+def _swap_in(stage: Path, out: Path, overwrite: bool, marker: Optional[str], error: Type[Exception]) -> None:
+    """Rename ``stage`` to ``out``. An earlier ``out`` is moved aside first and checked where it lies (nobody can
+    add to it there): if it is not replaceable it goes back untouched and ``error`` is raised; else it is removed
+    after the rename, or put back when the rename fails."""
+    why = _refusal(out, overwrite, marker)
+    if why:
+        raise error(why)
+    old = stage.with_name(stage.name.replace('.tmp-', '.old-', 1))
     if out.exists():
         out.rename(old)
+        why = _refusal(old, overwrite, marker)
+        if why:
+            old.rename(out)
+            raise error(why.replace(str(old), str(out)))
     try:
         stage.rename(out)
-    except OSError:
+    except OSError as e:
         if old.exists():
             old.rename(out)
+        if out.exists():  # made by someone else between the check and the rename
+            raise error(f'{out} appeared while this tool was writing it: nothing was replaced') from e
         raise
-    shutil.rmtree(old, ignore_errors=True)
+    with contextlib.suppress(OSError):
+        shutil.rmtree(old)

@@ -22,7 +22,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 __all__ = [
-    'atomic_write_dir', 'write_text_atomic', 'write_json_atomic', 'find_checkpoint', 'save_weights',
+    'atomic_write_dir', 'write_file_atomic', 'write_text_atomic', 'write_json_atomic', 'find_checkpoint', 'save_weights',
     'load_weights', 'clean_stale_temp', 'MODEL_FILE', 'EMA_FILE', 'STATE_FILE', 'STATE_JSON', 'CONFIG_FILE',
 ]
 
@@ -56,15 +56,24 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def write_file_atomic(path: PathLike, write: Callable[[Path], None], suffix: str = '.tmp') -> Path:
+    """Write ``path`` through ``write(tmp)`` on a temporary file beside it, then ``os.replace``: readers see the
+    old file or the new one, and a failed write (a full disk) leaves neither a half file nor the temporary one."""
+    path = Path(path)
+    tmp = path.with_name(f'.{path.name}.{os.getpid()}{suffix}')
+    try:
+        write(tmp)
+        _fsync_file(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
+
+
 def write_text_atomic(path: PathLike, text: str) -> None:
     """Write a text file via a temporary file and ``os.replace``."""
-    path = Path(path)
-    tmp = path.with_name(f'.{path.name}.{os.getpid()}.tmp')
-    with open(tmp, 'w', encoding='utf-8') as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    write_file_atomic(path, lambda tmp: tmp.write_text(text, encoding='utf-8'))
 
 
 def write_json_atomic(path: PathLike, obj: Any) -> None:

@@ -9,10 +9,11 @@ import argparse
 import sys
 from importlib import resources
 from pathlib import Path
-from typing import Any, Dict, NoReturn, Optional, Sequence, Tuple
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 import yaml
 
+from ..cli import OneLineParser, UsageError, number
 from ..models.datasets import dataset_for_kind
 from .data import DatasetError, dataset_kind
 
@@ -28,24 +29,19 @@ __all__ = ['UsageError', 'OneLineParser', 'DATA_PATHS', 'build_parser', 'parse_a
 DATA_PATHS = ('auto', 'device', 'loader')
 
 
-class UsageError(ValueError):
-    """A command line that cannot run; the message says what is wrong and what is allowed (every command of the
-    package reports it in one line with exit status 2)."""
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """argparse that reports misuse in one line (no usage block, no traceback) with exit status 2; every command
-    line of the package uses it."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f'{self.prog}: error: {message} (--help lists the options)\n')
-
-
-
 # -- command line ----------------------------------------------------------------------------------
 
-def _floats(n: Optional[int] = None):
-    return dict(type=float, nargs=n or '+')
+def _floats(n: Optional[int] = None, kind=None):
+    return dict(type=kind or number(float), nargs=n or '+')
+
+
+# the allowed range of every numeric option, in one place: the command line, recipes and args.yaml go through these
+COUNT, SIZE = number(int, 0), number(int, 1)
+SEED = number(int, 0, 2 ** 63 - 1)  # torch.manual_seed takes up to 2**64 - 1; the seed mixing keeps 63 bits
+POSITIVE, NON_NEGATIVE, FRACTION = number(float, 0, above=True), number(float, 0), number(float, 0, 1)
+BELOW_ONE = number(float, 0, 1, below=True)  # a rate that must leave something: dropout, smoothing
+DEGREES = number(float, 0, 180)
+MAX_CLASSES = 1_000_000
 
 
 class _DefaultsFormatter(argparse.HelpFormatter):
@@ -82,23 +78,23 @@ def build_parser(suppress: bool = False) -> argparse.ArgumentParser:
                    help='continue the run in RUN (default: --output) from its last checkpoint')
     g.add_argument('--recipe', **d(None), help='recipe name (mnist, cifar10, imagenet, default) or YAML file; '
                    'default: the dataset\'s')
-    g.add_argument('--epochs', type=int, **d(10))
-    g.add_argument('--batch-size', type=int, **d(256), help='global batch per step, split over all processes')
-    g.add_argument('--eval-batch-size', type=int, **d(None), help='global evaluation batch (default 2x --batch-size)')
-    g.add_argument('--seed', type=int, **d(0))
-    g.add_argument('--num-workers', type=int, **d(0), help='data loading worker processes per training process')
-    g.add_argument('--train-subset', type=int, **d(None), help='train on a seeded random subset of this many samples')
-    g.add_argument('--eval-subset', type=int, **d(None), help='evaluate on a seeded random subset of this many samples')
+    g.add_argument('--epochs', type=SIZE, **d(10))
+    g.add_argument('--batch-size', type=SIZE, **d(256), help='global batch per step, split over all processes')
+    g.add_argument('--eval-batch-size', type=SIZE, **d(None), help='global evaluation batch (default 2x --batch-size)')
+    g.add_argument('--seed', type=SEED, **d(0), help='0 to 2**63 - 1')
+    g.add_argument('--num-workers', type=COUNT, **d(0), help='data loading worker processes per training process')
+    g.add_argument('--train-subset', type=SIZE, **d(None), help='train on a seeded random subset of this many samples')
+    g.add_argument('--eval-subset', type=SIZE, **d(None), help='evaluate on a seeded random subset of this many samples')
     g.add_argument('--train-split', **d('train'), help='training split (timm factory datasets)')
     g.add_argument('--val-split', **d(None), help='evaluation split (timm factory datasets; default validation)')
-    g.add_argument('--num-classes', type=int, **d(None), help='number of classes (only if the dataset cannot tell)')
+    g.add_argument('--num-classes', type=number(int, 1, MAX_CLASSES), **d(None), help='number of classes (only if the dataset cannot tell)')
     g.add_argument('--no-download', action='store_true', **d(False), help='never download a missing dataset')
     g.add_argument('--cache-dir', **d(None), help='where archives are extracted once (default $TIMM_MINIMAL_CACHE '
                    'or ~/.cache/timm_minimal)')
-    g.add_argument('--checkpoint-interval', type=int, **d(0),
+    g.add_argument('--checkpoint-interval', type=COUNT, **d(0),
                    help='also checkpoint every N optimizer updates inside an epoch (0: at epoch ends only)')
     g.add_argument('--no-progress', action='store_true', **d(False), help='no progress bar')
-    g.add_argument('--log-interval', type=int, **d(50), help='without a progress bar, log every N updates (0: epochs only)')
+    g.add_argument('--log-interval', type=COUNT, **d(50), help='without a progress bar, log every N updates (0: epochs only)')
     g.add_argument('--rank-report', action='store_true', **d(False),
                    help='each process writes rank<N>.json (weights hash, samples seen) into the run folder')
 
@@ -109,29 +105,29 @@ def build_parser(suppress: bool = False) -> argparse.ArgumentParser:
     g.add_argument('--pretrained', action='store_true', **d(False), help="start from the model's pretrained weights")
     g.add_argument('--pretrained-path', **d(None), help='start from these weights (safetensors or .pth; a '
                    'classifier of another size is replaced)')
-    g.add_argument('--drop', type=float, **d(0.0), help='dropout before the classifier')
-    g.add_argument('--drop-path', type=float, **d(0.0), help='stochastic depth rate')
+    g.add_argument('--drop', type=BELOW_ONE, **d(0.0), help='dropout before the classifier')
+    g.add_argument('--drop-path', type=BELOW_ONE, **d(0.0), help='stochastic depth rate')
     g.add_argument('--mean', **_floats(), **d(None), help='normalisation mean (default: the model\'s)')
-    g.add_argument('--std', **_floats(), **d(None), help='normalisation std (default: the model\'s)')
+    g.add_argument('--std', **_floats(kind=POSITIVE), **d(None), help='normalisation std (default: the model\'s)')
     g.add_argument('--interpolation', **d(None), help='resize interpolation (default: the model\'s)')
-    g.add_argument('--crop-pct', type=float, **d(None), help='evaluation crop fraction (default: the model\'s)')
+    g.add_argument('--crop-pct', type=number(float, 0, 1, above=True), **d(None), help='evaluation crop fraction (default: the model\'s)')
 
     g = p.add_argument_group('optimisation')
     g.add_argument('--opt', **d('adamw'), help='timm optimizer name (create_optimizer_v2)')
-    g.add_argument('--lr', type=float, **d(1e-3))
-    g.add_argument('--weight-decay', type=float, **d(1e-4))
-    g.add_argument('--momentum', type=float, **d(0.9))
-    g.add_argument('--opt-eps', type=float, **d(None))
-    g.add_argument('--opt-betas', **_floats(), **d(None))
+    g.add_argument('--lr', type=POSITIVE, **d(1e-3))
+    g.add_argument('--weight-decay', type=NON_NEGATIVE, **d(1e-4))
+    g.add_argument('--momentum', type=FRACTION, **d(0.9))
+    g.add_argument('--opt-eps', type=POSITIVE, **d(None))
+    g.add_argument('--opt-betas', **_floats(kind=BELOW_ONE), **d(None))
     g.add_argument('--sched', **d('cosine'), help='timm scheduler name (create_scheduler_v2), or none')
-    g.add_argument('--warmup-epochs', type=float, **d(0.0))
-    g.add_argument('--warmup-lr', type=float, **d(1e-5))
-    g.add_argument('--min-lr', type=float, **d(0.0))
-    g.add_argument('--clip-grad', type=float, **d(None), help='gradient clipping threshold (off when unset)')
+    g.add_argument('--warmup-epochs', type=NON_NEGATIVE, **d(0.0))
+    g.add_argument('--warmup-lr', type=NON_NEGATIVE, **d(1e-5))
+    g.add_argument('--min-lr', type=NON_NEGATIVE, **d(0.0))
+    g.add_argument('--clip-grad', type=POSITIVE, **d(None), help='gradient clipping threshold (off when unset)')
     g.add_argument('--clip-mode', choices=('norm', 'value'), **d('norm'))
-    g.add_argument('--grad-accum-steps', type=int, **d(1), help='batches per optimizer update')
+    g.add_argument('--grad-accum-steps', type=SIZE, **d(1), help='batches per optimizer update')
     g.add_argument('--model-ema', action=argparse.BooleanOptionalAction, **d(False), help='keep EMA weights (ModelEmaV3)')
-    g.add_argument('--model-ema-decay', type=float, **d(0.9998))
+    g.add_argument('--model-ema-decay', type=FRACTION, **d(0.9998))
     g.add_argument('--model-ema-warmup', action=argparse.BooleanOptionalAction, **d(True))
 
     g = p.add_argument_group('data path')
@@ -140,31 +136,31 @@ def build_parser(suppress: bool = False) -> argparse.ArgumentParser:
                         '(MNIST, CIFAR-10, small image folders); loader: a DataLoader with per-image timm transforms '
                         '(ImageNet, streaming datasets, RandAugment, colour jitter); auto: device wherever the data '
                         'fit and the augmentation allows it')
-    g.add_argument('--device-data-limit', type=float, **d(4.0), metavar='GB',
+    g.add_argument('--device-data-limit', type=POSITIVE, **d(4.0), metavar='GB',
                    help='largest dataset (train + evaluation, uint8 at the input size) the device path holds; '
                         'on a GPU also at most half its free memory')
 
     g = p.add_argument_group('augmentation')
     g.add_argument('--no-aug', action='store_true', **d(False), help='no training augmentation')
-    g.add_argument('--translate', type=float, **d(0.0), help='random shift, at most this fraction of the image size')
-    g.add_argument('--rotate', type=float, **d(0.0), help='random rotation, at most this many degrees')
-    g.add_argument('--scale', **_floats(2), **d(None), help='random resized crop area range')
-    g.add_argument('--ratio', **_floats(2), **d(None), help='random resized crop aspect range')
-    g.add_argument('--hflip', type=float, **d(0.5))
-    g.add_argument('--vflip', type=float, **d(0.0))
-    g.add_argument('--color-jitter', type=float, **d(0.0))
+    g.add_argument('--translate', type=FRACTION, **d(0.0), help='random shift, at most this fraction of the image size')
+    g.add_argument('--rotate', type=DEGREES, **d(0.0), help='random rotation, at most this many degrees')
+    g.add_argument('--scale', **_floats(2, POSITIVE), **d(None), help='random resized crop area range')
+    g.add_argument('--ratio', **_floats(2, POSITIVE), **d(None), help='random resized crop aspect range')
+    g.add_argument('--hflip', type=FRACTION, **d(0.5))
+    g.add_argument('--vflip', type=FRACTION, **d(0.0))
+    g.add_argument('--color-jitter', type=NON_NEGATIVE, **d(0.0))
     g.add_argument('--aa', **d(None), help='RandAugment/AutoAugment policy, e.g. rand-m9-mstd0.5-inc1')
     g.add_argument('--train-interpolation', **d(None))
-    g.add_argument('--reprob', type=float, **d(0.0), help='random erasing probability')
+    g.add_argument('--reprob', type=FRACTION, **d(0.0), help='random erasing probability')
     g.add_argument('--remode', **d('pixel'))
-    g.add_argument('--recount', type=int, **d(1))
-    g.add_argument('--mixup', type=float, **d(0.0), help='mixup alpha (0: off)')
-    g.add_argument('--cutmix', type=float, **d(0.0), help='cutmix alpha (0: off)')
-    g.add_argument('--cutmix-minmax', **_floats(2), **d(None))
-    g.add_argument('--mixup-prob', type=float, **d(1.0))
-    g.add_argument('--mixup-switch-prob', type=float, **d(0.5))
+    g.add_argument('--recount', type=SIZE, **d(1))
+    g.add_argument('--mixup', type=NON_NEGATIVE, **d(0.0), help='mixup alpha (0: off)')
+    g.add_argument('--cutmix', type=NON_NEGATIVE, **d(0.0), help='cutmix alpha (0: off)')
+    g.add_argument('--cutmix-minmax', **_floats(2, number(float, 0, 1, above=True)), **d(None))
+    g.add_argument('--mixup-prob', type=FRACTION, **d(1.0))
+    g.add_argument('--mixup-switch-prob', type=FRACTION, **d(0.5))
     g.add_argument('--mixup-mode', **d('batch'))
-    g.add_argument('--smoothing', type=float, **d(0.0), help='label smoothing')
+    g.add_argument('--smoothing', type=BELOW_ONE, **d(0.0), help='label smoothing')
 
     g = p.add_argument_group('system')
     g.add_argument('--mixed-precision', choices=('no', 'fp16', 'bf16'), **d(None),
@@ -214,17 +210,25 @@ def read_options_yaml(text: str, what: str) -> Dict[str, Any]:
 
 
 def check_option_types(parser: argparse.ArgumentParser, values: Dict[str, Any], what: str) -> None:
-    """Each value of a recipe or args.yaml must be what the option's command-line type gives."""
+    """Each value of a recipe, ``args.yaml`` or an options namespace must be what the option's command-line type
+    gives: a number of the option's kind within its range (the types above), as many as the option takes."""
     for action in parser._actions:
         value = values.get(action.dest)
-        if value is None or action.type not in (int, float):
+        wanted = getattr(action.type, 'wanted', None)
+        if value is None or wanted is None:
             continue
-        items = value if isinstance(value, list) and action.nargs not in (None, '?') else [value]
+        flag = f'--{action.dest.replace("_", "-")}'
+        many = action.nargs not in (None, '?')
+        items = value if isinstance(value, (list, tuple)) and many else [value]
+        if isinstance(action.nargs, int) and len(items) != action.nargs:
+            raise UsageError(f'{what}: {action.dest} takes {action.nargs} values (as {flag} does), got {value!r}.')
         for item in items:
-            ok = isinstance(item, (int, float)) and not isinstance(item, bool)
-            if not ok or (action.type is int and isinstance(item, float) and not item.is_integer()):
-                raise UsageError(f'{what}: {action.dest} must be {"an integer" if action.type is int else "a number"}'
-                                 f' (as --{action.dest.replace("_", "-")} takes), got {item!r}.')
+            try:
+                if isinstance(item, bool) or not isinstance(item, (int, float)):
+                    raise argparse.ArgumentTypeError(f'must be {wanted}, got {item!r}')
+                action.type(item)
+            except argparse.ArgumentTypeError as e:
+                raise UsageError(f'{what}: {action.dest} {e} (as {flag} takes).') from None
 
 
 def recipe_for(recipe: Optional[str], dataset: Optional[str]) -> str:
@@ -252,6 +256,19 @@ def print_help(parser: argparse.ArgumentParser, argv: Sequence[str]) -> None:
     sys.exit(0)
 
 
+def _cannot_resume(run_dir: Path) -> str:
+    """Why ``--resume run_dir`` has nothing to resume, and what to run instead."""
+    if not run_dir.exists():
+        return f'Cannot resume {run_dir}: there is no such folder; --resume takes the --output of an earlier run.'
+    if not run_dir.is_dir():
+        return f'Cannot resume {run_dir}: it is a file; --resume takes the --output folder of an earlier run.'
+    if all(p.name == '.lock' for p in run_dir.iterdir()):
+        return (f'Cannot resume {run_dir}: its run was stopped before it wrote its options (args.yaml), so it has '
+                f'nothing to continue; start it anew with --model, --dataset and --output {run_dir}.')
+    return (f'Cannot resume {run_dir}: it holds no args.yaml, so it is not the folder of a timm-minimal-train run; '
+            f'--resume takes the --output folder of an earlier run.')
+
+
 def parse_args(argv: Optional[Sequence[str]] = None) -> Tuple[argparse.Namespace, Dict[str, Any]]:
     """Resolve the options: defaults < recipe < the resumed run's args.yaml < command line.
 
@@ -275,7 +292,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> Tuple[argparse.Namespace
             saved = read_options_yaml(args_file.read_text(), str(args_file))
             check_option_types(parser, saved, str(args_file))
         elif not Path(run_dir).exists() or 'model' not in explicit:
-            raise UsageError(f'Cannot resume {run_dir}: no args.yaml there (is it a run folder?).')
+            raise UsageError(_cannot_resume(Path(run_dir)))
         for key in ('model', 'dataset'):
             if key in explicit and key in saved and explicit[key] != saved[key]:
                 raise UsageError(f'--{key} {explicit[key]} differs from the resumed run\'s ({saved[key]}).')
@@ -305,15 +322,6 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> Tuple[argparse.Namespace
 
 
 def check_numbers(args: argparse.Namespace) -> None:
-    """Options that must be positive (or non-negative), with what is allowed."""
-    for name, low in (('epochs', 1), ('batch_size', 1), ('grad_accum_steps', 1), ('num_workers', 0),
-                      ('checkpoint_interval', 0), ('log_interval', 0)):
-        value = getattr(args, name)
-        if value < low:
-            raise UsageError(f'--{name.replace("_", "-")} must be at least {low}, got {value}.')
-    for name in ('eval_batch_size', 'train_subset', 'eval_subset'):
-        value = getattr(args, name)
-        if value is not None and value < 1:
-            raise UsageError(f'--{name.replace("_", "-")} must be at least 1, got {value}.')
-    if args.device_data_limit <= 0:
-        raise UsageError(f'--device-data-limit must be a positive number of GB, got {args.device_data_limit}.')
+    """Every numeric option of a resolved run within its range (the parser's types), however the options were
+    made (the command line, a recipe, ``args.yaml`` or ``train(args)`` from Python)."""
+    check_option_types(build_parser(), vars(args), 'options')

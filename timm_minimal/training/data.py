@@ -26,9 +26,10 @@ import logging
 import os
 import shutil
 import tarfile
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 from PIL import Image
@@ -163,8 +164,35 @@ def _find_mnist_dir(root: Path) -> Optional[Path]:
     return None
 
 
-def load_mnist(root: Union[str, Path], download: bool = True) -> ImageData:
-    """MNIST from the idx files under ``root`` (torchvision's layout), else downloaded by torchvision."""
+def _one_line(e: BaseException, limit: int = 300) -> str:
+    text = ' '.join(str(e).split())
+    return text if len(text) <= limit else text[:limit] + ' ...'
+
+
+def _hint(download_hint: str) -> str:
+    return f', or allow the download ({download_hint})' if download_hint else ''
+
+
+@contextmanager
+def removed_on_failure(folder: Path) -> Iterator[None]:
+    """On an exception in the block, remove the folders up to ``folder`` that did not exist before it and are
+    still empty (a failed download leaves no empty ``data/MNIST/raw``); nothing else is touched."""
+    folder = Path(folder)
+    new = [p for p in (folder, *folder.parents) if not p.exists()]
+    try:
+        yield
+    except BaseException:
+        for p in new:  # deepest first
+            try:
+                p.rmdir()
+            except OSError:
+                pass
+        raise
+
+
+def load_mnist(root: Union[str, Path], download: bool = True, download_hint: str = '') -> ImageData:
+    """MNIST from the idx files under ``root`` (torchvision's layout), else downloaded by torchvision; a failed
+    download removes the folders it created. ``download_hint`` is the calling tool's option that allows one."""
     root = Path(root)
     raw = _find_mnist_dir(root)
     if raw is None:
@@ -172,13 +200,15 @@ def load_mnist(root: Union[str, Path], download: bool = True) -> ImageData:
         if not download:
             raise DatasetError(
                 f'MNIST not found: looked for train-images-idx3-ubyte[.gz] and the three other idx files in '
-                f'{searched}; pass --data-dir pointing at them, or allow the download (drop --no-download).')
+                f'{searched}; pass --data-dir pointing at them' + _hint(download_hint) + '.')
         try:
             from torchvision.datasets import MNIST
-            MNIST(str(root), train=True, download=True)
-            MNIST(str(root), train=False, download=True)
+            with removed_on_failure(root / 'MNIST' / 'raw'):
+                MNIST(str(root), train=True, download=True)
+                MNIST(str(root), train=False, download=True)
         except Exception as e:  # noqa: BLE001 (re-raised with context)
-            raise DatasetError(f'MNIST not found in {searched} and the download into {root} failed: {e}') from e
+            raise DatasetError(f'MNIST not found in {searched} and the download into {root} failed: '
+                               f'{_one_line(e)}') from e
         raw = _find_mnist_dir(root)
         assert raw is not None
 
@@ -273,49 +303,57 @@ def load_image_folder_in_memory(root: Path, cache_dir: Path, name: str, kind: st
         tx, ty = _decode(train.samples, classes)
         ex, ey = _decode(evald.samples, classes)
         arrays = dict(train_images=tx, train_labels=ty, eval_images=ex, eval_labels=ey)
+        from .checkpoint import write_file_atomic
         npz.parent.mkdir(parents=True, exist_ok=True)
-        tmp = npz.with_name(f'.{npz.name}.{os.getpid()}.tmp.npz')
-        np.savez(tmp, **arrays)
-        os.replace(tmp, npz)
+        write_file_atomic(npz, lambda tmp: np.savez(tmp, **arrays), suffix='.tmp.npz')
     return ImageData(name=name, kind=kind, train=ArrayImageDataset(arrays['train_images'], arrays['train_labels'], classes),
                      eval=ArrayImageDataset(arrays['eval_images'], arrays['eval_labels'], classes),
                      classes=list(classes), num_classes=len(classes), source=str(root), eval_split=eval_split,
                      in_memory=True, fingerprints=dict(train=train.fingerprint, eval=evald.fingerprint))
 
 
+def archive_key(archive: Path) -> str:
+    """The cache key of an archive: a digest of its resolved path, size and modification time, so that another
+    archive of the same name (or this one replaced) is extracted anew, never read from the first one's cache."""
+    st = archive.stat()
+    return hashlib.sha256(f'{archive.resolve()}|{st.st_size}|{st.st_mtime_ns}'.encode()).hexdigest()[:16]
+
+
 def _extract_once(archive: Path, cache_dir: Path) -> Path:
-    """Extract a .tar.gz into ``cache_dir/<archive stem>`` once (atomically: temp folder, then rename)."""
+    """Extract a .tar.gz into ``cache_dir/<archive stem>-<archive_key>`` once (atomically: temp folder, then
+    rename; a failed extraction leaves no temp folder behind)."""
     stem = archive.name[:-len('.tar.gz')] if archive.name.endswith('.tar.gz') else archive.stem
-    target = cache_dir / stem
+    target = cache_dir / f'{stem}-{archive_key(archive)}'
     if (target / '.complete').is_file():
         return target
     cache_dir.mkdir(parents=True, exist_ok=True)
-    tmp = cache_dir / f'.{stem}.{os.getpid()}.tmp'
+    tmp = cache_dir / f'.{target.name}.{os.getpid()}.tmp'
     shutil.rmtree(tmp, ignore_errors=True)
     _logger.info(f'Extracting {archive} to {target} (once)')
-    with tarfile.open(archive) as tar:
-        tar.extractall(tmp, filter='data')
-    # an archive holding one top folder that contains train/: use that folder
-    subdirs = [p for p in tmp.iterdir() if p.is_dir()]
-    if not (tmp / 'train').is_dir() and len(subdirs) == 1 and (subdirs[0] / 'train').is_dir():
-        inner = subdirs[0]
-        tmp2 = cache_dir / f'.{stem}.{os.getpid()}.tmp2'
-        os.replace(inner, tmp2)
-        shutil.rmtree(tmp)
-        tmp = tmp2
-    (tmp / '.complete').write_text(str(archive) + '\n')
     try:
+        with tarfile.open(archive) as tar:
+            tar.extractall(tmp, filter='data')
+        # an archive holding one top folder that contains train/: use that folder
+        subdirs = [p for p in tmp.iterdir() if p.is_dir()]
+        if not (tmp / 'train').is_dir() and len(subdirs) == 1 and (subdirs[0] / 'train').is_dir():
+            inner = subdirs[0]
+            tmp2 = cache_dir / f'.{target.name}.{os.getpid()}.tmp2'
+            os.replace(inner, tmp2)
+            shutil.rmtree(tmp)
+            tmp = tmp2
+        (tmp / '.complete').write_text(str(archive) + '\n')
         os.replace(tmp, target)
-    except OSError:  # another process finished first
+    except OSError:
         shutil.rmtree(tmp, ignore_errors=True)
-        if not (target / '.complete').is_file():
+        if not (target / '.complete').is_file():  # else another process finished first
             raise
     return target
 
 
 # -- CIFAR-10 --------------------------------------------------------------------------------------
 
-def load_cifar10(root: Union[str, Path], cache_dir: Optional[Union[str, Path]] = None, download: bool = True) -> ImageData:
+def load_cifar10(root: Union[str, Path], cache_dir: Optional[Union[str, Path]] = None, download: bool = True,
+                 download_hint: str = '') -> ImageData:
     """CIFAR-10 held in memory, from the first of these found under ``root`` (or ``root/CIFAR10``):
 
     a JPEG image-folder export archive ``cifar10-jpeg*.tar.gz`` (extracted once to ``cache_dir``),
@@ -345,7 +383,7 @@ def load_cifar10(root: Union[str, Path], cache_dir: Optional[Union[str, Path]] =
     if not download:
         raise DatasetError(
             f'CIFAR-10 not found under {root} or {root}/CIFAR10: expected cifar10-jpeg*.tar.gz, an image folder '
-            f'with train/ and test/, or cifar-10-batches-py; allow the download (drop --no-download) or fix --data-dir.')
+            f'with train/ and test/, or cifar-10-batches-py; fix --data-dir' + _hint(download_hint) + '.')
     return _cifar_torchvision(root, download=True)
 
 
@@ -357,10 +395,11 @@ def _check_cifar_classes(data: ImageData) -> None:
 def _cifar_torchvision(root: Path, download: bool) -> ImageData:
     from torchvision.datasets import CIFAR10
     try:
-        train = CIFAR10(str(root), train=True, download=download)
-        test = CIFAR10(str(root), train=False, download=download)
+        with removed_on_failure(root):
+            train = CIFAR10(str(root), train=True, download=download)
+            test = CIFAR10(str(root), train=False, download=download)
     except Exception as e:  # noqa: BLE001
-        raise DatasetError(f'CIFAR-10 not found under {root} and the download failed: {e}') from e
+        raise DatasetError(f'CIFAR-10 not found under {root} and the download failed: {_one_line(e)}') from e
     classes = list(train.classes)
     return ImageData(
         name='cifar10', kind='cifar10',
@@ -431,13 +470,16 @@ def load_dataset(
         num_classes: Optional[int] = None,
         seed: int = 0,
         batch_size: int = 256,
+        download_hint: str = '',
 ) -> ImageData:
-    """Resolve ``--dataset`` / ``--data-dir`` into train and evaluation splits (see the module doc)."""
+    """Resolve ``--dataset`` / ``--data-dir`` into train and evaluation splits (see the module doc).
+    ``download_hint`` names the calling tool's option that allows a download, for the message of a missing
+    dataset (empty: the tool has none)."""
     kind = dataset_kind(name)
     if kind == 'mnist':
-        return load_mnist(data_dir or 'data', download=download)
+        return load_mnist(data_dir or 'data', download=download, download_hint=download_hint)
     if kind == 'cifar10':
-        return load_cifar10(data_dir or 'data', cache_dir=cache_dir, download=download)
+        return load_cifar10(data_dir or 'data', cache_dir=cache_dir, download=download, download_hint=download_hint)
     if kind == 'imagenet':
         if data_dir is None:
             raise DatasetError('--dataset imagenet needs --data-dir pointing at a folder with train/ and val/.')

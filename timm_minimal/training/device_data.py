@@ -17,7 +17,6 @@ of the evaluation split.
 """
 import hashlib
 import logging
-import os
 from pathlib import Path
 from typing import Any, Dict, Iterator, Optional, Sequence, Tuple
 
@@ -92,10 +91,9 @@ def images_to_array(ds: Dataset, transform: Any, input_size: Sequence[int], img_
             return d['images'], d['labels']
     images, labels = _transform_all(ds, transform, img_mode)
     if cache is not None:
+        from .checkpoint import write_file_atomic
         cache.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache.with_name(f'.{cache.name}.{os.getpid()}.tmp.npz')
-        np.savez(tmp, images=images, labels=labels)
-        os.replace(tmp, cache)
+        write_file_atomic(cache, lambda tmp: np.savez(tmp, images=images, labels=labels), suffix='.tmp.npz')
     return images, labels
 
 

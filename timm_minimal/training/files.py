@@ -2,31 +2,12 @@
 import errno
 import fcntl
 import os
-import shutil
 from pathlib import Path
 from typing import IO, Optional, Union
 
+from ..cli import describe_os_error, is_disk_full
+
 __all__ = ['is_disk_full', 'describe_write_error', 'FolderLock', 'FolderBusy']
-
-# torch.save reports a short write without the OS error ("unexpected pos ..."): below this much free space a
-# failed write is put down to a full disk
-_NEARLY_FULL = 1 << 20
-
-
-def is_disk_full(e: BaseException, where: Union[str, Path]) -> bool:
-    """Whether a failed write at ``where`` (a file or folder) met a full disk."""
-    if isinstance(e, OSError) and e.errno == errno.ENOSPC:
-        return True
-    text = str(e)
-    if 'No space left on device' in text or 'os error 28' in text:
-        return True
-    path = Path(where)
-    while not path.exists() and path != path.parent:
-        path = path.parent
-    try:
-        return shutil.disk_usage(path).free < _NEARLY_FULL
-    except OSError:
-        return False
 
 
 def describe_write_error(e: BaseException, what: Union[str, Path]) -> str:
@@ -34,7 +15,7 @@ def describe_write_error(e: BaseException, what: Union[str, Path]) -> str:
     if is_disk_full(e, what):
         return f'no space left on the device while writing {what}: free some space and run again'
     if isinstance(e, OSError):
-        return f'cannot write {what}: {e.strerror or e}' + (f' ({e.filename})' if e.filename else '')
+        return f'cannot write {what}: {describe_os_error(e, what)}'
     return f'cannot write {what}: {type(e).__name__}: {str(e).strip()[:200]}'
 
 

@@ -35,6 +35,7 @@ class RunFolder:
     def __init__(self, path: Union[str, Path]) -> None:
         self.path = Path(path)
         self._lock: Optional[FolderLock] = None
+        self._created: List[Path] = []  # the folders prepare() made, deepest first
 
     def __repr__(self) -> str:
         return f'RunFolder({str(self.path)!r})'
@@ -82,7 +83,12 @@ class RunFolder:
         """Take the folder's OS lock until ``unlock`` or the end of the process (``FolderBusy`` when another
         process holds it)."""
         if self._lock is None:
+            self._note_created()
             self._lock = FolderLock(self.path, LOCK_FILE).acquire()
+
+    def _note_created(self) -> None:
+        if not self._created:
+            self._created = [p for p in (self.path, *self.path.parents) if not p.exists()]
 
     def unlock(self) -> None:
         if self._lock is not None:
@@ -93,8 +99,28 @@ class RunFolder:
         """Whether the folder holds a run (its ``run.json`` and ``metrics.jsonl``)."""
         return self.run_file.is_file() and self.metrics_file.is_file()
 
+    def discard_start(self) -> bool:
+        """Remove the folder of a start that failed before it wrote anything (only the lock file and empty
+        folders in it); a folder holding anything else is left as it is. Whether it was removed."""
+        if not self.path.is_dir():
+            return False
+        entries = list(self.path.rglob('*'))
+        if any(p.is_file() and p != self.path / LOCK_FILE or p.is_symlink() for p in entries):
+            return False
+        (self.path / LOCK_FILE).unlink(missing_ok=True)
+        for p in sorted((p for p in entries if p.is_dir()), key=lambda p: -len(p.parts)):
+            p.rmdir()
+        self.path.rmdir()
+        for parent in self._created[1:]:  # the parents that prepare() made, while empty
+            try:
+                parent.rmdir()
+            except OSError:
+                break
+        return True
+
     def prepare(self) -> None:
         """Create the folder and remove temporary checkpoint folders a killed run left behind."""
+        self._note_created()
         self.path.mkdir(parents=True, exist_ok=True)
         ckpt.clean_stale_temp(self.checkpoints)
 

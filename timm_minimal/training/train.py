@@ -47,6 +47,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 
+from ..cli import EXIT_DIVERGED, EXIT_FAILURE, EXIT_USAGE, Failure, command
 from ..models.datasets import channel_stats
 from ..models.image_processing_vit_minimal import convert_image, image_mode
 from . import checkpoint as ckpt
@@ -70,9 +71,7 @@ _logger = logging.getLogger('timm_minimal.training.train')
 __all__ = ['build_parser', 'parse_args', 'train', 'main', 'Diverged', 'UsageError', 'TrainHooks',
            'load_recipe']
 
-EXIT_BAD_INPUT = 2
-EXIT_DIVERGED = 3
-EXIT_WRITE_FAILED = 1
+EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_WRITE_FAILED = EXIT_USAGE, EXIT_DIVERGED, EXIT_FAILURE
 MAX_WARMUP_FRACTION = 0.25  # the warm-up is capped at this part of the run
 PLOT_INTERVAL = 30.0  # seconds between redraws of curves.png during a run (a plot costs more than a fast epoch)
 
@@ -226,6 +225,8 @@ def prepare_folder(args: argparse.Namespace, accelerator: Any) -> Tuple[RunFolde
         args.output = name[0]
     folder = RunFolder(args.output)
     resuming = args.resume is not None
+    if folder.path.exists() and not folder.path.is_dir():
+        raise UsageError(f'--output {folder} is a file; the run folder must be a new or empty folder.')
     if not resuming and not folder.is_empty():
         raise UsageError(f'Run folder {folder} already exists and is not empty; pass --resume to continue that run, '
                          f'or choose another --output.')
@@ -522,11 +523,14 @@ def setup(args: argparse.Namespace, provenance: Dict[str, Any], argv: Sequence[s
     world = accelerator.num_processes
     if args.batch_size % world:
         raise UsageError(f'--batch-size {args.batch_size} must be a multiple of the number of processes ({world}).')
+    created = args.output is None or not Path(args.output).exists()
     folder, last_dir = prepare_folder(args, accelerator)
     try:
         return _assemble(args, accelerator, folder, last_dir, provenance, argv, hooks)
     except BaseException:
         folder.unlock()
+        if created and accelerator.is_main_process:
+            folder.discard_start()  # a start that failed before training leaves no folder behind
         raise
 
 
@@ -540,7 +544,7 @@ def _assemble(args: argparse.Namespace, accelerator: Any, folder: RunFolder, las
         data = load_dataset(
             args.dataset, args.data_dir, download=not args.no_download, cache_dir=args.cache_dir,
             train_split=args.train_split, eval_split=args.val_split, num_classes=args.num_classes, seed=args.seed,
-            batch_size=args.batch_size // world)
+            batch_size=args.batch_size // world, download_hint='drop --no-download')
     model, model_name, model_kwargs = build_model(args, data)
     data_cfg = _data_config(model, args)
     n_train, updates_per_epoch, batches_per_epoch = count_batches(args, data)
@@ -650,20 +654,19 @@ def _finish(run: Run, state: TrainState, status: str, message: Optional[str], la
         return {}
 
 
+@command('timm-minimal-train')
 def main(argv: Optional[Sequence[str]] = None, hooks: Optional[TrainHooks] = None) -> int:
     logging.basicConfig(level=logging.WARNING, format='%(message)s')
     try:
         args, provenance = parse_args(argv)
         train(args, provenance, argv, hooks)
-    except (UsageError, DatasetError) as e:
-        print(f'timm-minimal-train: error: {e}', file=sys.stderr, flush=True)
-        return EXIT_BAD_INPUT
+    except DatasetError as e:
+        raise UsageError(str(e)) from None
     except Diverged as e:
         print(f'timm-minimal-train: {e}', file=sys.stderr, flush=True)
         return EXIT_DIVERGED
     except WriteFailed as e:
-        print(f'timm-minimal-train: error: {e}', file=sys.stderr, flush=True)
-        return EXIT_WRITE_FAILED
+        raise Failure(str(e)) from None
     return 0
 
 

@@ -16,6 +16,7 @@ from ...models.datasets import DATASETS
 from .report import render_report, summary_lines
 from ..common import OneLineParser
 from .suite import BenchmarkConfig, run_benchmark, select_models
+from ...cli import command
 
 
 def _csv_ints(text: str) -> Tuple[int, ...]:
@@ -146,6 +147,7 @@ def _dispatch(argv: Sequence[str]) -> Optional[Tuple[str, List[str]]]:
     return None
 
 
+@command('timm-minimal-benchmark')
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """The command line; returns the exit status (``--training`` and ``--deployment`` hand over to the exit
     status of the benchmark they run)."""

@@ -1,0 +1,156 @@
+"""The command-line layer every tool of the package stands on: one parser whose misuse errors are one line, one
+help formatter that shows defaults, the number types that check a value at the door, and one ``main`` skeleton
+that maps what went wrong to an exit status and a single line.
+
+Exit status: 0 done, 1 a failure the user can cause on the machine (no space left, a read-only or missing
+folder, a port in use, a network that does not answer), 2 a command line or input that cannot run, 3 a training
+run whose numbers became non-finite.
+
+This module imports nothing else of the package, so that every layer (training, tools) can use it.
+"""
+import argparse
+import errno
+import functools
+import math
+import shutil
+import sys
+from pathlib import Path
+from typing import Callable, NoReturn, Optional, Sequence, Union
+
+__all__ = ['UsageError', 'Failure', 'OneLineParser', 'HelpFormatter', 'number', 'positive_int', 'positive_float',
+           'non_negative_int', 'non_negative_float', 'probability', 'is_disk_full', 'describe_os_error', 'command',
+           'EXIT_FAILURE', 'EXIT_USAGE', 'EXIT_DIVERGED']
+
+EXIT_FAILURE, EXIT_USAGE, EXIT_DIVERGED = 1, 2, 3
+# torch.save reports a short write without the OS error ("unexpected pos ..."): below this much free space a
+# failed write is put down to a full disk
+_NEARLY_FULL = 1 << 20
+
+
+class UsageError(ValueError):
+    """A command line or input that cannot run; the message says what is wrong and what is allowed (exit 2)."""
+
+
+class Failure(RuntimeError):
+    """A run that could not finish for a reason outside the command line (exit 1); the message is one line."""
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse that reports misuse in one line (no usage block, no traceback) with exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f'{self.prog}: error: {message} (--help lists the options)\n')
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """--help with the description as written and every option's default (unless its help already states it)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ''
+        states_default = '%(default)' in text or (action.default is None and 'default' in text)
+        if action.option_strings and action.default is not argparse.SUPPRESS and not states_default \
+                and not isinstance(action, (argparse._HelpAction, argparse._VersionAction)):
+            text += (' ' if text else '') + '(default: %(default)s)'
+        return text
+
+
+def number(kind: type = int, low: Optional[float] = None, high: Optional[float] = None, above: bool = False,
+           below: bool = False):
+    """An argparse type for a finite ``kind`` (int or float) of at least ``low`` (above it with ``above``) and at
+    most ``high`` (below it with ``below``). The same function checks recipes and ``args.yaml`` (``check_value``
+    in the trainer), so a value is refused alike wherever it comes from; the error names the range."""
+    noun = 'an integer' if kind is int else 'a finite number'
+    show = lambda v: f'{v:,}' if isinstance(v, int) else f'{v:g}'  # noqa: E731
+    bounds = [f'{"above" if above else "of at least"} {show(low)}' if low is not None else '',
+              f'{"below" if below else "at most"} {show(high)}' if high is not None else '']
+    wanted = f'{noun} ' + ' and '.join(b for b in bounds if b)
+
+    def parse(text: Union[str, int, float]):
+        try:
+            value = kind(text)
+            if kind is int and isinstance(text, float):
+                value = None if not text.is_integer() else value
+        except (ValueError, OverflowError):
+            value = None
+        ok = value is not None and math.isfinite(value) \
+            and (low is None or (value > low if above else value >= low)) \
+            and (high is None or (value < high if below else value <= high))
+        if not ok:
+            raise argparse.ArgumentTypeError(f'must be {wanted.strip()}, got {text!r}')
+        return value
+    parse.__name__ = kind.__name__  # argparse names the type in its own messages
+    parse.wanted = wanted.strip()
+    return parse
+
+
+positive_int = number(int, 1)
+non_negative_int = number(int, 0)
+positive_float = number(float, 0, above=True)
+non_negative_float = number(float, 0)
+probability = number(float, 0, 1)
+
+
+def is_disk_full(e: BaseException, where: Union[str, Path, None] = None) -> bool:
+    """Whether a failed write at ``where`` (a file or folder) met a full disk."""
+    if isinstance(e, OSError) and e.errno == errno.ENOSPC:
+        return True
+    text = str(e)
+    if 'No space left on device' in text or 'os error 28' in text:
+        return True
+    if where is None:
+        return False
+    path = Path(where)
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    try:
+        return shutil.disk_usage(path).free < _NEARLY_FULL
+    except OSError:
+        return False
+
+
+_OS_CAUSES = {
+    errno.ENOSPC: 'no space left on the device', errno.EROFS: 'the file system is read-only',
+    errno.EACCES: 'permission denied', errno.EPERM: 'permission denied', errno.ENOTDIR: 'a part of it is a file, '
+    'not a folder', errno.EISDIR: 'it is a folder, not a file', errno.ENOENT: 'no such file or folder',
+    errno.EEXIST: 'it exists already', errno.EADDRINUSE: 'the address is in use by another program',
+    errno.ENOTEMPTY: 'the folder is not empty', errno.EDQUOT: 'the disk quota is exceeded',
+}
+
+
+def describe_os_error(e: BaseException, what: Union[str, Path, None] = None) -> str:
+    """One line for an OS error: the path it names (or ``what``) and the cause in words."""
+    if is_disk_full(e, what):
+        cause = _OS_CAUSES[errno.ENOSPC]
+    elif isinstance(e, OSError):
+        cause = _OS_CAUSES.get(e.errno) or (e.strerror or str(e) or type(e).__name__)
+    else:
+        cause = f'{type(e).__name__}: {" ".join(str(e).split())[:200]}'
+    path = getattr(e, 'filename', None) or what
+    return f'{path}: {cause}' if path else cause
+
+
+def command(prog: str) -> Callable[[Callable[..., Optional[int]]], Callable[..., int]]:
+    """The ``main`` skeleton of a tool: the decorated function parses and runs; this maps what it raises to one
+    line on stderr and an exit status (``UsageError`` 2, an OS error or ``Failure`` 1, Ctrl-C 130), and a
+    function that returns nothing to 0. ``argparse``'s own exits (--help, misuse: ``SystemExit``) pass through."""
+    def wrap(main: Callable[..., Optional[int]]) -> Callable[..., int]:
+        @functools.wraps(main)
+        def run(argv: Optional[Sequence[str]] = None, *args, **kwargs) -> int:
+            try:
+                status = main(argv, *args, **kwargs)
+            except UsageError as e:
+                return _say(prog, 'error', e, EXIT_USAGE)
+            except Failure as e:
+                return _say(prog, 'error', e, EXIT_FAILURE)
+            except KeyboardInterrupt:
+                return _say(prog, 'interrupted', 'stopped by Ctrl-C', 130)
+            except OSError as e:
+                return _say(prog, 'error', describe_os_error(e), EXIT_FAILURE)
+            return 0 if status is None else int(status)
+        return run
+    return wrap
+
+
+def _say(prog: str, kind: str, message: object, status: int) -> int:
+    print(f'{prog}: {kind}: {message}', file=sys.stderr, flush=True)
+    return status
