@@ -116,6 +116,33 @@ def test_command_line_misuse_is_one_line(capsys, monkeypatch):
     assert err.count('\n') == 1 and 'pip install -e ".[app]"' in err
 
 
+def test_a_port_in_use_is_one_line_before_serving(capsys):
+    with socket.socket() as taken:
+        taken.bind(('127.0.0.1', 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert app_mod.main(['--port', str(port), '--checkpoints', 'vit_minimal_sym_6x4.mnist']) == 1
+    out, err = capsys.readouterr()
+    assert 'serving' not in out and err.count('\n') == 1 and 'Traceback' not in err
+    assert f'127.0.0.1:{port}: the address is in use by another program' in err
+
+
+def test_an_oversized_sketch_or_a_long_strip_is_refused_with_a_message(client, tmp_path):
+    """Sizes are checked from the shape or the header before anything is decoded in full or resized: a strip of
+    1,000,000 x 1 pixels (3 kB as a PNG) would otherwise grow to 28,000,000 x 28 in the resize to the input."""
+    with pytest.raises(app_mod.ImageTooLarge, match='a side over 16,384 pixels'):
+        app_mod.sketch_to_image({'composite': np.zeros((1, 1_000_000, 4), np.uint8)})
+    with pytest.raises(app_mod.ImageTooLarge, match='ratio over 64:1'):
+        app_mod.sketch_to_image(Image.new('RGBA', (3000, 10)))
+    strip = tmp_path / 'strip.png'
+    Image.new('L', (1_000_000, 1)).save(strip)
+    with pytest.raises(Exception, match='a side over 16,384 pixels'):
+        client.predict('vit_minimal_sym_6x4.mnist', None, handle_file(str(strip)), 'image', api_name='/explore')
+    summary, top, _ = client.predict('vit_minimal_sym_6x4.mnist', None, handle_file(_example('mnist_test0_digit7')),
+                                     'image', api_name='/explore')
+    assert top['label'] == '7'  # still serving
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(CHROMIUM is None, reason='no chromium here (apt-get install chromium); .ci/run installs it')
 def test_the_page_renders_in_a_real_browser(server, tmp_path):

@@ -53,6 +53,11 @@ def test_attention_options_and_inputs(digit, tmp_path, capsys):
     bomb = tmp_path / 'bomb.png'
     Image.new('1', (30000, 30000)).save(bomb)  # 109 kB on disk, 900 million pixels
     _one_line(capsys, _call(attention.main, [str(bomb), '--out', str(tmp_path / 'a.png')]), 'too large to read safely')
+    strip = tmp_path / 'strip.png'
+    Image.new('L', (1_000_000, 1)).save(strip)  # a few kB, within 25 megapixels, 1,000,000 : 1
+    _one_line(capsys, _call(attention.main, [str(strip), '--out', str(tmp_path / 'a.png')]), 'a side over 16,384 pixels')
+    Image.new('L', (3000, 10)).save(strip)
+    _one_line(capsys, _call(attention.main, [str(strip), '--out', str(tmp_path / 'a.png')]), 'in a ratio over 64:1')
     folder = tmp_path / 'ckpt'
     folder.mkdir()
     model = timm.create_model('vit_minimal_sym_6x4.mnist')
@@ -72,7 +77,6 @@ def test_evaluate_options_and_data(mnist_dir, tmp_path, capsys):
         for c in ('a', 'b', 'c'):
             (folder / split / c).mkdir(parents=True)
             Image.fromarray(np.zeros((28, 28), np.uint8)).save(folder / split / c / '0.png')
-    timm.create_model('vit_minimal_sym_6x4.mnist', num_classes=2)
     ckpt = tmp_path / 'two'
     ckpt.mkdir()
     model = timm.create_model('vit_minimal_sym_6x4.mnist', num_classes=2)
@@ -86,3 +90,37 @@ def test_evaluate_options_and_data(mnist_dir, tmp_path, capsys):
 def test_benchmark_and_demo_options(capsys):
     _one_line(capsys, _call(benchmark_cli.main, ['--models', 'nonexistent*']), "No registered architecture matches")
     _one_line(capsys, _call(demo.main, ['--epochs', '0']), '--epochs', 'at least 1')
+
+
+def test_each_tool_names_only_its_own_options_when_data_are_missing(tmp_path, capsys):
+    """The remedy of a missing dataset names the option of the tool that was run, and no option it lacks."""
+    from timm_minimal.training import train
+    nothing = str(tmp_path / 'nothing')
+    _one_line(capsys, _call(evaluate.main, ['vit_minimal_sym_6x4.mnist', '--dataset', 'mnist', '--data-dir', nothing]),
+              'pass --data-dir pointing at them, or allow the download (add --download)')
+    _one_line(capsys, _call(train.main, ['--model', 'vit_minimal_sym_6x4', '--dataset', 'cifar10', '--data-dir',
+                                         nothing, '--no-download', '--output', str(tmp_path / 'r')]),
+              'fix --data-dir, or allow the download (drop --no-download)')
+    pytest.importorskip('onnxruntime', reason='the export extra is not installed')
+    from timm_minimal.tools import export
+    rc = _call(export.main, ['vit_minimal_sym_6x4.mnist', '--out', str(tmp_path / 'x'), '--verify-data-dir', nothing])
+    err = capsys.readouterr().err
+    assert rc == 2 and 'pass --verify-data-dir pointing at them.' in err and 'download' not in err, err
+    assert not (tmp_path / 'x').exists() and not (tmp_path / 'r').exists()
+
+
+def test_a_broken_checkpoint_is_named(tmp_path, capsys):
+    """An invalid config.json is named by its path; a head of another class count than the config's is named with
+    the two counts, not as missing keys."""
+    ckpt = tmp_path / 'ckpt'
+    ckpt.mkdir()
+    model = timm.create_model('vit_minimal_sym_6x4.mnist', num_classes=5)
+    save_file(model.state_dict(), str(ckpt / 'model.safetensors'))
+    (ckpt / 'config.json').write_text('{"architecture": ')
+    _one_line(capsys, _call(evaluate.main, [f'local-dir:{ckpt}', '--dataset', 'mnist']),
+              f'{ckpt}/config.json is not valid JSON')
+    (ckpt / 'config.json').write_text(json.dumps(dict(architecture='vit_minimal_sym_6x4', num_classes=10,
+                                                      pretrained_cfg=dict(model.pretrained_cfg, num_classes=10))))
+    _one_line(capsys, _call(evaluate.main, [f'local-dir:{ckpt}', '--dataset', 'mnist']),
+              'says num_classes=10 but the weights file', 'has a 5-class head')
+    assert timm.create_model(f'local-dir:{ckpt}', pretrained=True, num_classes=3).num_classes == 3  # a new head

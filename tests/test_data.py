@@ -110,7 +110,7 @@ def test_cifar10_jpeg_archive_is_extracted_once_and_read_as_image_folder(tmp_pat
     assert (len(data.train), len(data.eval)) == (20, 10)
     assert data.train.images.shape == (20, 32, 32, 3)
     assert list(data.train.labels) == [c for c in range(10) for _ in range(2)]
-    folder = cache / 'cifar10-jpeg-q75'
+    folder, = cache.glob('cifar10-jpeg-q75-*')  # keyed on the archive: path, size, modification time
     assert (folder / '.complete').is_file() and (folder / 'train' / 'airplane' / '0000.jpg').is_file()
     # the extracted folder is an ordinary image-folder dataset, and the second load uses the cache
     again = load_cifar10(tmp_path / 'data', cache_dir=cache, download=False)
@@ -150,3 +150,26 @@ def test_dataset_names():
         dataset_kind('svhn')
     with pytest.raises(DatasetError, match='imagenet needs --data-dir'):
         load_dataset('imagenet', None)
+
+
+def test_a_second_archive_of_the_same_name_is_read_not_the_first_ones_cache(tmp_path):
+    """The extraction cache is keyed on the archive (its path, size and modification time), never on its name."""
+    cache = tmp_path / 'cache'
+    _make_cifar_archive(tmp_path / 'a', per_class=(2, 1))
+    _make_cifar_archive(tmp_path / 'b', per_class=(3, 2))
+    first = load_cifar10(tmp_path / 'a', cache_dir=cache, download=False)
+    second = load_cifar10(tmp_path / 'b', cache_dir=cache, download=False)
+    assert (len(first.train), len(first.eval)) == (20, 10) and (len(second.train), len(second.eval)) == (30, 20)
+    assert len([p for p in cache.iterdir() if p.name.startswith('cifar10-jpeg-q75-')]) == 2
+    assert not [p for p in cache.iterdir() if p.name.startswith('.')]
+
+
+def test_a_cache_write_on_a_full_disk_leaves_no_temporary_file(tmp_path, small_disk):
+    from timm_minimal.training.device_data import images_to_array
+    disk = small_disk(64)
+    from timm_minimal.training.data import build_transforms
+    _, tf = build_transforms((1, 28, 28), (0.5,), (0.5,), interpolation='bilinear', crop_pct=1.0)
+    big = [(Image.fromarray(np.random.default_rng(0).integers(0, 255, (28, 28), dtype=np.uint8)), 0)] * 400
+    with pytest.raises(OSError):
+        images_to_array(big, tf, (1, 28, 28), 'L', cache=disk / 'c.npz')
+    assert list(disk.iterdir()) == []

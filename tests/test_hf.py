@@ -609,3 +609,21 @@ def test_remote_code_names_what_it_needs_without_timm(checkpoints, tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     line = next(line for line in result.stdout.splitlines() if line.startswith('IMPORTERROR'))
     assert 'timm' in line and 'pip install' in line, line
+
+
+def test_a_float_image_is_read_by_its_bulk_not_its_largest_value():
+    """A [0, 1] image with one value a little over 1 (arithmetic) stays a [0, 1] image, with a warning; a 0-255
+    float image is read as such; a float image beyond 255 is refused."""
+    processor = VitMinimalImageProcessor.from_pretrained_cfg(
+        timm.create_model('vit_minimal_sym_6x4.mnist').pretrained_cfg)
+    rng = np.random.default_rng(0)
+    image = rng.random((28, 28)).astype(np.float32)
+    reference = processor(image)['pixel_values']
+    noisy = image.copy()
+    noisy[0, 0] = 1.001
+    with pytest.warns(UserWarning, match='1 value.*outside it.*clipped'):
+        got = processor(noisy)['pixel_values']
+    assert torch.allclose(got.flatten()[1:], reference.flatten()[1:])
+    assert torch.allclose(processor(image * 255)['pixel_values'], reference, atol=1e-6)
+    with pytest.raises(ValueError, match=r'values in \[0, 1\] or \[0, 255\]'):
+        processor(image * 1000)

@@ -118,3 +118,36 @@ def test_the_cifar10_folder_cache_is_reused(tmp_path):
     shutil.rmtree(root / 'test' / 'cat')
     _grey(root / 'test' / 'cat', 2, 200, size=(32, 32))
     assert len(load_cifar10(tmp_path, cache_dir=tmp_path / 'cache', download=False).eval) == 11
+
+
+def test_evaluation_on_a_folder_maps_classes_by_name(tmp_path, capsys):
+    """A folder with val/cat, val/dog, val/ship is scored against the CIFAR-10 model's classes 3, 5 and 8, not
+    0, 1, 2 by order; folders whose names are not the model's label names are refused and named."""
+    import timm
+    from timm_minimal.models.datasets import CIFAR10_CLASSES
+    from timm_minimal.tools import evaluate
+    torch.manual_seed(0)
+    model = timm.create_model('vit_minimal_sym_6x1.cifar10').eval()
+    root = tmp_path / 'pets'
+    images = {}
+    for i, name in enumerate(('cat', 'dog', 'ship')):
+        for split in ('train', 'val'):
+            (root / split / name).mkdir(parents=True)
+        rng = np.random.default_rng(i)
+        images[name] = [rng.integers(0, 255, (32, 32, 3), dtype=np.uint8) for _ in range(4)]
+        for j, im in enumerate(images[name]):
+            Image.fromarray(im).save(root / 'train' / name / f'{j}.png')
+            Image.fromarray(im).save(root / 'val' / name / f'{j}.png')
+    with torch.no_grad():  # the model's own predictions, in CIFAR-10 class indices
+        from timm.data import create_transform, resolve_data_config
+        tf = create_transform(**resolve_data_config({}, model=model))
+        pred = {n: [int(model(tf(Image.fromarray(im))[None]).argmax()) for im in ims] for n, ims in images.items()}
+    by_name = sum(p == CIFAR10_CLASSES.index(n) for n, ps in pred.items() for p in ps) / 12 * 100
+    by_order = sum(p == ['cat', 'dog', 'ship'].index(n) for n, ps in pred.items() for p in ps) / 12 * 100
+    assert evaluate.evaluate_model(model, str(root), batch_size=8)['acc'] == pytest.approx(by_name)
+    assert evaluate.evaluate_model(model, str(root), batch_size=8, labels_by_order=True)['acc'] == \
+        pytest.approx(by_order)
+    os.rename(root / 'val' / 'dog', root / 'val' / 'doggo')
+    os.rename(root / 'train' / 'dog', root / 'train' / 'doggo')
+    with pytest.raises(DatasetError, match=r"classes of .* \(doggo\) are not among the model's label names"):
+        evaluate.evaluate_model(model, str(root), batch_size=8)

@@ -1,5 +1,7 @@
 """What timm's own model tests check, for every registered vit_minimal architecture, plus the
 paper's parameter counts and the geometry of each pretrained tag."""
+from pathlib import Path
+
 import pytest
 import timm
 import torch
@@ -8,6 +10,7 @@ import timm_minimal
 from timm_minimal import ARCHITECTURES, DATASETS
 
 torch.set_num_threads(1)
+ROOT = Path(__file__).resolve().parents[1]
 
 BATCH = 2
 CFG_KEYS = ('url', 'num_classes', 'input_size', 'pool_size', 'crop_pct', 'interpolation', 'mean', 'std',
@@ -198,3 +201,49 @@ def test_every_attention_variant_is_registered_and_described():
     from timm_minimal.models.paper import VARIANTS, parse_arch
     registered = {parse_arch(name)['attn'] for name in timm.list_models('vit_minimal*')}
     assert set(timm_minimal.ATTENTION_LAYERS) == registered == set(VARIANTS)
+
+
+def test_an_oversized_config_is_refused_in_seconds_on_every_path(tmp_path):
+    """Each size a config can ask for is refused from the keywords alone, before anything is allocated: through
+    timm (a local-dir: checkpoint with no weights of that shape) and through transformers (from_pretrained), in a
+    fresh process whose peak memory stays that of the imports."""
+    import json
+    import subprocess
+    import sys
+    import textwrap
+    cases = {'img_size': dict(img_size=700000), 'depth': dict(depth=100000), 'num_classes': dict(num_classes=200000000),
+             'mlp_hidden_dim': dict(use_mlp=True, mlp_hidden_dim=40000000), 'embed_dim': dict(embed_dim=4000000)}
+    for name, kwargs in cases.items():
+        folder = tmp_path / name
+        folder.mkdir()
+        config = json.loads((ROOT / 'hf_configs' / 'vit_minimal_sym_6x4' / 'config.json').read_text())
+        config['model_args'].update({k: v for k, v in kwargs.items() if k != 'num_classes'})
+        config.update({k: v for k, v in kwargs.items() if k == 'num_classes'})
+        for key in ('id2label', 'label2id', 'label_names'):
+            config.pop(key)
+        (folder / 'config.json').write_text(json.dumps(config))
+    script = textwrap.dedent(f'''
+        import resource, time, timm, timm_minimal
+        from transformers import AutoModelForImageClassification
+        for name in {sorted(cases)!r}:
+            for load in (lambda p: timm.create_model('local-dir:' + p, pretrained=True),
+                         AutoModelForImageClassification.from_pretrained):
+                t0 = time.perf_counter()
+                try:
+                    load({str(tmp_path)!r} + '/' + name)
+                    raise SystemExit(f'{{name}}: built')
+                except SystemExit:
+                    raise
+                except Exception as e:
+                    assert 'over the limit' in str(e), (name, str(e)[:300])
+                assert time.perf_counter() - t0 < 10, name
+        print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
+    ''')
+    import resource
+
+    def limit_memory():  # 8 GiB of address space: the imports fit, a model of any of these sizes does not
+        resource.setrlimit(resource.RLIMIT_AS, (8 << 30, 8 << 30))
+    r = subprocess.run([sys.executable, '-c', script], capture_output=True, text=True, timeout=300,
+                       preexec_fn=limit_memory)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert int(r.stdout.split()[-1]) < 2000  # MiB: the imports, no model of the asked size

@@ -33,6 +33,7 @@ from .datasets import channel_stats
 from .paper import arch_name, parse_arch
 from .datasets import DATASETS
 from .pretrained import dataset_label_names, describe_pretrained_cfg, jsonable, pretrained_cfg_for, tag_geometry
+from .model_size import check_model_size
 from .vit_minimal import ARCHITECTURES, MODEL_KEYWORDS, VisionTransformerMinimal, check_model_args
 
 __all__ = ['VitMinimalConfig', 'MODEL_ARG_NAMES', 'AUTO_MAP', 'dataset_label_names', 'class_names', 'timm_model']
@@ -191,6 +192,7 @@ class VitMinimalConfig(PreTrainedConfig, _ModelFields):
             self.pretrained_cfg = describe_pretrained_cfg(self.pretrained_cfg)
 
         # labels: transformers' id2label wins, then timm's label_names / num_classes, then the dataset's classes
+        self._check_size_before_labels(kwargs.get('num_labels', num_classes))
         if isinstance(label_names, dict):
             label_names = [label_names[k] for k in sorted(label_names, key=int)]
         if self.id2label is not None:
@@ -214,6 +216,17 @@ class VitMinimalConfig(PreTrainedConfig, _ModelFields):
                 self.label2id = {name: int(i) for i, name in zip(self.id2label, names)}
         kwargs.setdefault('auto_map', copy.deepcopy(AUTO_MAP))
         super().__post_init__(**kwargs)
+
+    def _check_size_before_labels(self, num_classes: Any) -> None:
+        """The model's size from the fields alone, before transformers makes one id2label entry per class (a config
+        asking for 2e8 classes is refused here, not after gigabytes of labels); a field of the wrong type is left
+        to the validation below."""
+        fields = {k: getattr(self, k) for k in ('img_size', 'patch_size', 'in_chans', 'embed_dim', 'depth', 'num_heads',
+                                                'use_mlp', 'mlp_hidden_dim', 'class_token', 'pos_embed')}
+        try:
+            check_model_size(**fields, num_classes=int(10 if num_classes is None else num_classes))
+        except (TypeError, OverflowError):
+            pass
 
     # -- validation (run by @strict after __init__) -------------------------------------------------
 

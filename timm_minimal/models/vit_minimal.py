@@ -32,10 +32,11 @@ from timm.models.vision_transformer import global_pool_nlc
 
 from .datasets import DATASETS
 from .layers import Block, CholAttention, get_attn_layer, sincos_2d_pos_embed
+from .model_size import check_model_size
 from .pretrained import (  # noqa: F401  (HUB_ORG, WEIGHTS_DIR: where the weights are, also reachable here)
     HUB_ORG, WEIGHTS_DIR, _cfg, _weights, tag_geometry, weights_file_name,
 )
-from .weights_check import check_finite_weights, check_weights_fit, weights_file
+from .weights_check import check_finite_weights, check_weights_fit, head_classes, weights_file
 
 __all__ = ['VisionTransformerMinimal', 'checkpoint_filter_fn', 'check_model_args', 'DATASETS', 'ARCHITECTURES',
            'NoPretrainedWeights']
@@ -76,7 +77,8 @@ def _check_choice(name: str, value: Any, choices: Any) -> None:
 def check_model_args(
         img_size: Union[int, Tuple[int, int]] = 28, patch_size: Union[int, Tuple[int, int]] = 7, in_chans: int = 1,
         num_classes: int = 10, global_pool: str = 'avg', embed_dim: int = 60, depth: int = 6, num_heads: int = 1,
-        attn_type: str = 'std', mlp_hidden_dim: int = 256, class_token: bool = False, pos_embed: str = 'sincos',
+        attn_type: str = 'std', use_mlp: bool = False, mlp_hidden_dim: int = 256, class_token: bool = False,
+        pos_embed: str = 'sincos',
         dynamic_img_size: bool = False, drop_rate: float = 0., pos_drop_rate: float = 0., proj_drop_rate: float = 0.,
         attn_drop_rate: float = 0., drop_path_rate: float = 0., **_: Any) -> None:
     """The rules a set of ``VisionTransformerMinimal`` keywords must follow (ValueError naming the keyword and
@@ -106,6 +108,9 @@ def check_model_args(
     if not dynamic_img_size and (img[0] % patch[0] or img[1] % patch[1]):
         raise ValueError(f'img_size {tuple(img)} must be a multiple of patch_size {tuple(patch)} '
                          f'(or build the model with dynamic_img_size=True).')
+    check_model_size(img_size=img_size, patch_size=patch_size, in_chans=in_chans, num_classes=num_classes,
+                     embed_dim=embed_dim, depth=depth, num_heads=num_heads, use_mlp=use_mlp,
+                     mlp_hidden_dim=mlp_hidden_dim, class_token=class_token, pos_embed=pos_embed)
 
 
 def init_module(module: nn.Module, std: float = .02, init: Any = nn.init, reset_defaults: bool = False) -> None:
@@ -543,7 +548,7 @@ def _create_vit_minimal(variant: str, pretrained: bool = False, **kwargs) -> Vis
             kwargs.setdefault(key, value)
     path = weights_file(kwargs.get('pretrained_cfg')) if pretrained else None
     if path is not None:  # a checkpoint's config must fit its weights before a model of its size is built
-        check_weights_fit(path, kwargs.get('depth', 6), kwargs.get('embed_dim', 60))
+        check_weights_fit(path, kwargs.get('depth', 6), kwargs.get('embed_dim', 60), head_classes(kwargs))
     try:
         model = build_model_with_cfg(
             VisionTransformerMinimal,

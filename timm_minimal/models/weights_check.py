@@ -11,7 +11,7 @@ from typing import Any, Dict, Mapping, Optional
 
 import torch
 
-__all__ = ['weights_file', 'check_weights_fit', 'check_finite_weights']
+__all__ = ['weights_file', 'head_classes', 'check_weights_fit', 'check_finite_weights']
 
 _FLOAT_DTYPES = ('F16', 'BF16', 'F32', 'F64')
 _BLOCK = re.compile(r'^(?:[\w.]*\.)?blocks\.(\d+)\.')
@@ -38,8 +38,18 @@ def _header(path: Path) -> Dict[str, Any]:
         raise ValueError(f'Cannot read the weights file {path}: {e} (a truncated or corrupted safetensors file).') from e
 
 
-def check_weights_fit(path: Path, depth: int, embed_dim: int) -> None:
-    """Refuse a weights file whose depth, width or dtypes differ from what the config asks for, before building."""
+def head_classes(kwargs: Mapping[str, Any]) -> Optional[int]:
+    """The classes the weights' head must have: the config's ``num_classes`` when the model keeps that head; None
+    when ``num_classes`` asks for another count (timm then replaces the head with a new one)."""
+    cfg = kwargs.get('pretrained_cfg')
+    cfg = cfg.to_dict() if hasattr(cfg, 'to_dict') else cfg if isinstance(cfg, dict) else {}
+    classes = cfg.get('num_classes')
+    return classes if kwargs.get('num_classes', classes) == classes else None
+
+
+def check_weights_fit(path: Path, depth: int, embed_dim: int, num_classes: Optional[int] = None) -> None:
+    """Refuse a weights file whose depth, width, classes (``num_classes``: the count the config says the weights
+    have; None to leave the head to a new one) or dtypes differ from what the config asks for, before building."""
     header = _header(path)
     not_float = sorted(k for k, (_, dtype) in header.items() if dtype not in _FLOAT_DTYPES)
     if not_float:
@@ -56,6 +66,11 @@ def check_weights_fit(path: Path, depth: int, embed_dim: int) -> None:
     if patch is not None and patch[0] != embed_dim:
         raise ValueError(f'The config asks for embed_dim={embed_dim} but the weights file {path} has width '
                          f'{patch[0]} (patch_embed.proj.weight {list(patch)}); fix the config or use the matching weights.')
+    head = header.get('head.weight', (None,))[0]
+    if num_classes is not None and head is not None and head[0] != num_classes:
+        raise ValueError(f'The config says num_classes={num_classes} but the weights file {path} has a {head[0]}-class '
+                         f'head (head.weight {list(head)}); fix num_classes in the config, or pass num_classes=N '
+                         f'to replace the head with a new one of N classes.')
 
 
 def check_finite_weights(state_dict: Mapping[str, torch.Tensor]) -> None:

@@ -26,6 +26,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 from PIL import Image
 
+from ..models.image_processing_vit_minimal import MAX_IMAGE_PIXELS, ImageTooLarge, check_image_size
 from .attention import AttentionInputError, load_image, render_attention
 from .common import OneLineParser, create_named_model
 from ..cli import command
@@ -35,7 +36,7 @@ __all__ = ['AppInputError', 'shipped_checkpoints', 'example_images', 'sketch_to_
 
 PROG = 'timm-minimal-app'
 INSTALL_HINT = 'pip install -e ".[app]" (or: pip install gradio)'
-MAX_PIXELS = 25_000_000  # a larger upload is refused before it is decoded in full
+MAX_UPLOAD = '20mb'  # gradio refuses a larger file before it reaches the app (the images are bounded by pixels too)
 TOP_K = 5
 DEFAULT_PAIR = ('vit_minimal_std_mlp_6x1.mnist', 'vit_minimal_sym_6x4.mnist')  # the paper's baseline, symmetric
 
@@ -80,8 +81,15 @@ def sketch_to_image(value: Any) -> Image.Image:
     composite = value.get('composite') if isinstance(value, dict) else value
     if composite is None:
         raise AppInputError('the sketch is empty: draw a digit first')
-    if not isinstance(composite, Image.Image):
-        composite = load_image(composite) if isinstance(composite, (str, Path)) else Image.fromarray(np.asarray(composite))
+    if isinstance(composite, (str, Path)):
+        composite = load_image(composite)
+    elif not isinstance(composite, Image.Image):
+        composite = np.asarray(composite)
+        if composite.ndim < 2:
+            raise AppInputError('the sketch is not an image')
+        check_image_size(composite.shape[1], composite.shape[0], 'the sketch')
+        composite = Image.fromarray(composite)
+    check_image_size(*composite.size, what='the sketch')
     rgba = np.asarray(composite.convert('RGBA'), dtype=np.float32)
     if (rgba[..., 3] < 255).any():  # a transparent canvas: the strokes are its opaque part
         ink = rgba[..., 3]
@@ -97,14 +105,6 @@ def open_upload(path: Optional[str]) -> Image.Image:
     """An uploaded file as an image, refused with a message when it is none or too large."""
     if not path:
         raise AppInputError('no image: upload one, or pick an example below')
-    try:
-        with Image.open(path) as im:
-            pixels = im.size[0] * im.size[1]
-    except Exception:  # noqa: BLE001 (load_image names what is wrong)
-        pixels = 0
-    if pixels > MAX_PIXELS:
-        raise AppInputError(f'the image is {pixels / 1e6:.0f} megapixels; the app takes at most '
-                            f'{MAX_PIXELS / 1e6:.0f} (the models see 28x28 or 32x32 pixels)')
     try:
         return load_image(path)
     except AttentionInputError as e:
@@ -152,7 +152,7 @@ def _guard(gr: Any, fn: Any) -> Any:
     def wrapped(*args):
         try:
             return fn(*args)
-        except (AppInputError, AttentionInputError) as e:
+        except (AppInputError, AttentionInputError, ImageTooLarge) as e:
             raise gr.Error(str(e)) from e
     return wrapped
 
@@ -179,7 +179,10 @@ def build_app(checkpoints: Sequence[str], pair: Sequence[str] = DEFAULT_PAIR) ->
     gr = require_gradio()
     checkpoints = list(checkpoints)
     pair = [p if p in checkpoints else checkpoints[min(i, len(checkpoints) - 1)] for i, p in enumerate(pair)]
-    with gr.Blocks(title='timm-minimal attention explorer') as app:
+    # gradio decodes a sketch itself: PIL's own bound (an error at twice it) stops a crafted 150-megapixel one there
+    Image.MAX_IMAGE_PIXELS = MAX_IMAGE_PIXELS
+    # uploads and sketches are kept in gradio's cache: checked hourly, removed after a day and when the server stops
+    with gr.Blocks(title='timm-minimal attention explorer', delete_cache=(3600, 86400)) as app:
         gr.Markdown('# Minimal transformers: where they look\nThe shipped checkpoints of timm-minimal '
                     '(Bermeitinger et al., "Reducing the Transformer Architecture to a Minimum", KDIR 2024).')
         with gr.Tab('Explore'):
@@ -224,8 +227,20 @@ def launch(app: Any, host: str = '127.0.0.1', port: Optional[int] = None, block:
     theme = gr.themes.Default(font=['ui-sans-serif', 'system-ui', 'sans-serif'],
                               font_mono=['ui-monospace', 'monospace'])  # no web fonts: the page works offline
     app.launch(server_name=host, server_port=port, share=False, inbrowser=False, prevent_thread_lock=not block,
-               quiet=True, theme=theme, show_error=True)
+               quiet=True, theme=theme, show_error=True, max_file_size=MAX_UPLOAD)
     return app
+
+
+def _check_port(host: str, port: int) -> None:
+    """Raise the OS error of binding ``host:port`` (in use, not an address of this machine) before anything is
+    printed or built; the command-line layer reports it in one line."""
+    import socket
+    with socket.socket(socket.AF_INET6 if ':' in host else socket.AF_INET) as probe:
+        try:
+            probe.bind((host, port))
+        except OSError as e:
+            e.filename = f'{host}:{port}'
+            raise
 
 
 def _parser(checkpoints: Sequence[str]) -> argparse.ArgumentParser:
@@ -255,6 +270,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if not 0 < args.port < 65536:
         parser.error(f'--port must be from 1 to 65535, got {args.port}')
     checkpoints = args.checkpoints or shipped
+    _check_port(args.host, args.port)
     print(f'{PROG}: serving {len(checkpoints)} checkpoint(s) on http://{args.host}:{args.port}', flush=True)
     launch(build_app(checkpoints), args.host, args.port, block=True)
     return 0

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from PIL import Image, UnidentifiedImageError
 
-from ..models.image_processing_vit_minimal import convert_image, image_mode
+from ..models.image_processing_vit_minimal import ImageTooLarge, check_image_size, convert_image, image_mode
 from .common import OneLineParser, allowed_models, create_named_model, number
 from ..cli import command
 
@@ -121,8 +121,11 @@ def load_image(path: Union[str, Path]) -> Image.Image:
         raise AttentionInputError(f'no image file {path}')
     try:
         with Image.open(path) as im:
+            check_image_size(*im.size, what=str(path))  # from the header, before the pixels are decoded
             im.load()
             return im.copy()
+    except ImageTooLarge as e:
+        raise AttentionInputError(str(e)) from e
     except Image.DecompressionBombError as e:
         raise AttentionInputError(f'{path} is too large to read safely ({e})') from e
     except (UnidentifiedImageError, OSError, ValueError) as e:
@@ -132,6 +135,10 @@ def load_image(path: Union[str, Path]) -> Image.Image:
 def preprocess(image: Image.Image, model: torch.nn.Module) -> Tuple[torch.Tensor, np.ndarray, List[str]]:
     """The model's evaluation transform applied to ``image``: input (1, C, H, W), displayable image, notes."""
     from timm.data import create_transform, resolve_data_config
+    try:
+        check_image_size(*image.size)
+    except ValueError as e:
+        raise AttentionInputError(str(e)) from e
     cfg = resolve_data_config({}, model=model)
     chans, height, width = cfg['input_size']
     notes = []

@@ -55,6 +55,15 @@ def allowed_models() -> str:
             f'or local-dir:PATH / hf-hub:REPO')
 
 
+def describe_load_error(name: str, e: BaseException) -> str:
+    """One line for a model that could not be loaded; an invalid config.json of a ``local-dir:`` or ``hf-hub:``
+    checkpoint is named by its path."""
+    if isinstance(e, json.JSONDecodeError):
+        where = f'{name[len("local-dir:"):]}/config.json' if name.startswith('local-dir:') else f'the config.json of {name}'
+        return f'cannot load {name}: {where} is not valid JSON ({e})'
+    return f'cannot load {name}: {" ".join(str(e).split())[:400]}'
+
+
 def create_named_model(name: str, pretrained: bool, error: Type[Exception] = ValueError,
                        no_weights_hint: str = '') -> nn.Module:
     """The model ``name`` names, in eval mode: a ``vit_minimal_*`` architecture with an optional tag (its
@@ -78,7 +87,7 @@ def create_named_model(name: str, pretrained: bool, error: Type[Exception] = Val
     except RuntimeError as e:
         raise error(f'cannot load {name}: {e}') from e
     except json.JSONDecodeError as e:
-        raise error(f'cannot load {name}: its config.json is not valid JSON ({e})') from e
+        raise error(describe_load_error(name, e)) from e
     except (OSError, ValueError, TypeError, KeyError) as e:  # TypeError: a config naming another architecture's args
         raise error(f'cannot load {name}: {e}') from e
     if not isinstance(model, VisionTransformerMinimal):

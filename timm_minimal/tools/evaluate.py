@@ -20,8 +20,8 @@ from ..training.data import DatasetError, build_transforms, load_dataset
 from ..training.device_data import images_to_array
 from ..training.engine import eval_metrics, eval_sums
 from ..models.image_processing_vit_minimal import image_mode
-from .common import OneLineParser, positive_int
-from ..cli import command
+from .common import OneLineParser, describe_load_error, positive_int
+from ..cli import UsageError, command
 
 __all__ = ['evaluate_model', 'evaluate_forwards', 'main']
 
@@ -48,13 +48,14 @@ def map_labels(data_classes: Sequence[str], label_names: Optional[Sequence[str]]
 def evaluate_forwards(forwards: Mapping[str, Callable[[torch.Tensor], torch.Tensor]], data_cfg: Mapping[str, Any],
                       num_classes: int, dataset: str, data_dir: Optional[str] = None, batch_size: int = 1000,
                       device: str = 'cpu', download: bool = False, label_names: Optional[Sequence[str]] = None,
-                      labels_by_order: bool = False, download_hint: str = '') -> Dict[str, Dict[str, Any]]:
+                      labels_by_order: bool = False, download_hint: str = '',
+                      data_option: str = '--data-dir') -> Dict[str, Dict[str, Any]]:
     """Loss and top-1 / top-5 accuracy (%) of each function from images to logits over the evaluation split of
     ``dataset``, prepared once with the preprocessing ``data_cfg`` (timm's ``resolve_data_config``). The data's
     classes are matched to the model's ``label_names`` by name (``map_labels``) unless ``labels_by_order``."""
     if batch_size < 1:
         raise ValueError(f'the batch size must be at least 1, got {batch_size}')
-    data = load_dataset(dataset, data_dir, download=download, download_hint=download_hint)
+    data = load_dataset(dataset, data_dir, download=download, download_hint=download_hint, data_option=data_option)
     mapping = map_labels(data.classes, label_names, labels_by_order, data.source or dataset)
     if mapping is None and data.num_classes > num_classes:
         raise DatasetError(f'{data.name} has {data.num_classes} classes and the model {num_classes} outputs: '
@@ -117,6 +118,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = p.parse_args(argv)
     try:
         model = timm.create_model(args.model, pretrained=True)
+    except (RuntimeError, ValueError, OSError) as e:
+        raise UsageError(describe_load_error(args.model, e)) from None
+    try:
         res = evaluate_model(model, args.dataset, args.data_dir, args.batch_size, args.device, args.download,
                              args.labels_by_order, download_hint='add --download')
     except (DatasetError, RuntimeError, ValueError) as e:

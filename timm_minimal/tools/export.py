@@ -300,7 +300,7 @@ def _test_split_evaluator(model: nn.Module, dataset: Optional[str], data_dir: st
     def evaluate(sessions: Dict[str, Any]) -> Dict[str, Dict[str, Any]]:
         forwards = {'torch': model, **{key: ort_forward(s) for key, s in sessions.items()}}
         return evaluate_forwards(forwards, cfg, model.num_classes, dataset, data_dir, batch_size,
-                                 label_names=model_label_names(model))
+                                 label_names=model_label_names(model), data_option='--verify-data-dir')
     return evaluate
 
 

@@ -190,9 +190,11 @@ def removed_on_failure(folder: Path) -> Iterator[None]:
         raise
 
 
-def load_mnist(root: Union[str, Path], download: bool = True, download_hint: str = '') -> ImageData:
+def load_mnist(root: Union[str, Path], download: bool = True, download_hint: str = '',
+               data_option: str = '--data-dir') -> ImageData:
     """MNIST from the idx files under ``root`` (torchvision's layout), else downloaded by torchvision; a failed
-    download removes the folders it created. ``download_hint`` is the calling tool's option that allows one."""
+    download removes the folders it created. ``download_hint`` and ``data_option`` name the calling tool's
+    options that allow a download and that point at the data, for the message of a missing dataset."""
     root = Path(root)
     raw = _find_mnist_dir(root)
     if raw is None:
@@ -200,7 +202,7 @@ def load_mnist(root: Union[str, Path], download: bool = True, download_hint: str
         if not download:
             raise DatasetError(
                 f'MNIST not found: looked for train-images-idx3-ubyte[.gz] and the three other idx files in '
-                f'{searched}; pass --data-dir pointing at them' + _hint(download_hint) + '.')
+                f'{searched}; pass {data_option} pointing at them' + _hint(download_hint) + '.')
         try:
             from torchvision.datasets import MNIST
             with removed_on_failure(root / 'MNIST' / 'raw'):
@@ -353,7 +355,7 @@ def _extract_once(archive: Path, cache_dir: Path) -> Path:
 # -- CIFAR-10 --------------------------------------------------------------------------------------
 
 def load_cifar10(root: Union[str, Path], cache_dir: Optional[Union[str, Path]] = None, download: bool = True,
-                 download_hint: str = '') -> ImageData:
+                 download_hint: str = '', data_option: str = '--data-dir') -> ImageData:
     """CIFAR-10 held in memory, from the first of these found under ``root`` (or ``root/CIFAR10``):
 
     a JPEG image-folder export archive ``cifar10-jpeg*.tar.gz`` (extracted once to ``cache_dir``),
@@ -383,7 +385,7 @@ def load_cifar10(root: Union[str, Path], cache_dir: Optional[Union[str, Path]] =
     if not download:
         raise DatasetError(
             f'CIFAR-10 not found under {root} or {root}/CIFAR10: expected cifar10-jpeg*.tar.gz, an image folder '
-            f'with train/ and test/, or cifar-10-batches-py; fix --data-dir' + _hint(download_hint) + '.')
+            f'with train/ and test/, or cifar-10-batches-py; fix {data_option}' + _hint(download_hint) + '.')
     return _cifar_torchvision(root, download=True)
 
 
@@ -471,15 +473,17 @@ def load_dataset(
         seed: int = 0,
         batch_size: int = 256,
         download_hint: str = '',
+        data_option: str = '--data-dir',
 ) -> ImageData:
     """Resolve ``--dataset`` / ``--data-dir`` into train and evaluation splits (see the module doc).
-    ``download_hint`` names the calling tool's option that allows a download, for the message of a missing
-    dataset (empty: the tool has none)."""
+    ``download_hint`` and ``data_option`` name the calling tool's options that allow a download (empty: the tool
+    has none) and that point at the data, for the message of a missing dataset."""
     kind = dataset_kind(name)
     if kind == 'mnist':
-        return load_mnist(data_dir or 'data', download=download, download_hint=download_hint)
+        return load_mnist(data_dir or 'data', download=download, download_hint=download_hint, data_option=data_option)
     if kind == 'cifar10':
-        return load_cifar10(data_dir or 'data', cache_dir=cache_dir, download=download, download_hint=download_hint)
+        return load_cifar10(data_dir or 'data', cache_dir=cache_dir, download=download, download_hint=download_hint,
+                            data_option=data_option)
     if kind == 'imagenet':
         if data_dir is None:
             raise DatasetError('--dataset imagenet needs --data-dir pointing at a folder with train/ and val/.')

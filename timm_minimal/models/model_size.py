@@ -1,0 +1,70 @@
+"""The size of a ``VisionTransformerMinimal`` from its keywords alone, checked before anything is allocated.
+
+A config (a timm ``config.json``, a transformers ``config.json``, remote code, ``--model-kwargs``) can ask for a
+model no machine holds: ``img_size`` 700000, ``depth`` 100000, ``num_classes`` 2e8, ``embed_dim`` 4e6. Every path
+that builds the model checks its keywords first (``check_model_args``), and that check asks this module for an
+upper bound of the parameters and of the activations of one image, refusing above the limits with the field that
+dominates the count. ``TIMM_MINIMAL_MAX_PARAMS`` and ``TIMM_MINIMAL_MAX_ACTIVATIONS`` raise the limits.
+
+This module imports nothing: it travels with a checkpoint's remote code.
+"""
+import os
+from typing import Any, Dict, Tuple, Union
+
+__all__ = ['MAX_PARAMS', 'MAX_ACTIVATIONS', 'size_terms', 'check_model_size']
+
+MAX_PARAMS = 1_000_000_000  # 4 GB of float32 weights; ViT-H has 632 million
+MAX_ACTIVATIONS = 1 << 28  # values for one image in one layer (1 GiB of float32): tokens x width, heads x tokens^2
+
+
+def _pair(v: Union[int, Tuple[int, int]]) -> Tuple[int, int]:
+    return (v, v) if isinstance(v, int) else (int(v[0]), int(v[-1]))
+
+
+def size_terms(img_size: Union[int, Tuple[int, int]] = 28, patch_size: Union[int, Tuple[int, int]] = 7,
+               in_chans: int = 1, num_classes: int = 10, embed_dim: int = 60, depth: int = 6, num_heads: int = 1,
+               use_mlp: bool = False, mlp_hidden_dim: int = 256, class_token: bool = False,
+               pos_embed: str = 'sincos', **_: Any) -> Tuple[Dict[str, int], Dict[str, int]]:
+    """Upper bounds of the parameters and of the activations per image, each by the field that makes it (the
+    attention counted as the unchanged transformer's 4N^2 + 4N, the largest variant)."""
+    (h, w), (ph, pw) = _pair(img_size), _pair(patch_size)
+    tokens = max(1, h // ph) * max(1, w // pw) + int(bool(class_token))
+    n = embed_dim
+    params = {
+        'depth x embed_dim (the blocks)': depth * (4 * n * n + 8 * n),
+        'mlp_hidden_dim': depth * (2 * n * mlp_hidden_dim + mlp_hidden_dim + n) if use_mlp else 0,
+        'patch_size x in_chans x embed_dim (the patch embedding)': in_chans * ph * pw * n + n,
+        'num_classes x embed_dim (the classifier)': num_classes * n + num_classes,
+        'img_size / patch_size x embed_dim (the learned position table)': tokens * n if pos_embed == 'learn' else 0,
+    }
+    activations = {
+        'img_size / patch_size x embed_dim (the tokens)': tokens * max(n, mlp_hidden_dim if use_mlp else n, 3 * n),
+        'img_size / patch_size x num_heads (the attention matrix)': num_heads * tokens * tokens,
+        'in_chans x img_size (the input)': in_chans * h * w,
+    }
+    return params, activations
+
+
+def _limit(name: str, default: int) -> int:
+    text = os.environ.get(name)
+    if text is None:
+        return default
+    try:
+        value = int(float(text))
+    except ValueError:
+        raise ValueError(f'{name}={text!r} must be a number of values.') from None
+    return value
+
+
+def check_model_size(**kwargs: Any) -> None:
+    """Refuse keywords whose model would exceed ``MAX_PARAMS`` parameters or ``MAX_ACTIVATIONS`` values per image
+    in one layer (``ValueError`` naming the count, the field that dominates it and how to raise the limit)."""
+    params, activations = size_terms(**kwargs)
+    for what, terms, env, default in (('parameters', params, 'TIMM_MINIMAL_MAX_PARAMS', MAX_PARAMS),
+                                      ('values per image in one layer', activations, 'TIMM_MINIMAL_MAX_ACTIVATIONS',
+                                       MAX_ACTIVATIONS)):
+        total, limit = sum(terms.values()), _limit(env, default)
+        if total > limit:
+            field = max(terms, key=terms.get)
+            raise ValueError(f'the model would have about {total:.3g} {what}, mostly from {field}, over the limit of '
+                             f'{limit:.3g}; check the config (set {env} to raise the limit).')
