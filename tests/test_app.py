@@ -138,6 +138,10 @@ def test_an_oversized_sketch_or_a_long_strip_is_refused_with_a_message(client, t
     Image.new('L', (1_000_000, 1)).save(strip)
     with pytest.raises(Exception, match='a side over 16,384 pixels'):
         client.predict('vit_minimal_sym_6x4.mnist', None, handle_file(str(strip)), 'image', api_name='/explore')
+    huge = tmp_path / 'huge.png'
+    huge.write_bytes(b'\x89PNG' + bytes(21 << 20))  # over the upload cap: refused by gradio before the app sees it
+    with pytest.raises(Exception, match='(?i)file size|too large|exceed'):
+        client.predict('vit_minimal_sym_6x4.mnist', None, handle_file(str(huge)), 'image', api_name='/explore')
     summary, top, _ = client.predict('vit_minimal_sym_6x4.mnist', None, handle_file(_example('mnist_test0_digit7')),
                                      'image', api_name='/explore')
     assert top['label'] == '7'  # still serving

@@ -337,9 +337,18 @@ def test_spearman_ranks_ties_and_refuses_too_few_pairs():
     assert spearman([1, 2], [1, 2]) is None and spearman([1, 1, 1], [1, 2, 3]) is None
 
 
+_ROW = dict(model='vit_minimal_sym_6x4.mnist', architecture='vit_minimal_sym_6x4', dataset='mnist', depth=6, epochs=5,
+            params=70930, val_acc=97.5, paper_val_acc=96.2)
+
+
 @pytest.mark.parametrize('content, message', [
     (None, 'no such file'), ('not json', 'not a reproduce JSON file'), ('{"a": 1}', 'expected a list of rows'),
-    ('[]', 'no trained rows')])
+    ('[]', 'no trained rows'),
+    (json.dumps([{k: v for k, v in _ROW.items() if k != 'depth'}]), 'row 1: the key "depth" is missing'),
+    (json.dumps([dict(_ROW, val_acc='97.5')]), 'row 1: "val_acc" must be a number'),
+    (json.dumps([dict(_ROW, params=0)]), 'row 1: "params" must be at least 1, got 0'),
+    (json.dumps([dict(_ROW, val_acc=140.0)]), '"val_acc" must be from 0 to 100'),
+    (json.dumps([dict(_ROW, dataset='svhn')]), "unknown dataset 'svhn'")])
 def test_combine_bad_input_is_one_line_and_exit_2(tmp_path, capsys, content, message):
     path = tmp_path / 'r.json'
     if content is not None:

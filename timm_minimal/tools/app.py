@@ -28,7 +28,7 @@ from PIL import Image
 
 from ..models.image_processing_vit_minimal import MAX_IMAGE_PIXELS, ImageTooLarge, check_image_size
 from .attention import AttentionInputError, load_image, render_attention
-from .common import OneLineParser, create_named_model
+from .common import OneLineParser, create_named_model, number
 from ..cli import command
 
 __all__ = ['AppInputError', 'shipped_checkpoints', 'example_images', 'sketch_to_image', 'analyse', 'compare',
@@ -247,7 +247,7 @@ def _parser(checkpoints: Sequence[str]) -> argparse.ArgumentParser:
     p = OneLineParser(prog=PROG, description=__doc__.split('\n\n')[0],
                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument('--host', default='127.0.0.1', help='address to serve on')
-    p.add_argument('--port', type=int, default=7860, help='port to serve on')
+    p.add_argument('--port', type=number(int, 1, 65535), default=7860, help='port to serve on')
     p.add_argument('--checkpoints', nargs='+', default=None,
                    help=f'checkpoints to offer (default: all {len(checkpoints)} shipped ones)')
     return p
@@ -267,8 +267,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     unknown = [n for n in (args.checkpoints or []) if n not in shipped]
     if unknown:
         parser.error(f'unknown checkpoint {unknown[0]!r}; the shipped ones are {", ".join(shipped)}')
-    if not 0 < args.port < 65536:
-        parser.error(f'--port must be from 1 to 65535, got {args.port}')
     checkpoints = args.checkpoints or shipped
     _check_port(args.host, args.port)
     print(f'{PROG}: serving {len(checkpoints)} checkpoint(s) on http://{args.host}:{args.port}', flush=True)

@@ -34,6 +34,7 @@ from typing import Any, Dict, List, Optional, Sequence, TextIO, Tuple
 from ..models.datasets import DATASETS
 from ..models.paper import BASELINE, NUM_CLASSES, PAPER, PAPER_EPOCHS, TABLE1, TABLE2, TABLE2_CIFAR10, PaperRow
 from ..cli import UsageError, command
+from ..training.cli import SEED
 from ..training.files import FolderBusy
 from ..training.run_folder import RunFolder
 from .common import HelpFormatter, OneLineParser, positive_int
@@ -559,11 +560,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument('--tables', type=int, nargs='+', choices=(1, 2), default=[1, 2])
     p.add_argument('--datasets', nargs='+', choices=('mnist', 'cifar10'), default=['mnist', 'cifar10'])
     p.add_argument('--rows', nargs='+', help='only these row ids (e.g. t2-mnist-sym-6x4) or model names')
-    p.add_argument('--epochs', type=int, default=500, help="epochs per model (the paper's: 500)")
+    p.add_argument('--epochs', type=positive_int, default=500, help="epochs per model (the paper's: 500)")
     p.add_argument('--runs-dir', default='runs/reproduce', help='one run folder per model: <runs-dir>/<model>.<dataset>')
     p.add_argument('--data-dir', default=None, help='dataset root passed to the trainer')
     p.add_argument('--recipe', default=None, help="trainer recipe (default: the dataset's)")
-    p.add_argument('--seed', type=int, default=0)
+    p.add_argument('--seed', type=SEED, default=0, help='0 to 2**63 - 1')
     p.add_argument('--launcher', default=None,
                    help='command that runs a python module, e.g. "accelerate launch --num_processes 4 -m" '
                         '(default: this python -m)')
