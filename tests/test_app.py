@@ -168,3 +168,17 @@ def test_the_page_renders_in_a_real_browser(server, tmp_path):
         finally:
             browser.close()
     assert shot.stat().st_size > 20_000
+
+
+def test_the_api_names_its_parameters_and_the_sketch_is_optional(client, server):
+    """gradio_client users see checkpoint, sketch, image and source, and need no sketch to analyse an image."""
+    info = client.view_api(return_format='dict', print_info=False)['named_endpoints']
+    explore = [p['parameter_name'] for p in info['/explore']['parameters']]
+    compare = [p['parameter_name'] for p in info['/compare']['parameters']]
+    assert explore == ['checkpoint', 'sketch', 'image', 'source']
+    assert compare == ['first_checkpoint', 'second_checkpoint', 'sketch', 'image', 'source']
+    optional = {p['parameter_name'] for p in info['/explore']['parameters'] if p['parameter_has_default']}
+    assert {'sketch', 'image', 'source'} <= optional
+    summary, top, _ = client.predict(checkpoint='vit_minimal_sym_6x4.mnist',
+                                     image=handle_file(_example('mnist_test0_digit7')), api_name='/explore')
+    assert top['label'] == '7'

@@ -39,6 +39,7 @@ INSTALL_HINT = 'pip install -e ".[app]" (or: pip install gradio)'
 MAX_UPLOAD = '20mb'  # gradio refuses a larger file before it reaches the app (the images are bounded by pixels too)
 TOP_K = 5
 DEFAULT_PAIR = ('vit_minimal_std_mlp_6x1.mnist', 'vit_minimal_sym_6x4.mnist')  # the paper's baseline, symmetric
+DEFAULT_CHECKPOINT = 'vit_minimal_sym_6x4.mnist'  # the README's screenshot
 
 
 class AppInputError(ValueError):
@@ -186,14 +187,14 @@ def build_app(checkpoints: Sequence[str], pair: Sequence[str] = DEFAULT_PAIR) ->
         gr.Markdown('# Minimal transformers: where they look\nThe shipped checkpoints of timm-minimal '
                     '(Bermeitinger et al., "Reducing the Transformer Architecture to a Minimum", KDIR 2024).')
         with gr.Tab('Explore'):
-            name = gr.Dropdown(checkpoints, value=checkpoints[0], label='checkpoint')
+            name = gr.Dropdown(checkpoints, value=DEFAULT_CHECKPOINT if DEFAULT_CHECKPOINT in checkpoints
+                               else checkpoints[0], label='checkpoint')
             source, sketch, upload = _inputs(gr)
             run = gr.Button('Analyse', variant='primary')
             summary = gr.Markdown()
             top = gr.Label(num_top_classes=TOP_K, label='top-5 classes')
             figure = gr.Image(label='attention per layer and head, rollout, S and A = softmax(S)', type='pil')
-            run.click(_guard(gr, lambda n, s, u, src: _reorder(analyse(n, _input_image(s, u, src)))),
-                      [name, sketch, upload, source], [summary, top, figure], api_name='explore')
+            run.click(_guard(gr, explore), [name, sketch, upload, source], [summary, top, figure], api_name='explore')
         with gr.Tab('Compare'):
             with gr.Row():
                 first = gr.Dropdown(checkpoints, value=pair[0], label='first checkpoint')
@@ -202,22 +203,29 @@ def build_app(checkpoints: Sequence[str], pair: Sequence[str] = DEFAULT_PAIR) ->
             run2 = gr.Button('Compare', variant='primary')
             table = gr.Markdown()
             with gr.Row():
-                top_a, top_b = gr.Label(num_top_classes=TOP_K), gr.Label(num_top_classes=TOP_K)
+                top_a = gr.Label(num_top_classes=TOP_K, label='first checkpoint: top-5 classes')
+                top_b = gr.Label(num_top_classes=TOP_K, label='second checkpoint: top-5 classes')
             with gr.Row():
-                fig_a, fig_b = gr.Image(type='pil', show_label=False), gr.Image(type='pil', show_label=False)
-            run2.click(_guard(gr, lambda a, b, s, u, src: _table_first(compare(a, b, _input_image(s, u, src)))),
-                       [first, second, sketch2, upload2, source2], [table, top_a, fig_a, top_b, fig_b],
-                       api_name='compare')
+                fig_a = gr.Image(type='pil', label='first checkpoint: attention per layer and head')
+                fig_b = gr.Image(type='pil', label='second checkpoint: attention per layer and head')
+            run2.click(_guard(gr, compare_api), [first, second, sketch2, upload2, source2],
+                       [table, top_a, fig_a, top_b, fig_b], api_name='compare')
     return app
 
 
-def _reorder(result: Tuple[Dict[str, float], Image.Image, str]) -> Tuple[str, Dict[str, float], Image.Image]:
-    top, figure, text = result
+def explore(checkpoint: str, sketch: Any = None, image: Optional[str] = None,
+            source: str = 'image') -> Tuple[str, Dict[str, float], Image.Image]:
+    """The Explore tab and its API (``/explore``): the summary, top-5 classes and attention figure of
+    ``checkpoint`` on ``image`` (a file) or on ``sketch`` (a drawing), whichever ``source`` names."""
+    top, figure, text = analyse(checkpoint, _input_image(sketch, image, source))
     return text, top, figure
 
 
-def _table_first(result: Tuple[Any, ...]) -> Tuple[Any, ...]:
-    top_a, fig_a, top_b, fig_b, table = result
+def compare_api(first_checkpoint: str, second_checkpoint: str, sketch: Any = None, image: Optional[str] = None,
+                source: str = 'image') -> Tuple[Any, ...]:
+    """The Compare tab and its API (``/compare``): the table, then the top-5 classes and figure of each."""
+    top_a, fig_a, top_b, fig_b, table = compare(first_checkpoint, second_checkpoint,
+                                                 _input_image(sketch, image, source))
     return table, top_a, fig_a, top_b, fig_b
 
 

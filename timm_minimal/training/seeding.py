@@ -27,13 +27,6 @@ def mix_seed(*parts: int) -> int:
     return x >> 1
 
 
-def seed_everything_local(seed: int) -> None:
-    """Seed the RNGs the data transforms draw from (python, numpy, torch CPU) in this process."""
-    random.seed(seed)
-    np.random.seed(seed % (1 << 32))
-    torch.default_generator.manual_seed(seed)
-
-
 def epoch_order(size: int, seed: int, epoch: int) -> torch.Tensor:
     """The training order of an epoch: a permutation of ``range(size)`` that depends on (seed, epoch) only."""
     g = torch.Generator().manual_seed(mix_seed(seed, 0x5A3D, epoch))

@@ -48,7 +48,7 @@ import torch
 import torch.nn as nn
 
 from ..cli import EXIT_DIVERGED, EXIT_FAILURE, EXIT_USAGE, Failure, command
-from ..models.datasets import channel_stats
+from ..models.datasets import DATASETS, channel_stats, dataset_for_kind
 from ..models.image_processing_vit_minimal import convert_image, image_mode
 from . import checkpoint as ckpt
 from .batch_augment import BatchAugment, BatchAugmentConfig
@@ -654,11 +654,57 @@ def _finish(run: Run, state: TrainState, status: str, message: Optional[str], la
         return {}
 
 
+def cpu_processes(args: argparse.Namespace) -> int:
+    """How many processes this run trains as: 1 on a GPU, inside a launched process group or for a short run;
+    else ``--cpu-processes`` or, unset, what ``cpu_split.decide`` measured on this machine. The count is kept in
+    ``args`` (and so in ``args.yaml``): a resumed run keeps it."""
+    from .cpu_split import SPLIT_MIN_IMAGES, core_budget, decide
+    from .data import default_cache_dir
+    from ..models.datasets import dataset_for_kind
+    if 'WORLD_SIZE' in os.environ or (torch.cuda.is_available() and not args.cpu):
+        return 1
+    if args.cpu_processes is None:
+        info = dataset_for_kind(dataset_kind(args.dataset))
+        images = min(args.train_subset or info.train_samples, info.train_samples) if info else 0
+        long_run = args.epochs * images >= SPLIT_MIN_IMAGES and core_budget() > 1
+        args.cpu_processes = decide(_model_for_probe(args), args.batch_size,
+                                    Path(args.cache_dir) if args.cache_dir else default_cache_dir()) if long_run else 1
+    return args.cpu_processes
+
+
+def _model_for_probe(args: argparse.Namespace) -> str:
+    arch, tag = split_model_name(args.model)
+    info_tag = tag or (dataset_for_kind(dataset_kind(args.dataset)) or DATASETS['mnist']).tag
+    return f'{arch}.{info_tag}' if arch.startswith('vit_minimal') else arch
+
+
+def run_split(args: argparse.Namespace, argv: Sequence[str], processes: int) -> int:
+    """This run as ``processes`` processes of ``cores / processes`` threads each (``cpu_split``); its exit status
+    (3 when the run folder records a divergence)."""
+    import socket
+    import subprocess
+    from .cpu_split import core_budget, split_command
+    threads = max(1, core_budget() // processes)
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        port = s.getsockname()[1]
+    print(f'Training as {processes} processes x {threads} thread(s) on the CPU (--cpu-processes 1 for one).',
+          flush=True)
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), LOGLEVEL=os.environ.get('LOGLEVEL', 'ERROR'))
+    rc = subprocess.run(split_command(argv, processes, port), env=env).returncode
+    if rc and args.output and RunFolder(args.output).status == 'diverged':
+        return EXIT_DIVERGED
+    return EXIT_FAILURE if rc else 0
+
+
 @command('timm-minimal-train')
 def main(argv: Optional[Sequence[str]] = None, hooks: Optional[TrainHooks] = None) -> int:
     logging.basicConfig(level=logging.WARNING, format='%(message)s')
     try:
         args, provenance = parse_args(argv)
+        processes = cpu_processes(args)
+        if processes > 1:
+            return run_split(args, list(sys.argv[1:] if argv is None else argv), processes)
         train(args, provenance, argv, hooks)
     except DatasetError as e:
         raise UsageError(str(e)) from None

@@ -30,6 +30,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import torch
 
+from ...training.cpu_split import cpu_signature
 from ..common import HelpFormatter, OneLineParser, positive_int, write_report
 
 __all__ = ['MODES', 'measure_mode', 'measure_jobs', 'measure_trainer', 'run', 'main']
@@ -137,9 +138,11 @@ def _rows(results: Dict[str, Any]) -> List[str]:
             lines.append(f"| `{model}` | {results['batch_size']} | {mode}, {len(per)} processes at once "
                          f"| {len(per)} x {r['job_threads']} | {sum(per):,.0f} ({' + '.join(f'{v:,.0f}' for v in per)}) "
                          f"| {sum(per) / eager:.2f} |")
+        split = r.get('trainer_processes', 1)
         for name, t in r.get('trainer', {}).items():
             lines.append(f"| `{model}` | {results['batch_size']} | {_trainer_label(name, t)} "
-                         f"| 1 x {results['threads']} | {t['median']:,.0f} | {t['median'] / eager:.2f} |")
+                         f"| {split} x {max(1, results['threads'] // split)} | {t['median']:,.0f} "
+                         f"| {t['median'] / eager:.2f} |")
     return lines
 
 
@@ -147,6 +150,7 @@ def render(results: Dict[str, Any]) -> str:
     env = results['environment']
     return '\n'.join([
         f"## The training step on the CPU by mode: {env['cpu']}, {env['cores']} cores", '',
+        f"- CPU flags: {env.get('flags') or 'not recorded'}",
         f"- torch {env['torch']}, python {env['python']}; date {env['date']}",
         f"- command: `{results['command']}`",
         f"- bare step (forward, cross-entropy, backward, AdamW) on resident random inputs; {results['warmup']} warm-up "
@@ -160,7 +164,7 @@ def run(models: Sequence[str], batch_size: int, modes: Sequence[str], jobs: int,
     threads = _cores()
     results: Dict[str, Any] = dict(batch_size=batch_size, threads=threads, steps=steps, warmup=warmup, repeats=repeats,
                                    models={}, environment=dict(
-                                       cpu=platform.processor() or platform.machine(), cores=threads,
+                                       cpu=cpu_signature()['cpu'], flags=cpu_signature()['flags'], cores=threads,
                                        torch=torch.__version__, python=platform.python_version(),
                                        date=time.strftime('%Y-%m-%dT%H:%M:%S%z')))
     for model in models:
@@ -173,11 +177,16 @@ def run(models: Sequence[str], batch_size: int, modes: Sequence[str], jobs: int,
             r['jobs'] = {mode: measure_jobs(model, mode, jobs, batch_size, steps, warmup, repeats)
                          for mode in jobs_modes}
         if trainer_data_dir:
+            # the process split a full run takes by default (cpu_split.decide, measured here once); the short runs
+            # below would stay one process, so it is passed to them
+            from ...training.cpu_split import decide
+            from ...training.data import default_cache_dir
+            r['trainer_processes'] = split = decide(model, batch_size, default_cache_dir(), budget=threads)
             runs: Dict[str, List[Dict[str, Any]]] = {name: [] for name in TRAINER_MODES}
             for _ in range(trainer_repeats):  # alternated, so that a busy spell of a shared machine hits both
                 for name, extra in TRAINER_MODES.items():
                     runs[name].append(measure_trainer(model, batch_size, trainer_data_dir, trainer_subset, threads,
-                                                      extra))
+                                                      [*extra, '--cpu-processes', str(split)]))
                     print(f"{model} timm-minimal-train, {name}: {runs[name][-1]['median']:,.0f} img/s", flush=True)
             r['trainer'] = {name: _merge_trainer_runs(rs) for name, rs in runs.items()}
         results['models'][model] = r

@@ -1,0 +1,102 @@
+"""One training run on a multi-core CPU as data-parallel processes (timm_minimal.training.cpu_split): the split is
+decided by a measurement kept per machine, never exceeds the cores a run may use (under reproduce --jobs too),
+trains what one process trains, and a resumed run keeps its process count."""
+import json
+
+import pytest
+import torch
+import yaml
+
+from timm_minimal.training import cpu_split
+from timm_minimal.training import train as train_mod
+
+from test_train import DDP_ARGS, data, metrics, run_inprocess, run_subprocess, weights  # noqa: F401 (data: a fixture)
+
+
+def test_the_budget_is_the_affinity_capped_by_omp_num_threads(monkeypatch):
+    monkeypatch.setattr(cpu_split.os, 'sched_getaffinity', lambda pid: {0, 1, 2, 3}, raising=False)
+    monkeypatch.delenv('OMP_NUM_THREADS', raising=False)
+    assert cpu_split.core_budget() == 4
+    for omp, budget in (('2', 2), ('1', 1), ('16', 4), ('x', 4)):
+        monkeypatch.setenv('OMP_NUM_THREADS', omp)
+        assert cpu_split.core_budget() == budget
+
+
+def test_under_reproduce_jobs_processes_times_threads_never_exceed_the_cores(monkeypatch, tmp_path):
+    """reproduce --jobs N gives each run cores / N threads; a run's split then has at most that many processes of
+    budget / processes threads, so jobs x processes x threads <= cores; one core left measures nothing."""
+    from timm_minimal.tools import reproduce
+    for cores in (2, 4, 8):
+        monkeypatch.setattr(reproduce.os, 'sched_getaffinity', lambda pid, c=cores: set(range(c)), raising=False)
+        monkeypatch.setattr(cpu_split.os, 'sched_getaffinity', lambda pid, c=cores: set(range(c)), raising=False)
+        for jobs in (1, 2, cores):
+            env = reproduce._thread_env(jobs) or {}
+            monkeypatch.setenv('OMP_NUM_THREADS', env.get('OMP_NUM_THREADS', str(cores)))
+            budget = cpu_split.core_budget()
+            measured = []
+            monkeypatch.setattr(cpu_split, 'measure', lambda m, b, n, t, **k: measured.append((n, t)) or float(n))
+            processes = cpu_split.decide('vit_minimal_sym_6x4.cifar10', 256, tmp_path / f'{cores}-{jobs}', budget)
+            assert jobs * processes * (budget // processes) <= cores
+            assert all(jobs * n * t <= cores for n, t in measured)
+            assert (measured == []) == (budget == 1)
+
+
+def test_the_decision_is_measured_once_and_kept(monkeypatch, tmp_path):
+    calls = []
+
+    def fake(model, batch, processes, threads, seconds=0):
+        calls.append(processes)
+        return {1: 800.0, 2: 1100.0}[processes]
+    monkeypatch.setattr(cpu_split, 'measure', fake)
+    assert cpu_split.decide('vit_minimal_sym_6x4.cifar10', 256, tmp_path, budget=2, say=lambda *a: None) == 2
+    assert cpu_split.decide('vit_minimal_sym_6x4.cifar10', 256, tmp_path, budget=2, say=lambda *a: None) == 2
+    assert calls == [1, 2]
+    kept = json.loads((tmp_path / 'cpu_split.json').read_text())
+    assert [v['rates'] for v in kept.values()] == [{'1': 800.0, '2': 1100.0}]
+    monkeypatch.setattr(cpu_split, 'measure', lambda *a, **k: (_ for _ in ()).throw(RuntimeError('failed')))
+    assert cpu_split.decide('vit_minimal_std_6x1.cifar10', 256, tmp_path, budget=2, say=lambda *a: None) == 1
+    monkeypatch.setattr(cpu_split, 'measure', lambda m, b, n, t, **k: {1: 1000.0, 2: 1040.0}[n])  # within the margin
+    assert cpu_split.decide('vit_minimal_qk_6x1.cifar10', 256, tmp_path, budget=2, say=lambda *a: None) == 1
+
+
+def test_short_runs_gpu_runs_and_launched_processes_stay_one_process(monkeypatch):
+    monkeypatch.setattr(cpu_split, 'decide', lambda *a, **k: pytest.fail('measured a run that does not split'))
+    args, _ = train_mod.parse_args(['--model', 'vit_minimal_sym_6x4', '--dataset', 'cifar10', '--epochs', '2'])
+    assert train_mod.cpu_processes(args) == 1 and args.cpu_processes == 1  # 100,000 images: too short to repay
+    args, _ = train_mod.parse_args(['--model', 'vit_minimal_sym_6x4', '--dataset', 'cifar10', '--epochs', '100'])
+    monkeypatch.setenv('WORLD_SIZE', '2')
+    assert train_mod.cpu_processes(args) == 1
+    monkeypatch.delenv('WORLD_SIZE')
+    monkeypatch.setattr(cpu_split, 'decide', lambda *a, **k: 2)
+    assert train_mod.cpu_processes(args) == 2 and args.cpu_processes == 2
+    args, _ = train_mod.parse_args(['--model', 'vit_minimal_sym_6x4', '--dataset', 'cifar10', '--epochs', '100',
+                                    '--cpu-processes', '1'])
+    assert train_mod.cpu_processes(args) == 1
+
+
+def test_a_resumed_run_keeps_its_process_count(data, tmp_path):
+    run = tmp_path / 'run'
+    assert run_inprocess(DDP_ARGS + data + ['--epochs', '1', '--output', run]) == 0
+    assert yaml.safe_load((run / 'args.yaml').read_text())['cpu_processes'] == 1
+    saved = yaml.safe_load((run / 'args.yaml').read_text())
+    (run / 'args.yaml').write_text(yaml.safe_dump(dict(saved, cpu_processes=2)))
+    args, _ = train_mod.parse_args(['--resume', str(run), '--epochs', '2'])
+    assert args.cpu_processes == 2
+
+
+@pytest.mark.slow
+def test_two_cpu_processes_train_what_one_process_trains(data, tmp_path):
+    """timm-minimal-train --cpu-processes 2 (its own launch, two gloo processes of one thread) against one process:
+    the same weights within the tolerance of the accelerate test, the count in run.json."""
+    single, split = tmp_path / 'single', tmp_path / 'split'
+    assert run_inprocess(DDP_ARGS + data + ['--output', single]) == 0
+    proc = run_subprocess(DDP_ARGS + data + ['--output', split, '--cpu-processes', '2'])
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert 'Training as 2 processes x 1 thread(s)' in proc.stdout
+    run = json.loads((split / 'run.json').read_text())
+    assert run['launches'][-1]['num_processes'] == 2 and run['distributed']['per_process_batch_size'] == 16
+    ws, wd = weights(single), weights(split)
+    for k in ws:
+        torch.testing.assert_close(wd[k], ws[k], rtol=1e-3, atol=1e-4)
+    for a, b in zip(metrics(single), metrics(split)):
+        assert abs(a['train_loss'] - b['train_loss']) < 1e-4 and abs(a['test_acc'] - b['test_acc']) < 0.5

@@ -1,0 +1,144 @@
+"""One training run on a multi-core CPU as data-parallel processes, where that is measured faster here.
+
+At these model sizes torch's intra-op threads leave most of a second core idle: on 2 cores two 1-thread processes
+train 1.2-2.4x the images per second of one 2-thread process (``benchmarks/cpu_modes.md``), by how much depending
+on the CPU. So ``timm-minimal-train`` on a CPU splits a long run (``SPLIT_MIN_IMAGES`` training images or more)
+into processes (accelerate's multi-process CPU set-up, gloo), each with its share of the cores as threads, when a
+measurement on this machine says that pays:
+
+- the cores a run may use are its CPU affinity, or ``OMP_NUM_THREADS`` where that is set (so ``reproduce --jobs N``,
+  which gives each job ``cores / N`` threads, never makes N x processes x threads exceed the cores);
+- the candidates are 1 process with all of them as threads and one process per core, each measured as the bare
+  training step of the run's model at the run's batch, both at once where there are several (``measure``);
+- a split must be measured at least 5% faster (``MARGIN``), or the run stays one process;
+- the answer is kept in the cache folder per CPU (model name, flags, cores), torch version, model and batch, so a
+  machine measures once; ``--cpu-processes N`` overrides it, and every launch records what ran in ``run.json``.
+"""
+import hashlib
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+import torch
+
+__all__ = ['SPLIT_MIN_IMAGES', 'core_budget', 'cpu_signature', 'measure', 'decide', 'split_command']
+
+SPLIT_MIN_IMAGES = 500_000  # a shorter run (the tests, the demo) stays one process: a split costs seconds to start
+PROBE_SECONDS = 6.0  # timed, after PROBE_WARMUP steps: a 3 s probe measured one process at 0.6x its rate
+PROBE_WARMUP = 5
+MARGIN = 1.05  # a split must be measured this much faster: a tie keeps the simpler single process
+
+
+def core_budget() -> int:
+    """The cores this run may use: its CPU affinity, capped by ``OMP_NUM_THREADS`` where that is set."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else (os.cpu_count() or 1)
+    try:
+        threads = int(os.environ.get('OMP_NUM_THREADS', cores))
+    except ValueError:
+        threads = cores
+    return max(1, min(cores, threads))
+
+
+def cpu_signature() -> Dict[str, str]:
+    """What identifies this CPU for a measurement: its model name, its SIMD flags and its core count."""
+    name, flags = platform.processor() or platform.machine(), ''
+    try:
+        for line in Path('/proc/cpuinfo').read_text().splitlines():
+            key, _, value = line.partition(':')
+            if key.strip() == 'model name':
+                name = value.strip()
+            elif key.strip() == 'flags':
+                flags = ' '.join(sorted(f for f in value.split() if f.startswith(('avx', 'amx', 'fma', 'sse4'))))
+                break
+    except OSError:
+        pass
+    return dict(cpu=name, flags=flags, cores=str(os.cpu_count() or 1), torch=torch.__version__.split('+')[0])
+
+
+def _probe(model: str, batch: int, threads: int, seconds: float) -> float:
+    """Images per second of the bare training step (forward, cross-entropy, backward, AdamW) of ``model``."""
+    import timm
+    from ..models import vit_minimal  # noqa: F401  (registers the architectures)
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    net = timm.create_model(model).train()
+    x = torch.randn(batch, *net.pretrained_cfg['input_size'])
+    y = torch.randint(0, max(1, net.num_classes), (batch,))
+    opt = torch.optim.AdamW(net.parameters(), lr=1e-4)
+    steps, t0 = 0, None
+    while True:
+        opt.zero_grad(set_to_none=True)
+        torch.nn.functional.cross_entropy(net(x), y).backward()
+        opt.step()
+        steps += 1
+        if steps == PROBE_WARMUP:
+            t0 = time.perf_counter()
+        elif t0 is not None and time.perf_counter() - t0 > seconds and steps >= 2 * PROBE_WARMUP:
+            return (steps - PROBE_WARMUP) * batch / (time.perf_counter() - t0)
+
+
+def measure(model: str, batch: int, processes: int, threads: int, seconds: float = PROBE_SECONDS) -> float:
+    """Images per second of ``processes`` concurrent processes of ``threads`` threads, each stepping its share of
+    the global ``batch``: what a run of that split trains, summed."""
+    code = (f'from timm_minimal.training.cpu_split import _probe; '
+            f'print(_probe({model!r}, {max(1, batch // processes)}, {threads}, {seconds}))')
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    procs = [subprocess.Popen([sys.executable, '-c', code], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                              env=env) for _ in range(processes)]
+    rates = [float(p.communicate(timeout=300)[0].split()[-1]) for p in procs]
+    if any(p.returncode for p in procs):
+        raise RuntimeError(f'the measurement of {processes} x {threads} failed')
+    return sum(rates)
+
+
+def _candidates(budget: int) -> List[int]:
+    return [1] if budget < 2 else [1, budget]
+
+
+def decide(model: str, batch: int, cache_dir: Path, budget: Optional[int] = None, say=print) -> int:
+    """The number of processes that trains ``model`` at ``batch`` fastest here, measured once per machine, model and
+    batch (kept in ``cache_dir/cpu_split.json``); 1 where nothing else can run or a measurement fails."""
+    budget = core_budget() if budget is None else budget
+    candidates = [n for n in _candidates(budget) if batch % n == 0]
+    if len(candidates) < 2:
+        return 1
+    key = hashlib.sha256(json.dumps(dict(cpu_signature(), model=model, batch=batch, budget=budget),
+                                    sort_keys=True).encode()).hexdigest()[:16]
+    path = Path(cache_dir) / 'cpu_split.json'
+    try:
+        known = json.loads(path.read_text()) if path.is_file() else {}
+    except (OSError, ValueError):
+        known = {}
+    if key in known:
+        return int(known[key]['processes'])
+    say(f'Measuring once on this CPU whether {model} at batch {batch} trains faster as {budget} processes than as '
+        f'one ({len(candidates) * (PROBE_SECONDS + 8):.0f} s or so) ...')
+    try:
+        rates = {n: measure(model, batch, n, budget // n) for n in candidates}
+    except (RuntimeError, ValueError, IndexError, subprocess.SubprocessError, OSError):
+        return 1
+    best = max(rates, key=lambda n: rates[n] / (MARGIN if n > 1 else 1.0))
+    say('  ' + ', '.join(f'{n} x {budget // n} threads: {r:,.0f} img/s' for n, r in rates.items())
+        + f' -> {best} process(es)')
+    known[key] = dict(processes=best, rates={str(n): round(r, 1) for n, r in rates.items()}, **cpu_signature(),
+                      model=model, batch=batch, budget=budget)
+    try:
+        from .checkpoint import write_json_atomic
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(path, known)
+    except OSError:
+        pass  # measured again next time
+    return best
+
+
+def split_command(argv: Sequence[str], processes: int, port: int) -> List[str]:
+    """The command that runs this training run as ``processes`` processes on this machine (torch's launcher, gloo
+    through accelerate); each records ``--cpu-processes`` so that a resume keeps the count."""
+    return [sys.executable, '-m', 'torch.distributed.run', '--nnodes', '1', '--nproc-per-node', str(processes),
+            '--master-addr', '127.0.0.1', '--master-port', str(port), '-m', 'timm_minimal.training.train',
+            *argv, '--cpu-processes', str(processes)]
