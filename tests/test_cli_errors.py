@@ -99,7 +99,7 @@ def test_each_tool_names_only_its_own_options_when_data_are_missing(tmp_path, ca
     _one_line(capsys, _call(evaluate.main, ['vit_minimal_sym_6x4.mnist', '--dataset', 'mnist', '--data-dir', nothing]),
               'pass --data-dir pointing at them, or allow the download (add --download)')
     _one_line(capsys, _call(train.main, ['--model', 'vit_minimal_sym_6x4', '--dataset', 'cifar10', '--data-dir',
-                                         nothing, '--no-download', '--output', str(tmp_path / 'r')]),
+                                         nothing, '--no-download', '--output', str(tmp_path / 'r'), '--epochs', '1']),
               'fix --data-dir, or allow the download (drop --no-download)')
     pytest.importorskip('onnxruntime', reason='the export extra is not installed')
     from timm_minimal.tools import export

@@ -30,6 +30,7 @@ def test_under_reproduce_jobs_processes_times_threads_never_exceed_the_cores(mon
         monkeypatch.setattr(reproduce.os, 'sched_getaffinity', lambda pid, c=cores: set(range(c)), raising=False)
         monkeypatch.setattr(cpu_split.os, 'sched_getaffinity', lambda pid, c=cores: set(range(c)), raising=False)
         for jobs in (1, 2, cores):
+            monkeypatch.delenv('OMP_NUM_THREADS', raising=False)  # as reproduce starts
             env = reproduce._thread_env(jobs) or {}
             monkeypatch.setenv('OMP_NUM_THREADS', env.get('OMP_NUM_THREADS', str(cores)))
             budget = cpu_split.core_budget()
@@ -100,3 +101,11 @@ def test_two_cpu_processes_train_what_one_process_trains(data, tmp_path):
         torch.testing.assert_close(wd[k], ws[k], rtol=1e-3, atol=1e-4)
     for a, b in zip(metrics(single), metrics(split)):
         assert abs(a['train_loss'] - b['train_loss']) < 1e-4 and abs(a['test_acc'] - b['test_acc']) < 0.5
+
+
+def test_a_split_run_without_its_data_is_one_line_and_exit_2(tmp_path, capsys):
+    """The data are found in the launching process first, so a missing dataset is one line, not one per process."""
+    rc = train_mod.main(['--model', 'vit_minimal_sym_6x4', '--dataset', 'cifar10', '--data-dir', str(tmp_path / 'no'),
+                         '--no-download', '--output', str(tmp_path / 'run'), '--cpu-processes', '2'])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count('\n') == 1 and 'CIFAR-10 not found' in err and not (tmp_path / 'run').exists()

@@ -406,7 +406,7 @@ def test_recipe_then_command_line(tmp_path):
     ('--eval-subset', '0', 'an integer of at least 1'), ('--train-subset', '-1', 'an integer of at least 1'),
     ('--clip-grad', '-1', 'a finite number above 0'), ('--seed', '18446744073709551616', 'an integer of at least 0'),
     ('--smoothing', '1.5', 'below 1'), ('--device-data-limit', 'nan', 'a finite number above 0'),
-    ('--lr', 'inf', 'a finite number above 0'), ('--hflip', '2', 'at most 1'), ('--drop-path', '1', 'below 1'),
+    ('--lr', 'inf', 'a finite number of at least 0'), ('--hflip', '2', 'at most 1'), ('--drop-path', '1', 'below 1'),
     ('--rotate', '200', 'at most 180'), ('--opt-betas', '1.5', 'below 1'),
 ])
 def test_bad_numbers_are_named(option, value, allowed, data, tmp_path, capsys):
@@ -424,7 +424,7 @@ def test_bad_numbers_are_named(option, value, allowed, data, tmp_path, capsys):
     ('clip_grad: -1', 'clip_grad must be a finite number above 0, got -1'),
     ('smoothing: 1.5', 'smoothing must be a finite number of at least 0 and below 1'),
     ('seed: 18446744073709551616', 'seed must be an integer of at least 0'),
-    ('epochs: 2.5', 'epochs must be an integer'), ('lr: .nan', 'lr must be a finite number above 0'),
+    ('epochs: 2.5', 'epochs must be an integer'), ('lr: .nan', 'lr must be a finite number of at least 0'),
     ('scale: [0.5]', 'scale takes 2 values'), ('hflip: yes', 'hflip must be a finite number'),
 ])
 def test_recipes_and_args_yaml_pass_the_same_checks(line, message, data, tmp_path, capsys):

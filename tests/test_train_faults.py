@@ -113,7 +113,7 @@ def test_args_yaml_naming_another_architecture_is_named(one_epoch, tmp_path, cap
 @pytest.mark.parametrize('text, message', [
     ('lr: [1, 2\nepochs: 3\n', 'is not valid YAML (line'),
     ('lr: !!python/object/apply:os.system ["echo hacked"]\n', 'is not valid YAML'),
-    ('lr: "fast"\n', "lr must be a number (as --lr takes), got 'fast'"),
+    ('lr: "fast"\n', "lr must be a finite number of at least 0, got 'fast' (as --lr takes)"),
     ('epochs: 2.5\n', 'epochs must be an integer'),
     ('- lr\n', 'must be a mapping'),
 ])

@@ -114,7 +114,7 @@ def build_parser(suppress: bool = False) -> argparse.ArgumentParser:
 
     g = p.add_argument_group('optimisation')
     g.add_argument('--opt', **d('adamw'), help='timm optimizer name (create_optimizer_v2)')
-    g.add_argument('--lr', type=POSITIVE, **d(1e-3))
+    g.add_argument('--lr', type=NON_NEGATIVE, **d(1e-3))
     g.add_argument('--weight-decay', type=NON_NEGATIVE, **d(1e-4))
     g.add_argument('--momentum', type=FRACTION, **d(0.9))
     g.add_argument('--opt-eps', type=POSITIVE, **d(None))

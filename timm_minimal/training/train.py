@@ -660,7 +660,6 @@ def cpu_processes(args: argparse.Namespace) -> int:
     ``args`` (and so in ``args.yaml``): a resumed run keeps it."""
     from .cpu_split import SPLIT_MIN_IMAGES, core_budget, decide
     from .data import default_cache_dir
-    from ..models.datasets import dataset_for_kind
     if 'WORLD_SIZE' in os.environ or (torch.cuda.is_available() and not args.cpu):
         return 1
     if args.cpu_processes is None:
@@ -679,22 +678,40 @@ def _model_for_probe(args: argparse.Namespace) -> str:
 
 
 def run_split(args: argparse.Namespace, argv: Sequence[str], processes: int) -> int:
-    """This run as ``processes`` processes of ``cores / processes`` threads each (``cpu_split``); its exit status
-    (3 when the run folder records a divergence)."""
+    """This run as ``processes`` processes of ``cores / processes`` threads each (``cpu_split``); its exit status,
+    the main process's (2 bad input, 3 diverged), which it leaves in a file: torch's launcher reports 1 for any."""
     import socket
     import subprocess
+    import tempfile
     from .cpu_split import core_budget, split_command
     threads = max(1, core_budget() // processes)
+    # the data are found (downloaded, extracted) here first: a missing dataset is one line, not one per process
+    load_dataset(args.dataset, args.data_dir, download=not args.no_download, cache_dir=args.cache_dir,
+                 train_split=args.train_split, eval_split=args.val_split, num_classes=args.num_classes, seed=args.seed,
+                 batch_size=args.batch_size // processes, download_hint='drop --no-download')
     with socket.socket() as s:
         s.bind(('127.0.0.1', 0))
         port = s.getsockname()[1]
     print(f'Training as {processes} processes x {threads} thread(s) on the CPU (--cpu-processes 1 for one).',
           flush=True)
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), LOGLEVEL=os.environ.get('LOGLEVEL', 'ERROR'))
-    rc = subprocess.run(split_command(argv, processes, port), env=env).returncode
-    if rc and args.output and RunFolder(args.output).status == 'diverged':
-        return EXIT_DIVERGED
-    return EXIT_FAILURE if rc else 0
+    with tempfile.TemporaryDirectory(prefix='timm-minimal-split-') as tmp:
+        status_file = Path(tmp) / 'status'
+        env = dict(os.environ, OMP_NUM_THREADS=str(threads), LOGLEVEL=os.environ.get('LOGLEVEL', 'ERROR'),
+                   **{SPLIT_STATUS_ENV: str(status_file)})
+        rc = subprocess.run(split_command(argv, processes, port), env=env).returncode
+        text = status_file.read_text().strip() if status_file.is_file() else ''
+    return int(text) if text.isdigit() else (EXIT_FAILURE if rc else 0)
+
+
+SPLIT_STATUS_ENV = 'TIMM_MINIMAL_SPLIT_STATUS'
+
+
+def _exit(status: int) -> None:
+    """Exit with ``status``; the main process of a split run also leaves it where ``run_split`` reads it."""
+    path = os.environ.get(SPLIT_STATUS_ENV)
+    if path and os.environ.get('RANK', '0') == '0':
+        Path(path).write_text(f'{status}\n')
+    sys.exit(status)
 
 
 @command('timm-minimal-train')
@@ -717,4 +734,4 @@ def main(argv: Optional[Sequence[str]] = None, hooks: Optional[TrainHooks] = Non
 
 
 if __name__ == '__main__':
-    sys.exit(main())
+    _exit(main())
