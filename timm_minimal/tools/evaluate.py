@@ -124,8 +124,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         res = evaluate_model(model, args.dataset, args.data_dir, args.batch_size, args.device, args.download,
                              args.labels_by_order, download_hint='add --download')
     except (DatasetError, RuntimeError, ValueError) as e:
-        print(f'timm-minimal-evaluate: error: {e}', file=sys.stderr)
-        return 2
+        raise UsageError(str(e)) from None
     top5 = f", top-5 {res['acc5']:.2f}%" if res['acc5'] is not None else ''
     print(f"{args.model} on {res['dataset']} {res['split']} ({res['samples']:,} images): top-1 {res['acc']:.2f}%"
           f"{top5}, loss {res['loss']:.4f}")

@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Type
 
-from ..cli import describe_os_error, is_disk_full
+from ..training.files import describe_write_error, is_disk_full
 
 __all__ = ['staged_folder', 'write_manifest', 'unproven_entries', 'MANIFEST_FORMAT']
 
@@ -154,7 +154,7 @@ def staged_folder(out: Path, overwrite: bool = False, marker: Optional[str] = No
         stage = Path(tempfile.mkdtemp(prefix=f'.{out.name}.tmp-', dir=out.parent))
         os.chmod(stage, 0o777 & ~_umask())  # mkdtemp makes it 0700: the output gets the usual permissions
     except OSError as e:
-        raise error(describe_os_error(e, out)) from e
+        raise error(describe_write_error(e, out)) from e
     try:
         yield stage
         _usual_permissions(stage)
@@ -165,7 +165,7 @@ def staged_folder(out: Path, overwrite: bool = False, marker: Optional[str] = No
     except Exception as e:  # noqa: BLE001 (a failed write; safetensors and torch.save raise their own types)
         if isinstance(e, error) or not (isinstance(e, OSError) or is_disk_full(e, stage)):
             raise
-        raise error(f'cannot write {out}: {describe_os_error(e, out)}') from e
+        raise error(describe_write_error(e, out)) from e
     finally:
         shutil.rmtree(stage, ignore_errors=True)
 

@@ -36,6 +36,7 @@ from PIL import Image
 from torch.utils.data import Dataset, IterableDataset
 
 from ..models.datasets import CIFAR10_CLASSES, DATASETS, MNIST_CLASSES, tag_for_kind
+from .files import missing_folders, remove_empty
 from .image_folder import DatasetError, FolderDataset, FolderScan, folder_classes, scan_split
 
 _logger = logging.getLogger(__name__)
@@ -177,16 +178,11 @@ def _hint(download_hint: str) -> str:
 def removed_on_failure(folder: Path) -> Iterator[None]:
     """On an exception in the block, remove the folders up to ``folder`` that did not exist before it and are
     still empty (a failed download leaves no empty ``data/MNIST/raw``); nothing else is touched."""
-    folder = Path(folder)
-    new = [p for p in (folder, *folder.parents) if not p.exists()]
+    new = missing_folders(folder)
     try:
         yield
     except BaseException:
-        for p in new:  # deepest first
-            try:
-                p.rmdir()
-            except OSError:
-                pass
+        remove_empty(new)
         raise
 
 

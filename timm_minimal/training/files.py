@@ -3,11 +3,11 @@ import errno
 import fcntl
 import os
 from pathlib import Path
-from typing import IO, Optional, Union
+from typing import IO, List, Optional, Sequence, Union
 
 from ..cli import describe_os_error, is_disk_full
 
-__all__ = ['is_disk_full', 'describe_write_error', 'FolderLock', 'FolderBusy']
+__all__ = ['is_disk_full', 'describe_write_error', 'missing_folders', 'remove_empty', 'FolderLock', 'FolderBusy']
 
 
 def describe_write_error(e: BaseException, what: Union[str, Path]) -> str:
@@ -17,6 +17,22 @@ def describe_write_error(e: BaseException, what: Union[str, Path]) -> str:
     if isinstance(e, OSError):
         return f'cannot write {what}: {describe_os_error(e, what)}'
     return f'cannot write {what}: {type(e).__name__}: {str(e).strip()[:200]}'
+
+
+def missing_folders(folder: Union[str, Path]) -> List[Path]:
+    """``folder`` and its parents that do not exist yet, deepest first: what creating it would make."""
+    folder = Path(folder)
+    return [p for p in (folder, *folder.parents) if not p.exists()]
+
+
+def remove_empty(folders: Sequence[Path]) -> None:
+    """Remove ``folders`` (deepest first) while they are empty: a tool takes back the folders it made and nothing
+    else; the first one that holds anything stops it."""
+    for p in folders:
+        try:
+            p.rmdir()
+        except OSError:
+            break
 
 
 class FolderBusy(RuntimeError):

@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Optional, Union
 import yaml
 
 from . import checkpoint as ckpt
-from .files import FolderLock
+from .files import FolderLock, missing_folders, remove_empty
 
 __all__ = ['RunFolder', 'RUN_FORMAT']
 
@@ -88,7 +88,7 @@ class RunFolder:
 
     def _note_created(self) -> None:
         if not self._created:
-            self._created = [p for p in (self.path, *self.path.parents) if not p.exists()]
+            self._created = missing_folders(self.path)
 
     def unlock(self) -> None:
         if self._lock is not None:
@@ -111,11 +111,7 @@ class RunFolder:
         for p in sorted((p for p in entries if p.is_dir()), key=lambda p: -len(p.parts)):
             p.rmdir()
         self.path.rmdir()
-        for parent in self._created[1:]:  # the parents that prepare() made, while empty
-            try:
-                parent.rmdir()
-            except OSError:
-                break
+        remove_empty(self._created[1:])  # the parents that prepare() made, while empty
         return True
 
     def prepare(self) -> None:
