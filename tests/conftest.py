@@ -25,10 +25,10 @@ def _write_idx(path, array):
 
 @pytest.fixture(scope='session')
 def mnist_dir(tmp_path_factory):
-    """The MNIST sample shipped with the package (5,000 train / 1,000 test digits) as the four idx files
-    the trainer reads with ``--dataset mnist --data-dir``."""
+    """The first 5,000 training and the 1,000 test digits of the MNIST sample shipped with the package, as the
+    four idx files the trainer reads with ``--dataset mnist --data-dir``."""
     with resources.files('timm_minimal').joinpath('data/mnist_sample.npz').open('rb') as f, np.load(f) as d:
-        sample = {k: d[k] for k in d.files}
+        sample = {k: d[k][:5000] for k in d.files}
     root = tmp_path_factory.mktemp('mnist-sample')
     for prefix, split in (('train', 'train'), ('t10k', 'test')):
         _write_idx(root / f'{prefix}-images-idx3-ubyte', sample[f'{split}_images'])

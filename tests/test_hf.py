@@ -82,6 +82,32 @@ def test_auto_classes_registered_on_import():
     assert timm_minimal.VitMinimalForImageClassification is VitMinimalForImageClassification
 
 
+
+@pytest.mark.parametrize('transformers_first', [False, True])
+def test_registration_waits_for_transformers_and_still_finds_vit_minimal(checkpoints, transformers_first):
+    """In a fresh process, import timm_minimal does not import transformers; the Auto classes imported before
+    or after it find the vit_minimal type, the image processor and no video processor, without a class of
+    ours imported by hand."""
+    folder, _ = checkpoints['vit_minimal_chol_6x1']
+    script = textwrap.dedent(f"""
+        import sys
+        {'import transformers.models.auto.configuration_auto' if transformers_first else ''}
+        import timm_minimal
+        assert ('transformers' in sys.modules) == {transformers_first}, 'transformers imported by timm_minimal'
+        from transformers import AutoConfig, AutoImageProcessor, AutoModelForImageClassification
+        model = AutoModelForImageClassification.from_pretrained(sys.argv[1])
+        processor = AutoImageProcessor.from_pretrained(sys.argv[1])
+        print(type(AutoConfig.for_model('vit_minimal')).__module__, type(model).__module__,
+              type(processor).__module__)
+    """)
+    result = subprocess.run([sys.executable, '-c', script, str(folder)], capture_output=True, text=True,
+                            timeout=300, env={**os.environ, 'HF_HUB_OFFLINE': '1'})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ['timm_minimal.models.configuration_vit_minimal',
+                                     'timm_minimal.models.modeling_vit_minimal',
+                                     'timm_minimal.models.image_processing_vit_minimal']
+
+
 def test_a_default_config_builds_the_default_model():
     """The config's defaults give the model that VisionTransformerMinimal() builds: same tensors, same shapes."""
     hf = VitMinimalForImageClassification(VitMinimalConfig())
@@ -268,7 +294,7 @@ def test_gradient_checkpointing_same_output_and_gradients():
 def test_save_pretrained_loads_in_transformers_and_timm(checkpoints, name):
     folder, model = checkpoints[name]
     assert {'config.json', 'model.safetensors', 'preprocessor_config.json', 'modeling_vit_minimal.py',
-            'configuration_vit_minimal.py', 'image_processing_vit_minimal.py', 'vit_minimal.py',
+            'configuration_vit_minimal.py', 'image_processing_vit_minimal.py', 'images.py', 'vit_minimal.py',
             'layers.py'} <= {p.name for p in folder.iterdir()}
     # the weight file holds timm's own keys
     assert set(load_file(folder / 'model.safetensors')) == set(model.state_dict())

@@ -8,7 +8,6 @@ import torch
 from huggingface_hub import ModelCard
 
 import timm_minimal  # noqa: F401
-from timm_minimal.tools.demo import evaluate, load_mnist_sample
 from timm_minimal.models.vit_minimal import HUB_ORG, WEIGHTS_DIR
 
 torch.set_num_threads(1)
@@ -52,13 +51,13 @@ def test_shipped_checkpoint_loads_offline_and_has_a_card(name):
 @pytest.mark.parametrize('name', [n for n in SHIPPED if n.endswith('.mnist')])
 def test_shipped_mnist_checkpoint_classifies_real_digits(name):
     """The 1,000 bundled test digits are part of the MNIST test split each card reports on."""
-    model = timm.create_model(name, pretrained=True)
-    x_test, y_test = load_mnist_sample()[2:]
+    from timm_minimal.tools.evaluate import evaluate_model
+    result = evaluate_model(timm.create_model(name, pretrained=True), 'mnist-sample')
     card = ModelCard.load(ROOT / 'model_cards' / f'{name}.md')
     reported = card.data.to_dict()['model-index'][0]['results'][0]['metrics'][0]['value']
-    accuracy = 100 * evaluate(model, x_test, y_test)
     p = reported / 100  # 1,000 of the 10,000 digits: four standard errors of a sample of that size
-    assert abs(accuracy - reported) <= 400 * (p * (1 - p) / len(y_test)) ** 0.5 + 0.1, (accuracy, reported)
+    assert result['samples'] == 1000
+    assert abs(result['acc'] - reported) <= 400 * (p * (1 - p) / result['samples']) ** 0.5 + 0.1, (result, reported)
 
 
 DATA = ROOT.parent / 'shared' / 'data'  # the real datasets, where they are (CI has them)

@@ -7,7 +7,8 @@ Importing the package registers every ``vit_minimal_*`` architecture with timm::
     model = timm.create_model('vit_minimal_sym_6x4.mnist')
 
 and the ``vit_minimal`` model type with transformers' ``AutoConfig``, ``AutoModel``,
-``AutoModelForImageClassification`` and ``AutoImageProcessor``::
+``AutoModelForImageClassification`` and ``AutoImageProcessor`` (when transformers loads them, so that a
+timm-only program never imports transformers)::
 
     from transformers import AutoModelForImageClassification
     model = AutoModelForImageClassification.from_pretrained('path/to/checkpoint')
@@ -18,27 +19,30 @@ from .models.layers import (
 )
 from .models.datasets import DATASETS, DatasetInfo
 from .models.vit_minimal import ARCHITECTURES, VisionTransformerMinimal, checkpoint_filter_fn
-from .models.configuration_vit_minimal import VitMinimalConfig
-from .models.image_processing_vit_minimal import VitMinimalImageProcessor
-from .models.modeling_vit_minimal import VitMinimalForImageClassification, VitMinimalModel, VitMinimalPreTrainedModel
+from .transformers_registration import register_with_transformers
 
 __version__ = '0.1.0'
 
-
-def _register_with_transformers() -> None:
-    from transformers import AutoConfig, AutoImageProcessor, AutoModel, AutoModelForImageClassification, AutoVideoProcessor
-
-    AutoConfig.register(VitMinimalConfig.model_type, VitMinimalConfig, exist_ok=True)
-    AutoModel.register(VitMinimalConfig, VitMinimalModel, exist_ok=True)
-    AutoModelForImageClassification.register(VitMinimalConfig, VitMinimalForImageClassification, exist_ok=True)
-    AutoImageProcessor.register(
-        VitMinimalConfig, image_processor_classes={'torchvision': VitMinimalImageProcessor}, exist_ok=True)
-    # No video processor, said locally: transformers' pipelines look for one and would otherwise take the
-    # checkpoint's AutoImageProcessor auto_map for remote video code and ask whether to run it.
-    try:
-        AutoVideoProcessor.register(VitMinimalConfig, video_processor_classes={}, exist_ok=True)
-    except TypeError:  # an older transformers without per-backend registration
-        pass
+# The transformers classes, imported on first use (PEP 562): each of them imports transformers.
+_TRANSFORMERS_CLASSES = {
+    'VitMinimalConfig': 'configuration_vit_minimal',
+    'VitMinimalImageProcessor': 'image_processing_vit_minimal',
+    'VitMinimalModel': 'modeling_vit_minimal',
+    'VitMinimalForImageClassification': 'modeling_vit_minimal',
+    'VitMinimalPreTrainedModel': 'modeling_vit_minimal',
+}
 
 
-_register_with_transformers()
+def __getattr__(name: str):
+    module = _TRANSFORMERS_CLASSES.get(name)
+    if module is None:
+        raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
+    import importlib
+    return getattr(importlib.import_module(f'.models.{module}', __name__), name)
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_TRANSFORMERS_CLASSES))
+
+
+register_with_transformers()

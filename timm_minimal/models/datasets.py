@@ -7,12 +7,12 @@ the number of training samples (the paper's Q = samples x classes / parameters),
 training recipe. Every other module looks these facts up here; this module imports nothing else of the
 package, so the remote code of a checkpoint can carry it.
 """
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Dict, List, Optional, Tuple
 
 from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 
-__all__ = ['DatasetInfo', 'DATASETS', 'dataset_for_kind', 'tag_for_kind', 'channel_stats', 'MNIST_CLASSES',
+__all__ = ['DatasetInfo', 'DATASETS', 'SAMPLES', 'dataset_for_kind', 'tag_for_kind', 'channel_stats', 'MNIST_CLASSES',
            'CIFAR10_CLASSES']
 
 MNIST_CLASSES = tuple('0123456789')
@@ -37,6 +37,8 @@ class DatasetInfo:
     recipe: str                           # the trainer's recipe (timm_minimal/training/recipes/<recipe>.yaml)
     label_names: Optional[Tuple[str, ...]] = None  # None: timm's ImageNetInfo has them (in1k)
     note: str = ''                        # what a model card says about the data
+    bundled: str = ''                     # a sample shipped in timm_minimal/data: its .npz file
+    test_samples: Optional[int] = None    # test images, where the record states them (the samples)
 
     def preprocessing(self) -> Dict[str, object]:
         """The keys of timm's pretrained cfg that describe the inputs and the classes."""
@@ -72,9 +74,20 @@ DATASETS: Dict[str, DatasetInfo] = {d.tag: d for d in (
 )}
 
 
+# Samples shipped with the package, so that a plain clone can train: each is a dataset kind of its own with the
+# tag (geometry, normalisation, classes) of the dataset it was drawn from.
+SAMPLES: Dict[str, DatasetInfo] = {d.kind: d for d in (
+    replace(DATASETS['mnist'], kind='mnist-sample', display_name='MNIST (bundled sample)', train_samples=20_000,
+            test_samples=1_000, recipe='mnist_sample', bundled='mnist_sample.npz',
+            note='The 20,000 training and 1,000 test digits of MNIST that ship with timm-minimal: the first '
+                 'digits of the original training and test files.'),
+)}
+
+
 def dataset_for_kind(kind: str) -> Optional[DatasetInfo]:
-    """The record of a dataset kind (``mnist``, ``cifar10``, ``imagenet``); None for folders and timm datasets."""
-    return next((d for d in DATASETS.values() if d.kind == kind), None)
+    """The record of a dataset kind (``mnist``, ``mnist-sample``, ``cifar10``, ``imagenet``); None for folders and
+    timm datasets."""
+    return SAMPLES.get(kind) or next((d for d in DATASETS.values() if d.kind == kind), None)
 
 
 def tag_for_kind(kind: str) -> str:

@@ -26,7 +26,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 from PIL import Image
 
-from ..models.image_processing_vit_minimal import MAX_IMAGE_PIXELS, ImageTooLarge, check_image_size
+from ..models.images import MAX_IMAGE_PIXELS, ImageTooLarge, check_image_size
 from .attention import AttentionInputError, load_image, render_attention
 from .common import OneLineParser, create_named_model, number
 from ..cli import command

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from PIL import Image, UnidentifiedImageError
 
-from ..models.image_processing_vit_minimal import ImageTooLarge, check_image_size, convert_image, image_mode
+from ..models.images import ImageTooLarge, check_image_size, convert_image, image_mode
 from .common import OneLineParser, allowed_models, create_named_model, number
 from ..cli import command
 

@@ -19,7 +19,7 @@ from ..training.batch_augment import BatchAugment, BatchAugmentConfig
 from ..training.data import DatasetError, build_transforms, load_dataset
 from ..training.device_data import images_to_array
 from ..training.engine import eval_metrics, eval_sums
-from ..models.image_processing_vit_minimal import image_mode
+from ..models.images import image_mode
 from .common import OneLineParser, describe_load_error, positive_int
 from ..cli import UsageError, command
 

@@ -36,7 +36,7 @@ import torch
 import torch.nn as nn
 
 from ..models.datasets import DATASETS
-from ..models.image_processing_vit_minimal import image_mode
+from ..models.images import image_mode
 from .common import OneLineParser, create_named_model, non_negative_float, number, positive_int
 from .staging import staged_folder
 from ..cli import command

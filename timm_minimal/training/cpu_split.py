@@ -26,7 +26,7 @@ from typing import Dict, List, Optional, Sequence
 
 import torch
 
-__all__ = ['SPLIT_MIN_IMAGES', 'core_budget', 'cpu_signature', 'measure', 'decide', 'split_command']
+__all__ = ['SPLIT_MIN_IMAGES', 'core_budget', 'cpu_signature', 'bare_step_rate', 'measure', 'decide', 'split_command']
 
 SPLIT_MIN_IMAGES = 500_000  # a shorter run (the tests, the demo) stays one process: a split costs seconds to start
 PROBE_SECONDS = 6.0  # timed, after PROBE_WARMUP steps: a 3 s probe measured one process at 0.6x its rate
@@ -60,7 +60,7 @@ def cpu_signature() -> Dict[str, str]:
     return dict(cpu=name, flags=flags, cores=str(os.cpu_count() or 1), torch=torch.__version__.split('+')[0])
 
 
-def _probe(model: str, batch: int, threads: int, seconds: float) -> float:
+def bare_step_rate(model: str, batch: int, threads: int, seconds: float, warmup: int = PROBE_WARMUP) -> float:
     """Images per second of the bare training step (forward, cross-entropy, backward, AdamW) of ``model``."""
     import timm
     from ..models import vit_minimal  # noqa: F401  (registers the architectures)
@@ -76,17 +76,17 @@ def _probe(model: str, batch: int, threads: int, seconds: float) -> float:
         torch.nn.functional.cross_entropy(net(x), y).backward()
         opt.step()
         steps += 1
-        if steps == PROBE_WARMUP:
+        if steps == warmup:
             t0 = time.perf_counter()
-        elif t0 is not None and time.perf_counter() - t0 > seconds and steps >= 2 * PROBE_WARMUP:
-            return (steps - PROBE_WARMUP) * batch / (time.perf_counter() - t0)
+        elif t0 is not None and time.perf_counter() - t0 > seconds and steps >= 2 * warmup:
+            return (steps - warmup) * batch / (time.perf_counter() - t0)
 
 
 def measure(model: str, batch: int, processes: int, threads: int, seconds: float = PROBE_SECONDS) -> float:
     """Images per second of ``processes`` concurrent processes of ``threads`` threads, each stepping its share of
     the global ``batch``: what a run of that split trains, summed."""
-    code = (f'from timm_minimal.training.cpu_split import _probe; '
-            f'print(_probe({model!r}, {max(1, batch // processes)}, {threads}, {seconds}))')
+    code = (f'from timm_minimal.training.cpu_split import bare_step_rate; '
+            f'print(bare_step_rate({model!r}, {max(1, batch // processes)}, {threads}, {seconds}))')
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     procs = [subprocess.Popen([sys.executable, '-c', code], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                               env=env) for _ in range(processes)]

@@ -5,6 +5,8 @@ A dataset is named by ``--dataset``:
 - ``mnist``: the four original idx files (``train-images-idx3-ubyte[.gz]`` ...) under ``<data-dir>``,
   ``<data-dir>/MNIST/raw`` or ``<data-dir>/raw`` (the ``torchvision.datasets.MNIST`` layout), else
   downloaded with torchvision. Held in memory.
+- ``mnist-sample``: the first 5,000 training and 1,000 test digits of MNIST, shipped with the package:
+  training without any download, with MNIST's tag and classes. Held in memory.
 - ``cifar10``: a JPEG image-folder export (``cifar10-jpeg*.tar.gz`` under ``<data-dir>`` or
   ``<data-dir>/CIFAR10``, extracted once to the cache folder), an extracted image folder, the
   original ``cifar-10-batches-py``, else downloaded with torchvision. Held in memory.
@@ -35,7 +37,7 @@ import numpy as np
 from PIL import Image
 from torch.utils.data import Dataset, IterableDataset
 
-from ..models.datasets import CIFAR10_CLASSES, DATASETS, MNIST_CLASSES, tag_for_kind
+from ..models.datasets import CIFAR10_CLASSES, DATASETS, MNIST_CLASSES, SAMPLES, tag_for_kind
 from .files import missing_folders, remove_empty
 from .image_folder import DatasetError, FolderDataset, FolderScan, folder_classes, scan_split
 
@@ -47,7 +49,7 @@ __all__ = [
     'subset_indices',
 ]
 
-BUILTIN_DATASETS = tuple(d.kind for d in DATASETS.values())
+BUILTIN_DATASETS = tuple(d.kind for d in DATASETS.values()) + tuple(SAMPLES)
 TIMM_FACTORY_PREFIXES = ('hfds/', 'hfids/', 'wds/', 'tfds/', 'torch/')
 EVAL_SPLIT_DIRS = ('val', 'validation', 'test')
 
@@ -102,7 +104,7 @@ class IndexSubset(Dataset):
 class ImageData:
     """A resolved dataset: train and evaluation splits yielding (PIL image, label), plus what describes it."""
     name: str
-    kind: str  # 'mnist', 'cifar10', 'imagenet', 'folder' or 'timm'
+    kind: str  # 'mnist', 'mnist-sample', 'cifar10', 'imagenet', 'folder' or 'timm'
     train: Dataset
     eval: Dataset
     classes: Optional[List[str]]
@@ -221,6 +223,20 @@ def load_mnist(root: Union[str, Path], download: bool = True, download_hint: str
     return ImageData(
         name='mnist', kind='mnist', train=train, eval=test, classes=train.classes, num_classes=10,
         source=str(raw), eval_split='test', in_memory=True)
+
+
+def load_sample(kind: str) -> ImageData:
+    """A dataset sample shipped with the package (``mnist-sample``): its arrays, read from ``timm_minimal/data``."""
+    from importlib import resources
+    info = SAMPLES[kind]
+    with resources.files('timm_minimal').joinpath(f'data/{info.bundled}').open('rb') as f:
+        arrays = dict(np.load(f))
+    classes = list(info.label_names)
+    train = ArrayImageDataset(arrays['train_images'], arrays['train_labels'], classes)
+    test = ArrayImageDataset(arrays['test_images'], arrays['test_labels'], classes)
+    return ImageData(name=kind, kind=kind, train=train, eval=test, classes=classes, num_classes=info.num_classes,
+                     source=f'timm_minimal/data/{info.bundled} (shipped with the package)', eval_split='test',
+                     in_memory=True)
 
 
 # -- image folders ---------------------------------------------------------------------------------
@@ -443,7 +459,8 @@ def _classes_of(ds: Any) -> Optional[List[str]]:
 # -- entry point -----------------------------------------------------------------------------------
 
 def dataset_kind(name: str) -> str:
-    """'mnist', 'cifar10', 'imagenet', 'timm' (factory prefix) or 'folder' (a path); errors otherwise."""
+    """'mnist', 'mnist-sample', 'cifar10', 'imagenet', 'timm' (factory prefix) or 'folder' (a path); errors
+    otherwise."""
     low = name.lower()
     if low in BUILTIN_DATASETS:
         return low
@@ -475,6 +492,8 @@ def load_dataset(
     ``download_hint`` and ``data_option`` name the calling tool's options that allow a download (empty: the tool
     has none) and that point at the data, for the message of a missing dataset."""
     kind = dataset_kind(name)
+    if kind in SAMPLES:
+        return load_sample(kind)
     if kind == 'mnist':
         return load_mnist(data_dir or 'data', download=download, download_hint=download_hint, data_option=data_option)
     if kind == 'cifar10':

@@ -25,7 +25,7 @@ import torch
 from torch.utils.data import Dataset
 
 from .batch_augment import BatchAugment, BatchAugmentConfig, epoch_uniforms
-from ..models.image_processing_vit_minimal import convert_image
+from ..models.images import convert_image
 from .data import ArrayImageDataset, IndexSubset
 from .seeding import epoch_order
 

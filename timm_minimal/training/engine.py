@@ -75,6 +75,9 @@ class TrainHooks:
     def after_update(self, update: int) -> None:
         """Called after optimizer update ``update`` (and its checkpoint, if one was due)."""
 
+    def after_epoch(self, row: Dict[str, Any]) -> None:
+        """Called with an epoch's metrics row once that epoch is saved and logged."""
+
     def writing_checkpoint(self, count: int) -> None:
         """Called in the middle of writing this process's ``count``-th checkpoint (weights written, state not)."""
 

@@ -17,7 +17,7 @@ from typing import Any, List, Sequence, Tuple
 from PIL import Image
 from torch.utils.data import Dataset
 
-from ..models.image_processing_vit_minimal import convert_image
+from ..models.images import convert_image
 
 __all__ = ['DatasetError', 'IMAGE_EXTENSIONS', 'FolderScan', 'scan_split', 'folder_classes', 'FolderDataset']
 

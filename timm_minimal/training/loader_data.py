@@ -11,7 +11,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset, Sampler
 
-from ..models.image_processing_vit_minimal import convert_image
+from ..models.images import convert_image
 from .seeding import epoch_order, mix_seed, seed_rngs
 
 __all__ = ['TransformDataset', 'EpochSampler', 'RankBatchSampler', 'LoaderDataPath']

@@ -49,7 +49,7 @@ import torch.nn as nn
 
 from ..cli import EXIT_DIVERGED, EXIT_FAILURE, EXIT_USAGE, Failure, command
 from ..models.datasets import DATASETS, channel_stats, dataset_for_kind
-from ..models.image_processing_vit_minimal import convert_image, image_mode
+from ..models.images import convert_image, image_mode
 from . import checkpoint as ckpt
 from .batch_augment import BatchAugment, BatchAugmentConfig
 from .data import DatasetError, ImageData, build_transforms, dataset_kind, dataset_len, load_dataset, subset
@@ -618,6 +618,7 @@ def _train(run: Run, state: TrainState, info: Dict[str, Any], last_dir: Optional
             acc.print(f"epoch {epoch + 1}/{args.epochs}: train loss {row['train_loss']:.4f} acc {row['train_acc']:.2f}% | "
                       f"test loss {row['test_loss']:.4f} acc {row['test_acc']:.2f}% | lr {row['lr']:.2e} | "
                       f"{row['throughput']:.0f} img/s | {row['epoch_time']:.1f} s", flush=True)
+            run.hooks.after_epoch(row)
     except Diverged as e:
         status = 'diverged'
         kept = run.folder.find_checkpoint()

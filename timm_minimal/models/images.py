@@ -1,0 +1,111 @@
+"""The images a minimal vision transformer reads: the bounds checked before an image is decoded or converted,
+the conversion to the model's channels (grayscale for 1-channel models, RGB for 3-channel ones), and arrays and
+tensors as PIL images. Nothing here imports transformers: the trainer and the tools use it without the image
+processor, which builds on it.
+
+This file travels with saved checkpoints (``trust_remote_code=True``).
+"""
+from typing import Any
+
+import numpy as np
+import torch
+from PIL import Image
+
+__all__ = ['CHANNEL_MODES', 'image_mode', 'convert_image', 'array_to_image', 'check_image_size', 'ImageTooLarge',
+           'MAX_IMAGE_PIXELS', 'MAX_IMAGE_SIDE', 'MAX_ASPECT_RATIO']
+
+CHANNEL_MODES = {1: 'L', 3: 'RGB'}  # a model's input channels -> the PIL mode its images are converted to
+
+
+# Every image is bounded before it is decoded or converted (a file by its header, an array by its shape): the
+# models see 28x28 or 32x32 pixels, and the resize to the input takes the shorter side to that size, so a long thin
+# strip would grow by its aspect ratio (a 1,000,000 x 1 image to 28,000,000 x 28).
+MAX_IMAGE_PIXELS = 25_000_000
+MAX_IMAGE_SIDE = 16_384
+MAX_ASPECT_RATIO = 64
+
+
+class ImageTooLarge(ValueError):
+    """An image over the bounds above; the message names its size and the bound."""
+
+
+def check_image_size(width: int, height: int, what: str = 'the image') -> None:
+    """Refuse an image over ``MAX_IMAGE_PIXELS`` pixels, a side over ``MAX_IMAGE_SIDE`` or sides in a ratio over
+    ``MAX_ASPECT_RATIO``, before it is decoded or resized."""
+    width, height = int(width), int(height)
+    if width < 1 or height < 1:
+        raise ValueError(f'{what} is {width}x{height} pixels: it holds no pixels.')
+    why = (f'over {MAX_IMAGE_PIXELS / 1e6:g} megapixels' if width * height > MAX_IMAGE_PIXELS else
+           f'a side over {MAX_IMAGE_SIDE:,} pixels' if max(width, height) > MAX_IMAGE_SIDE else
+           f'sides in a ratio over {MAX_ASPECT_RATIO}:1' if max(width, height) > MAX_ASPECT_RATIO * min(width, height)
+           else None)
+    if why:
+        raise ImageTooLarge(f'{what} is {width}x{height} pixels, {why}; the models take at most '
+                            f'{MAX_IMAGE_PIXELS / 1e6:g} megapixels, sides up to {MAX_IMAGE_SIDE:,} pixels in a ratio '
+                            f'up to {MAX_ASPECT_RATIO}:1 (they see 28x28 or 32x32).')
+
+
+def image_mode(channels: int) -> str:
+    """The PIL mode of a model's input: 'L' for 1 channel, 'RGB' for 3."""
+    if channels not in CHANNEL_MODES:
+        raise ValueError(f'images are converted for 1 (grayscale) or 3 (RGB) channels, not {channels}.')
+    return CHANNEL_MODES[channels]
+
+
+def convert_image(image: Image.Image, mode: str) -> Image.Image:
+    """``image`` in ``mode``; 16- and 32-bit integer and float images are scaled to 8 bits by their range
+    (PIL's own conversion clips them, which turns a 16-bit image white)."""
+    if image.mode == mode:
+        return image
+    if image.mode.startswith('I') or image.mode == 'F':
+        values = np.asarray(image, dtype=np.float64)
+        top = 1.0 if image.mode == 'F' and values.max(initial=0) <= 1.0 else (
+            255.0 if values.max(initial=0) <= 255 else 65535.0 if values.max(initial=0) <= 65535 else values.max())
+        image = Image.fromarray(np.clip(np.rint(values * (255.0 / top)), 0, 255).astype(np.uint8), 'L')
+    return image.convert(mode)
+
+
+def _float_to_uint8(array: np.ndarray) -> np.ndarray:
+    """A float image as uint8. Its range is read from the bulk of its values: [0, 1] when 99.9% of them lie in it
+    (values a little outside, from arithmetic, are clipped with a warning), else [0, 255]; values beyond 255, or a
+    [0, 1] image with values far outside, are refused rather than guessed."""
+    import warnings
+    if not np.isfinite(array).all():
+        raise ValueError('The image holds non-finite values.')
+    low, high = float(array.min()), float(array.max())
+    if float(np.quantile(array, 0.999)) <= 1.0 and low >= -0.5 and high <= 1.5:
+        outside = int(((array < 0) | (array > 1)).sum())
+        if outside:
+            warnings.warn(f'A float image in [0, 1] holds {outside} value(s) outside it (from {low:g} to {high:g}); '
+                          f'they are clipped to [0, 1].', stacklevel=3)
+        return np.clip(np.rint(array * 255.0), 0, 255).astype(np.uint8)
+    if low < -0.5 or high > 255.5:
+        raise ValueError(f'A float image must hold values in [0, 1] or [0, 255]; this one runs from {low:g} to '
+                         f'{high:g}.')
+    return np.clip(np.rint(array), 0, 255).astype(np.uint8)
+
+
+def array_to_image(array: Any) -> Image.Image:
+    """A numpy array or torch tensor as a PIL image: (H, W), (H, W, C) or (C, H, W) with C in 1, 3, 4; uint8,
+    16-bit integers, or floats in [0, 1]."""
+    if isinstance(array, torch.Tensor):
+        array = array.detach().cpu().numpy()
+    if not isinstance(array, np.ndarray):
+        raise TypeError(f'Expected a PIL image, numpy array or torch tensor (or a list of them), got '
+                        f'{type(array).__name__}.')
+    if array.ndim == 3 and array.shape[0] in (1, 3, 4) and array.shape[-1] not in (1, 3, 4):
+        array = array.transpose(1, 2, 0)  # channels first
+    if array.ndim == 3 and array.shape[-1] == 1:
+        array = array[..., 0]
+    if array.ndim not in (2, 3) or (array.ndim == 3 and array.shape[-1] not in (3, 4)) or 0 in array.shape:
+        raise ValueError(f'Expected an image of shape (H, W), (H, W, C) or (C, H, W) with C = 1, 3 or 4, '
+                         f'got {tuple(array.shape)}.')
+    check_image_size(array.shape[1], array.shape[0])
+    if array.dtype.kind == 'f':
+        array = _float_to_uint8(array)
+    elif array.dtype == np.bool_:
+        array = array.astype(np.uint8) * 255
+    elif array.dtype != np.uint8:
+        top = 255 if array.max(initial=0) <= 255 else 65535
+        array = np.clip(array.astype(np.float64) * (255.0 / top), 0, 255).round().astype(np.uint8)
+    return Image.fromarray(np.ascontiguousarray(array))
