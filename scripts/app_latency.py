@@ -29,7 +29,7 @@ def main() -> int:
     import gradio
     import torch
     from gradio_client import Client, handle_file
-    from timm_minimal.tools.app import example_images
+    from timm_minimal import example_images
     digit = next(e for e in example_images() if 'digit7' in e)
     port = _free_port()
     t0 = time.perf_counter()

@@ -19,6 +19,7 @@ from .models.layers import (
 )
 from .models.datasets import DATASETS, DatasetInfo
 from .models.vit_minimal import ARCHITECTURES, VisionTransformerMinimal, checkpoint_filter_fn
+from .examples import example_image, example_images
 from .transformers_registration import register_with_transformers
 
 __version__ = '0.1.0'

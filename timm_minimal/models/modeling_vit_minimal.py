@@ -12,6 +12,7 @@ when the file does not fit the config (missing, unexpected or mis-shaped tensors
 This file travels with saved checkpoints (``trust_remote_code=True``): it imports only the
 model's own modules, relatively.
 """
+import contextlib
 import os
 from typing import Any, Dict, Optional, Tuple, Union
 
@@ -34,6 +35,23 @@ _LOSS_KWARGS = ('num_items_in_batch', 'ignore_index')
 
 def _strip_prefix(key: str) -> str:
     return key[len(_PREFIX):] if key.startswith(_PREFIX) else key
+
+
+@contextlib.contextmanager
+def _without_progress_bars():
+    """transformers draws a bar over the tensors it loads and the shards it writes, and huggingface_hub one per
+    download; these checkpoints hold a few dozen tensors and at most a few MB, so the bars would only flash by. They
+    are off for the call, then as they were."""
+    from huggingface_hub import utils as hub_utils
+    from transformers.utils import logging as hf_logging
+    bars, hub_bars = hf_logging.is_progress_bar_enabled(), not hub_utils.are_progress_bars_disabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()
+        (hub_utils.enable_progress_bars if hub_bars else hub_utils.disable_progress_bars)()
 
 
 class VitMinimalPreTrainedModel(PreTrainedModel):
@@ -111,8 +129,9 @@ class VitMinimalPreTrainedModel(PreTrainedModel):
                                                   'revision', 'commit_description') if k in kwargs}
         if 'token' in hub_kwargs:
             kwargs['token'] = hub_kwargs['token']
-        result = super().save_pretrained(
-            save_directory, is_main_process=is_main_process, state_dict=state_dict, push_to_hub=False, **kwargs)
+        with _without_progress_bars():
+            result = super().save_pretrained(
+                save_directory, is_main_process=is_main_process, state_dict=state_dict, push_to_hub=False, **kwargs)
         if save_image_processor and is_main_process:
             VitMinimalImageProcessor.from_config(self.config).save_pretrained(save_directory)
         if push_to_hub:  # upload the whole folder (push_to_hub saves into a temporary folder with this method)
@@ -146,9 +165,10 @@ class VitMinimalPreTrainedModel(PreTrainedModel):
         e.g. to fine-tune on a new number of classes (``num_labels=...``)."""
         output_loading_info = kwargs.pop('output_loading_info', False)
         ignore_mismatched_sizes = kwargs.pop('ignore_mismatched_sizes', False)
-        model, info = super().from_pretrained(
-            pretrained_model_name_or_path, *model_args, output_loading_info=True, ignore_mismatched_sizes=True,
-            **kwargs)
+        with _without_progress_bars():
+            model, info = super().from_pretrained(
+                pretrained_model_name_or_path, *model_args, output_loading_info=True, ignore_mismatched_sizes=True,
+                **kwargs)
         new_head = ('head.',) if ignore_mismatched_sizes else ()
         missing = sorted(k for k in map(_strip_prefix, info['missing_keys']) if not k.startswith(new_head))
         unexpected = sorted(k for k in map(_strip_prefix, info['unexpected_keys'])

@@ -19,13 +19,13 @@ import functools
 import io
 import os
 import sys
-from importlib import resources
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 from PIL import Image
 
+from ..examples import example_images
 from ..models.images import MAX_IMAGE_PIXELS, ImageTooLarge, check_image_size
 from .attention import AttentionInputError, load_image, render_attention
 from .common import OneLineParser, create_named_model, number
@@ -63,12 +63,6 @@ def shipped_checkpoints() -> List[str]:
     import timm
     names = timm.list_pretrained('vit_minimal*')
     return sorted(names, key=lambda n: (not n.endswith('.mnist'), n))
-
-
-def example_images() -> List[str]:
-    """The test images that ship with the package (a few MNIST digits and CIFAR-10 images)."""
-    folder = resources.files('timm_minimal').joinpath('data/examples')
-    return sorted(str(p) for p in folder.iterdir() if p.name.endswith('.png'))
 
 
 @functools.lru_cache(maxsize=16)
