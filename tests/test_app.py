@@ -160,7 +160,8 @@ def test_the_page_renders_in_a_real_browser(server, tmp_path):
             page = browser.new_page(viewport={'width': 1280, 'height': 1400})
             page.goto(server, wait_until='domcontentloaded')
             page.get_by_text('where they look').wait_for(timeout=60_000)
-            page.get_by_text('mnist_test0_digit7.png').first.click()
+            page.locator('img[src*="mnist_test0_digit7"]').first.click()  # its thumbnail in the gallery
+            page.wait_for_function("document.body.innerText.includes('.png')", timeout=30_000)  # now the upload
             page.get_by_role('button', name='Analyse').click()
             page.get_by_text('predicts').first.wait_for(timeout=60_000)
             assert 'predicts 7' in page.inner_text('body').replace('*', '')

@@ -157,13 +157,19 @@ def _input_image(sketch: Any, upload: Optional[str], source: str) -> Image.Image
 
 
 def _inputs(gr: Any) -> Tuple[Any, Any, Any]:
-    """The input choice, a sketchpad and an upload with the shipped examples."""
+    """The input choice, a sketchpad, and an upload with the shipped examples as thumbnails to click."""
     source = gr.Radio(['drawing', 'image'], value='image', label='analyse')
     with gr.Row():
         sketch = gr.Sketchpad(label='draw a digit', type='pil', canvas_size=(280, 280),
                               brush=gr.Brush(colors=['#000000'], default_size=18), layers=False)
         upload = gr.File(label='an image file', file_types=['image'], type='filepath')
-    gr.Examples(example_images(), inputs=upload, label='test images that ship with the package')
+    examples = example_images()
+    thumbnails = gr.Gallery([(path, Path(path).stem) for path in examples], label='test images that ship with the package: click one', columns=len(examples),
+                            height=110, allow_preview=False, object_fit='contain')
+
+    def pick(selected: gr.SelectData) -> str:  # the thumbnail clicked becomes the uploaded file
+        return examples[selected.index]
+    thumbnails.select(pick, None, upload, api_name=False)
     sketch.change(lambda: 'drawing', None, source, api_name=False)  # the input last touched is analysed
     upload.change(lambda: 'image', None, source, api_name=False)
     return source, sketch, upload
