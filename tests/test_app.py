@@ -183,3 +183,23 @@ def test_the_api_names_its_parameters_and_the_sketch_is_optional(client, server)
     summary, top, _ = client.predict(checkpoint='vit_minimal_sym_6x4.mnist',
                                      image=handle_file(_example('mnist_test0_digit7')), api_name='/explore')
     assert top['label'] == '7'
+
+
+def test_a_later_figure_reuses_the_layout_and_looks_the_same():
+    """The app places the axes of a figure's geometry once: a later answer is drawn pixel for pixel as its own
+    constrained layout would draw it, for digits and for CIFAR-10 class names of other widths."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from timm_minimal.tools.attention import render_attention
+    for name, first, later in (('vit_minimal_sym_6x4.mnist', 'mnist_test0_digit7', 'mnist_test1_digit2'),
+                               ('vit_minimal_sym_6x4.cifar10', 'cifar10_test_horse_0000', 'cifar10_test_cat_0000')):
+        app_mod.analyse(name, Image.open(_example(first)))
+        keys = len(app_mod._AXES_PLACES)
+        _, figure, _ = app_mod.analyse(name, Image.open(_example(later)))
+        maps = render_attention(Image.open(_example(later)), app_mod.load_checkpoint(name))
+        maps.figure.set_dpi(app_mod.FIGURE_DPI)
+        canvas = FigureCanvasAgg(maps.figure)
+        canvas.draw()
+        own = Image.frombuffer('RGBA', canvas.get_width_height(), canvas.buffer_rgba()).convert('RGB')
+        assert np.array_equal(np.asarray(figure), np.asarray(own)), name
+        if name.endswith('mnist'):
+            assert len(app_mod._AXES_PLACES) == keys  # the digits' figure was laid out once

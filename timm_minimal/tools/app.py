@@ -16,7 +16,6 @@ the server keeps serving. Needs the ``app`` extra: ``pip install -e ".[app]"``.
 """
 import argparse
 import functools
-import io
 import os
 import sys
 from pathlib import Path
@@ -111,13 +110,31 @@ def parameters(name: str) -> int:
     return sum(p.numel() for p in load_checkpoint(name).parameters())
 
 
-def _figure_image(figure: Any) -> Image.Image:
-    import matplotlib.pyplot as plt
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format='png', dpi=90)
-    plt.close(figure)
-    buffer.seek(0)
-    return Image.open(buffer).copy()
+FIGURE_DPI = 90
+# Where constrained layout put the axes, per figure geometry: placing them costs more than drawing them, and a
+# figure of the same axes, size and label widths gets the same places. Drawn straight into an RGB image (no PNG).
+_AXES_PLACES: Dict[Tuple, List[List[Any]]] = {}
+
+
+def _figure_image(figure: Any, label_width: int = 0) -> Image.Image:
+    """The figure as an RGB image: the first figure of its geometry laid out by its constrained layout, later ones
+    with the axes where that put them (``label_width``: the longest class name shown, which moves the axes)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    figure.set_dpi(FIGURE_DPI)
+    canvas = FigureCanvasAgg(figure)
+    key = (tuple(ax.get_label() for ax in figure.axes), tuple(figure.get_size_inches()), label_width)
+    places = _AXES_PLACES.get(key)
+    if places is None:
+        canvas.draw()  # the layout also moves the figure's title and caption (figure.texts)
+        _AXES_PLACES[key] = [[ax.get_position() for ax in figure.axes], [t.get_position() for t in figure.texts]]
+    else:
+        figure.set_layout_engine('none')
+        for ax, place in zip(figure.axes, places[0]):
+            ax.set_position(place)
+        for text, place in zip(figure.texts, places[1]):
+            text.set_position(place)
+        canvas.draw()
+    return Image.frombuffer('RGBA', canvas.get_width_height(), canvas.buffer_rgba()).convert('RGB')
 
 
 def analyse(name: str, image: Image.Image) -> Tuple[Dict[str, float], Image.Image, str]:
@@ -128,7 +145,7 @@ def analyse(name: str, image: Image.Image) -> Tuple[Dict[str, float], Image.Imag
     top = {maps.labels[i]: float(p) for p, i in zip(probs.tolist(), index.tolist())}
     lines = [f"**{name}**: {parameters(name):,} parameters, predicts **{maps.label}** ({maps.probability:.1%})."]
     lines += [f'- note: {n}' for n in maps.notes]
-    return top, _figure_image(maps.figure), '\n'.join(lines)
+    return top, _figure_image(maps.figure, max(map(len, top))), '\n'.join(lines)
 
 
 def compare(first: str, second: str, image: Image.Image) -> Tuple[Any, ...]:
