@@ -27,8 +27,8 @@ from PIL import Image
 from ..examples import example_images
 from ..models.images import MAX_IMAGE_PIXELS, ImageTooLarge, check_image_size
 from .attention import AttentionInputError, load_image, render_attention
-from .common import OneLineParser, create_named_model, number
-from ..cli import command
+from .common import create_named_model
+from ..cli import OneLineParser, command, number
 
 __all__ = ['AppInputError', 'shipped_checkpoints', 'example_images', 'sketch_to_image', 'analyse', 'compare',
            'build_app', 'main']

@@ -31,8 +31,8 @@ import torch
 from PIL import Image, UnidentifiedImageError
 
 from ..models.images import ImageTooLarge, check_image_size, convert_image, image_mode
-from .common import OneLineParser, allowed_models, create_named_model, number
-from ..cli import command
+from .common import allowed_models, create_named_model
+from ..cli import OneLineParser, command, number
 
 __all__ = ['AttentionMaps', 'AttentionInputError', 'attention_rollout', 'asymmetry', 'create_attention_model',
            'label_names', 'load_image', 'preprocess', 'compute_attention', 'plot_attention', 'render_attention',

@@ -1,46 +1,11 @@
-"""What the command-line tools share: an argument parser whose misuse errors are one line with exit
-status 2, the model a tool is pointed at by name, refused with the names allowed, and the writing of a
-benchmark's JSON and markdown report."""
-import argparse
+"""What the tools share beyond the command-line layer (``timm_minimal.cli``): the model a tool is pointed at by name,
+refused with the names allowed, and the writing of a benchmark's JSON and markdown report."""
 import json
 import os
 from typing import Any, Dict, Optional, Type
 
 import torch.nn as nn
 
-from ..training.cli import OneLineParser, UsageError  # noqa: F401  (one parser and one error for every command)
-
-
-class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
-    """--help with the description as written and each option's default."""
-
-
-def number(kind: type = int, low: Optional[float] = None, high: Optional[float] = None, above: bool = False):
-    """An argparse type for a finite ``kind`` (int or float) of at least ``low`` (above it with ``above``) and at
-    most ``high``; the error names the range (a count of 0 would make a check run on nothing)."""
-    import math
-    noun = 'an integer' if kind is int else 'a finite number'
-    bounds = [f'{"above" if above else "of at least"} {low:g}' if low is not None else '',
-              f'at most {high:g}' if high is not None else '']
-    wanted = f'{noun} ' + ' and '.join(b for b in bounds if b)
-
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            value = None
-        ok = value is not None and math.isfinite(value) and (low is None or (value > low if above else value >= low)) \
-            and (high is None or value <= high)
-        if not ok:
-            raise argparse.ArgumentTypeError(f'must be {wanted.strip()}, got {text!r}')
-        return value
-    parse.__name__ = kind.__name__  # argparse names the type in its own messages
-    return parse
-
-
-positive_int = number(int, 1)
-positive_float = number(float, 0, above=True)
-non_negative_float = number(float, 0)
 
 
 def allowed_models() -> str:

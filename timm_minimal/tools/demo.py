@@ -17,9 +17,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
-from ..cli import Failure, command, number
+from ..cli import Failure, HelpFormatter, OneLineParser, command, number
 from ..models.datasets import SAMPLES
-from .common import HelpFormatter, OneLineParser
 
 SAMPLE = 'mnist-sample'
 DEMO_MODEL = 'vit_minimal_sym_6x4'

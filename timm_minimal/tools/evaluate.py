@@ -20,8 +20,8 @@ from ..training.data import DatasetError, build_transforms, load_dataset
 from ..training.device_data import images_to_array
 from ..training.engine import eval_metrics, eval_sums
 from ..models.images import image_mode
-from .common import OneLineParser, describe_load_error, positive_int
-from ..cli import UsageError, command
+from .common import describe_load_error
+from ..cli import OneLineParser, UsageError, command, positive_int
 
 __all__ = ['evaluate_model', 'evaluate_forwards', 'main']
 

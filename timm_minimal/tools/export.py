@@ -37,9 +37,9 @@ import torch.nn as nn
 
 from ..models.datasets import DATASETS
 from ..models.images import image_mode
-from .common import OneLineParser, create_named_model, non_negative_float, number, positive_int
+from .common import create_named_model
+from ..cli import OneLineParser, command, non_negative_float, number, positive_int
 from .staging import staged_folder
-from ..cli import command
 
 __all__ = ['ExportResult', 'ExportError', 'VerificationError', 'MissingExtraError', 'EXPORT_PACKAGES',
            'require_export_extra', 'resolve_model', 'model_label', 'preprocessing_config', 'export_onnx',

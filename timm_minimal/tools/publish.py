@@ -27,11 +27,10 @@ from ..models.paper import TABLE1, TABLE2, VARIANTS
 from ..models.pretrained import weights_file_name
 from ..training.checkpoint import CONFIG_FILE, MODEL_FILE, write_file_atomic
 from ..training.run_folder import RunFolder
-from .common import OneLineParser
+from ..cli import Failure, OneLineParser, command
 from .staging import staged_folder
 from ..models.datasets import DATASETS, DatasetInfo, dataset_for_kind
 from ..models.vit_minimal import ARCHITECTURES
-from ..cli import Failure, command
 
 __all__ = ['RunInfo', 'read_run', 'export_run', 'render_card', 'push_folder', 'main']
 

@@ -33,11 +33,10 @@ from typing import Any, Dict, List, Optional, Sequence, TextIO, Tuple
 
 from ..models.datasets import DATASETS
 from ..models.paper import BASELINE, NUM_CLASSES, PAPER, PAPER_EPOCHS, TABLE1, TABLE2, TABLE2_CIFAR10, PaperRow
-from ..cli import UsageError, command
+from ..cli import HelpFormatter, OneLineParser, UsageError, command, positive_int
 from ..training.cli import SEED
 from ..training.files import FolderBusy
 from ..training.run_folder import RunFolder
-from .common import HelpFormatter, OneLineParser, positive_int
 
 __all__ = ['PaperRow', 'TABLE1', 'TABLE2', 'Command', 'CommandResult', 'run_commands', 'select_rows',
            'train_command', 'train_rows', 'collect', 'write_markdown', 'write_plot', 'main']

@@ -14,9 +14,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ...models.datasets import DATASETS
 from .report import render_report, summary_lines
-from ..common import OneLineParser
+from ...cli import OneLineParser, command
 from .suite import BenchmarkConfig, run_benchmark, select_models
-from ...cli import command
 
 
 def _csv_ints(text: str) -> Tuple[int, ...]:

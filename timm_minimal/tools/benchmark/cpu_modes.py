@@ -31,7 +31,8 @@ from typing import Any, Dict, List, Optional, Sequence
 import torch
 
 from ...training.cpu_split import cpu_signature
-from ..common import HelpFormatter, OneLineParser, positive_int, write_report
+from ..common import write_report
+from ...cli import HelpFormatter, OneLineParser, positive_int
 
 __all__ = ['MODES', 'measure_mode', 'measure_jobs', 'measure_trainer', 'run', 'main']
 

@@ -53,7 +53,8 @@ from timm.optim import create_optimizer_v2
 
 from ...models.paper import TABLE2
 from ...models.vit_minimal import ARCHITECTURES
-from ..common import OneLineParser, UsageError, write_report
+from ..common import write_report
+from ...cli import OneLineParser, UsageError
 
 __all__ = [
     'TrainingBenchmarkConfig', 'MeasurementError', 'TrainerError', 'UsageError', 'TrainerThroughput', 'TimeToTarget',
