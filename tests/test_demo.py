@@ -56,3 +56,14 @@ def test_demo_runs_the_zoo_the_trainer_and_the_picture(tmp_path):
     picture = out / 'attention.png'
     assert picture.read_bytes()[:8] == b'\x89PNG\r\n\x1a\n' and f'{picture}' in text
     assert 'epoch 1/1' not in text  # the trainer's log stays out of the demo's output
+
+
+def test_demo_misuse_is_one_line(capsys):
+    import pytest
+    from timm_minimal.tools import demo
+    with pytest.raises(SystemExit) as stop:
+        demo.main(['--model', 'vit_minimal_foo_6x1'])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "unknown architecture 'vit_minimal_foo_6x1'" in err
+    assert 'vit_minimal_sym_6x4' in err

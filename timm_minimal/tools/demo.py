@@ -137,14 +137,14 @@ def attention_picture(run_dir: Path) -> Path:
 
 @command('timm-minimal-demo')
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     start = time.perf_counter()
     import timm
     from ..models.vit_minimal import ARCHITECTURES
     from ..training.cli import load_recipe
     if args.model not in ARCHITECTURES:
-        raise build_parser().error(f"--model: unknown architecture '{args.model}'; choose one of "
-                                   f"{', '.join(ARCHITECTURES)}")
+        parser.error(f"--model: unknown architecture '{args.model}'; choose one of {', '.join(ARCHITECTURES)}")
     recipe = load_recipe(SAMPLES[SAMPLE].recipe)
     epochs = args.epochs or recipe['epochs']
     output = args.output or str(Path('runs') / f"demo-{args.model}-{datetime.now().strftime('%Y%m%d-%H%M%S')}")
