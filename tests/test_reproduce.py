@@ -329,6 +329,37 @@ def test_combine_gives_no_paper_delta_against_a_paper_baseline_that_failed(tmp_p
     assert '| `vit_minimal_std_12x4` | 182,110 | 20 | **66.00** | 55.60 | +10.40 |' in text  # against the paper's own
 
 
+def test_combine_sets_two_budgets_of_one_dataset_side_by_side_and_says_what_the_longer_did(tmp_path, capsys):
+    """A short and a converged grid of the same dataset and depth: a column each, and one paragraph comparing them."""
+    models = ['vit_minimal_std_mlp_6x1', 'vit_minimal_std_6x1', 'vit_minimal_sym_6x4', 'vit_minimal_qkonly_6x1']
+    params = [279_046, 92_830, 70_870, 26_590]
+    short = _rows_json(tmp_path / 'c20.json', 'cifar10', 20, dict(zip(models, zip([68.0, 57.0, 60.0, 40.0], params))))
+    long = _rows_json(tmp_path / 'c300.json', 'cifar10', 300, dict(zip(models, zip([78.0, 67.5, 75.0, 50.0], params))))
+    rows = json.loads(long.read_text())
+    for r in rows:  # the train accuracy of the converged runs
+        r['train_acc'] = {'vit_minimal_std_mlp_6x1': 99.0, 'vit_minimal_std_6x1': 70.0, 'vit_minimal_sym_6x4': 81.0,
+                          'vit_minimal_qkonly_6x1': 56.0}.get(r['architecture'])
+    long.write_text(json.dumps(rows))
+    md = tmp_path / 'RESULTS.md'
+    assert reproduce.main(['--combine', str(short), str(long), '--results', str(md)]) == 0
+    text = md.read_text()
+    assert '| CIFAR-10 | 6 | 4 | 20 | 2 of 2 |' in text and '| CIFAR-10 | 6 | 4 | 300 | 2 of 2 |' in text
+    assert 'CIFAR-10 (20 epochs): params saved' in text and 'CIFAR-10 (300 epochs): params saved' in text
+    assert '| `vit_minimal_sym_6x4` | 75% | 60.00 | -8.00 | – | 75% | 75.00 | -3.00 | – |' in text
+    assert '### CIFAR-10 (300 epochs), 6 layers' in text
+    assert ("- CIFAR-10, 20 against 300 epochs: the baseline went from 68.00% to 78.00%. The median loss of the 3 other "
+            "models went from -11.00 to -10.50 pp and the largest from -28.00 to -28.00 pp; 2 of 3 closed some of their "
+            "gap, and 0 (before: 0) are within 1 pp of the baseline or above it.") in text
+    assert "Closed by more than 1 pp: `vit_minimal_sym_6x4` (-8.00 → -3.00)." in text
+    assert 'The 3 others' not in text and 'The 2 others that still lose more than 1 pp end at a train accuracy of 56.00 to 70.00% (the baseline: 99.00%).' in text
+    # the same model at the same budget in two files is still one too many
+    again = tmp_path / 'again.json'
+    again.write_text(short.read_text())
+    with pytest.raises(SystemExit) as e:
+        reproduce.main(['--combine', str(short), str(again), '--results', str(tmp_path / 'R2.md')])
+    assert e.value.code == 2 and 'at 20 epochs is in both' in capsys.readouterr().err
+
+
 def test_spearman_ranks_ties_and_refuses_too_few_pairs():
     from timm_minimal.tools.results_summary import spearman
     assert spearman([1, 2, 3], [10, 20, 30]) == pytest.approx(1.0)

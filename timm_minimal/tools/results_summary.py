@@ -1,14 +1,17 @@
-"""One report over several reproduce runs: each dataset and depth at its own budget, side by side.
+"""One report over several reproduce runs: each dataset and depth at its own budget (or budgets), side by side.
 
     timm-minimal-reproduce --combine results/reproduce_paper.json results/cifar10_6layer.json --results RESULTS.md
 
 Each JSON is the ``--json`` output of one ``timm-minimal-reproduce`` run (one list of rows); its report,
 with the recipe, hardware and versions, is the markdown file of the same name beside it. The combined report
 puts the paper's claim (parameters saved against accuracy lost, at equal budget) for every dataset in one
-table, against the baseline of the same dataset and depth (the unchanged transformer with its MLP, one head).
+table, against the baseline of the same dataset, depth and budget (the unchanged transformer with its MLP, one
+head). A dataset and depth trained at two budgets (a short grid and a converged one) gets a column for each and a
+paragraph on what the longer budget did to the claim.
 """
 import json
 import os
+from statistics import median
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -19,7 +22,7 @@ from .reproduce import _f  # one cell format for both reports
 __all__ = ['load_rows', 'write_summary']
 
 Row = Dict[str, Any]
-Group = Tuple[str, int]  # (dataset, depth)
+Group = Tuple[str, int, int]  # (dataset, depth, epochs)
 
 
 def load_rows(paths: Sequence[Path]) -> List[Row]:
@@ -36,9 +39,10 @@ def load_rows(paths: Sequence[Path]) -> List[Row]:
             if r.get('val_acc') is None:
                 continue
             _check_row(r, f'{path} row {i}')
-            key = (r['model'], r['dataset'])
+            key = (r['model'], r['dataset'], r['epochs'])
             if key in rows and rows[key]['source'] != str(path):
-                raise ValueError(f'{r["model"]} is in both {rows[key]["source"]} and {path}: pass one of them')
+                raise ValueError(f'{r["model"]} at {r["epochs"]} epochs is in both {rows[key]["source"]} and {path}: '
+                                 'pass one of them')
             if key not in rows or (rows[key]['paper_val_acc'] is None and r.get('paper_val_acc') is not None):
                 rows[key] = dict(r, source=str(path))
     if not rows:
@@ -76,14 +80,24 @@ def _name(dataset: str) -> str:
     return DATASETS[dataset].display_name if dataset in DATASETS else dataset
 
 
+def _group(r: Row) -> Group:
+    return r['dataset'], r['depth'], r['epochs']
+
+
 def _groups(rows: List[Row]) -> List[Group]:
     order = {'mnist': 0, 'cifar10': 1}
-    return sorted({(r['dataset'], r['depth']) for r in rows}, key=lambda g: (g[1], order.get(g[0], 2), g[0]))
+    return sorted({_group(r) for r in rows}, key=lambda g: (g[1], order.get(g[0], 2), g[0], g[2]))
+
+
+def _label(rows: List[Row], group: Group) -> str:
+    """The dataset's name, with the budget where the same dataset and depth has more than one."""
+    budgets = {g[2] for g in _groups(rows) if g[:2] == group[:2]}
+    return _name(group[0]) + (f' ({group[2]} epochs)' if len(budgets) > 1 else '')
 
 
 def _baseline(rows: List[Row], group: Group) -> Optional[Row]:
     name = arch_name('std', True, group[1], 1)
-    return next((r for r in rows if (r['dataset'], r['depth']) == group and r['architecture'] == name), None)
+    return next((r for r in rows if _group(r) == group and r['architecture'] == name), None)
 
 
 def _link(target: str, out: Path) -> str:
@@ -91,12 +105,12 @@ def _link(target: str, out: Path) -> str:
 
 
 def budgets_section(rows: List[Row], out: Path) -> List[str]:
-    lines = ['## Budgets', '', 'One budget per dataset and depth, the same for every model of a table. The paper '
+    lines = ['## Budgets', '', 'One budget per table, the same for every model in it. The paper '
              f'trained {PAPER_EPOCHS} epochs and reports the last; so do we, at our budget.', '',
              '| dataset | layers | models | epochs per model | at or above the paper | report | rows |',
              '|---|---:|---:|---:|---:|---|---|']
     for group in _groups(rows):
-        g = [r for r in rows if (r['dataset'], r['depth']) == group]
+        g = [r for r in rows if _group(r) == group]
         paper = [r for r in g if r.get('paper_val_acc') is not None]
         above = f"{sum(r['val_acc'] >= r['paper_val_acc'] for r in paper)} of {len(paper)}" if paper else '–'
         for source in sorted({r['source'] for r in g}):
@@ -112,8 +126,8 @@ def paper_section(rows: List[Row]) -> List[str]:
     lines = ['## Against the paper', '', "Our last-epoch validation accuracy next to the paper's (500 epochs); "
              '– where the paper has no number (Table 2 beyond MNIST).', '']
     for group in _groups(rows):
-        g = sorted((r for r in rows if (r['dataset'], r['depth']) == group), key=lambda r: -r['params'])
-        lines += [f'### {_name(group[0])}, {group[1]} layers', '',
+        g = sorted((r for r in rows if _group(r) == group), key=lambda r: -r['params'])
+        lines += [f'### {_label(rows, group)}, {group[1]} layers', '',
                   '| model | params | epochs | val acc % | paper % | Δ (pp) |', '|---|---:|---:|---:|---:|---:|']
         for r in g:
             gap = None if r.get('paper_val_acc') is None else r['val_acc'] - r['paper_val_acc']
@@ -137,34 +151,34 @@ def _delta(r: Optional[Row], base: Optional[Row], key: str) -> Optional[float]:
 
 def claim_table(rows: List[Row], depth: int) -> Tuple[List[str], Dict[str, Dict[str, float]]]:
     """The equal-budget table of one depth: per model and dataset, params saved and Δ to the baseline."""
-    datasets = [d for d, k in _groups(rows) if k == depth]
-    bases = {d: _baseline(rows, (d, depth)) for d in datasets}
-    datasets = [d for d in datasets if bases[d] is not None]
-    if not datasets:
+    groups = [g for g in _groups(rows) if g[1] == depth]
+    bases = {g: _baseline(rows, g) for g in groups}
+    groups = [g for g in groups if bases[g] is not None]
+    if not groups:
         return [], {}
-    failed = [d for d in datasets if _paper_failed(bases[d])]
-    by = {(r['architecture'], r['dataset']): r for r in rows if r['depth'] == depth}
-    first = {a: i for i, (a, d) in reversed(list(enumerate(by)))}  # the order of the paper's tables breaks ties
-    archs = sorted({a for a, d in by if d in datasets},
-                   key=lambda a: (-max(by[a, d]['params'] for d in datasets if (a, d) in by), first[a]))
-    head = '| model | ' + ' | '.join(f'{_name(d)}: params saved | val acc % | Δ ours (pp) | Δ paper (pp)'
-                                     for d in datasets) + ' |'
-    lines = [head, '|---|' + '---:|' * 4 * len(datasets)]
-    deltas: Dict[str, Dict[str, float]] = {d: {} for d in datasets}
+    failed = [g for g in groups if _paper_failed(bases[g])]
+    by = {(r['architecture'], _group(r)): r for r in rows if r['depth'] == depth}
+    first = {a: i for i, (a, g) in reversed(list(enumerate(by)))}  # the order of the paper's tables breaks ties
+    archs = sorted({a for a, g in by if g in groups},
+                   key=lambda a: (-max(by[a, g]['params'] for g in groups if (a, g) in by), first[a]))
+    head = '| model | ' + ' | '.join(f'{_label(rows, g)}: params saved | val acc % | Δ ours (pp) | Δ paper (pp)'
+                                     for g in groups) + ' |'
+    lines = [head, '|---|' + '---:|' * 4 * len(groups)]
+    deltas: Dict[str, Dict[str, float]] = {_label(rows, g): {} for g in groups}
     for a in archs:
         cells = []
-        for d in datasets:
-            r, base = by.get((a, d)), bases[d]
+        for g in groups:
+            r, base = by.get((a, g)), bases[g]
             if r is None:
                 cells += ['–'] * 4
                 continue
-            deltas[d][a] = r['val_acc'] - base['val_acc']
-            paper = None if d in failed else _delta(r, base, 'paper_val_acc')
-            cells += [f"{1 - r['params'] / base['params']:.0%}", f"{r['val_acc']:.2f}", f"{deltas[d][a]:+.2f}",
+            deltas[_label(rows, g)][a] = r['val_acc'] - base['val_acc']
+            paper = None if g in failed else _delta(r, base, 'paper_val_acc')
+            cells += [f"{1 - r['params'] / base['params']:.0%}", f"{r['val_acc']:.2f}", f"{deltas[_label(rows, g)][a]:+.2f}",
                       _f(paper, '+.2f')]
         lines.append(f'| `{a}` | ' + ' | '.join(cells) + ' |')
-    notes = [f"- {_name(d)}: the paper's run of the baseline `{bases[d]['architecture']}` failed "
-             f"({bases[d]['paper_val_acc']:.2f}%, chance), so there is no Δ paper to compare with." for d in failed]
+    notes = [f"- {_label(rows, g)}: the paper's run of the baseline `{bases[g]['architecture']}` failed "
+             f"({bases[g]['paper_val_acc']:.2f}%, chance), so there is no Δ paper to compare with." for g in failed]
     return lines + [''] + notes, deltas
 
 
@@ -201,7 +215,7 @@ def claim_summary(deltas: Dict[str, Dict[str, float]], depth: int) -> List[str]:
         if not others:
             continue
         worst = min(others, key=others.get)
-        lines.append(f"- {_name(d)}: {sum(v >= -1 for v in others.values())} of {len(others)} models within 1 pp of "
+        lines.append(f"- {d}: {sum(v >= -1 for v in others.values())} of {len(others)} models within 1 pp of "
                      f"the baseline or above it; the largest loss is `{worst}`, {others[worst]:+.2f} pp.")
     names, baseline = list(deltas), arch_name('std', True, depth, 1)
     for i, a in enumerate(names):
@@ -209,8 +223,45 @@ def claim_summary(deltas: Dict[str, Dict[str, float]], depth: int) -> List[str]:
             shared = sorted((set(deltas[a]) & set(deltas[b])) - {baseline})
             rho = spearman([deltas[a][m] for m in shared], [deltas[b][m] for m in shared])
             if rho is not None:
-                lines.append(f'- The ranking of the {len(shared)} models beside the baseline by accuracy lost, {_name(a)} against '
-                             f"{_name(b)}: Spearman's ρ = {rho:.2f}.")
+                lines.append(f'- The ranking of the {len(shared)} models beside the baseline by accuracy lost, {a} against '
+                             f"{b}: Spearman's ρ = {rho:.2f}.")
+    return lines + [''] if lines else []
+
+
+def budget_paragraph(rows: List[Row], depth: int) -> List[str]:
+    """Per dataset trained at several budgets at this depth: what the longest did to the claim against the shortest
+    (the baseline, the median and largest loss of the others, how many stay within 1 pp, whether the ranking held)."""
+    baseline, lines = arch_name('std', True, depth, 1), []
+    for dataset in dict.fromkeys(g[0] for g in _groups(rows) if g[1] == depth):
+        groups = [g for g in _groups(rows) if g[:2] == (dataset, depth) and _baseline(rows, g) is not None]
+        if len(groups) < 2:
+            continue
+        (short, long), losses = (groups[0], groups[-1]), []
+        for g in (short, long):
+            base = _baseline(rows, g)
+            losses.append({r['architecture']: r['val_acc'] - base['val_acc'] for r in rows
+                           if _group(r) == g and r['architecture'] != baseline})
+        shared = sorted(set(losses[0]) & set(losses[1]))
+        if len(shared) < 3:
+            continue
+        d0, d1 = ([loss[a] for a in shared] for loss in losses)
+        closed = sum(b > a for a, b in zip(d0, d1))
+        rho = spearman(d0, d1)
+        b0, b1 = _baseline(rows, short)['val_acc'], _baseline(rows, long)['val_acc']
+        gained = [a for a in shared if losses[1][a] - losses[0][a] > 1]
+        held = [r for r in rows if _group(r) == long and r['architecture'] in shared
+                and r['architecture'] not in gained and losses[1][r['architecture']] < -1]
+        lines.append(
+            f"- {_name(dataset)}, {short[2]} against {long[2]} epochs: the baseline went from {b0:.2f}% to {b1:.2f}%. "
+            f"The median loss of the {len(shared)} other models went from {median(d0):+.2f} to {median(d1):+.2f} pp "
+            f"and the largest from {min(d0):+.2f} to {min(d1):+.2f} pp; {closed} of {len(shared)} closed some of their "
+            f"gap, and {sum(v >= -1 for v in d1)} (before: {sum(v >= -1 for v in d0)}) are within 1 pp of the baseline "
+            f"or above it. Their ranking by accuracy lost at the two budgets: Spearman's ρ = {rho:.2f}. "
+            + (f"Closed by more than 1 pp: " + ', '.join(f"`{a}` ({losses[0][a]:+.2f} → {losses[1][a]:+.2f})"
+                                                        for a in gained) + '. ' if gained else '')
+            + (f"The {len(held)} others that still lose more than 1 pp end at a train accuracy of {min(r['train_acc'] for r in held):.2f} to "
+               f"{max(r['train_acc'] for r in held):.2f}% (the baseline: {_baseline(rows, long)['train_acc']:.2f}%)."
+               if held and all(r.get('train_acc') is not None for r in held) else ''))
     return lines + [''] if lines else []
 
 
@@ -224,7 +275,7 @@ def claim_section(rows: List[Row]) -> List[str]:
     for depth in sorted({r['depth'] for r in rows}):
         table, deltas = claim_table(rows, depth)
         if table:
-            lines += [f'### {depth} layers', ''] + table + claim_summary(deltas, depth)
+            lines += [f'### {depth} layers', ''] + table + claim_summary(deltas, depth) + budget_paragraph(rows, depth)
     return lines
 
 
@@ -238,7 +289,7 @@ def write_plot(rows: List[Row], path: Path) -> None:
         base = _baseline(rows, group)
         if base is None:
             continue
-        g = [r for r in rows if (r['dataset'], r['depth']) == group]
+        g = [r for r in rows if _group(r) == group]
         xs = [100 * (1 - r['params'] / base['params']) for r in g]
         ys = [r['val_acc'] - base['val_acc'] for r in g]
         ax.scatter(xs, ys, label=f'{_name(group[0])}, {group[1]} layers ({g[0]["epochs"]} epochs)')
