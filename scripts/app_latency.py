@@ -33,7 +33,7 @@ def main() -> int:
     digit = next(e for e in example_images() if 'digit7' in e)
     port = _free_port()
     t0 = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, '-m', 'timm_minimal.tools.app', '--port', str(port)],
+    proc = subprocess.Popen([sys.executable, '-m', 'timm_minimal.tools.inside.app', '--port', str(port)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         while True:

@@ -12,7 +12,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the package of this checkout
 
-from timm_minimal.tools.hf_export import check_hf_configs, write_hf_configs  # noqa: E402
+from timm_minimal.tools.hub.hf_export import check_hf_configs, write_hf_configs  # noqa: E402
 from timm_minimal.models.vit_minimal import ARCHITECTURES  # noqa: E402
 
 

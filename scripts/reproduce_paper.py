@@ -4,14 +4,14 @@ the `timm-minimal-reproduce` console script.
 
     python scripts/reproduce_paper.py --tables 2 --epochs 5 --data-dir ../shared/data --runs-dir ../runs/reproduce_mnist
 
-See `timm_minimal/tools/reproduce.py` (or --help) for every option.
+See `timm_minimal/tools/paper/reproduce.py` (or --help) for every option.
 """
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from timm_minimal.tools.reproduce import main  # noqa: E402
+from timm_minimal.tools.paper.reproduce import main  # noqa: E402
 
 if __name__ == '__main__':
     sys.exit(main())

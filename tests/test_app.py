@@ -15,7 +15,7 @@ from PIL import Image
 gradio = pytest.importorskip('gradio', reason='the app extra is not installed: pip install -e ".[app]"')
 from gradio_client import Client, handle_file  # noqa: E402
 
-from timm_minimal.tools import app as app_mod  # noqa: E402
+from timm_minimal.tools.inside import app as app_mod  # noqa: E402
 
 torch.set_num_threads(1)
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,6 +47,7 @@ def _example(prefix):
     return next(p for p in app_mod.example_images() if Path(p).name.startswith(prefix))
 
 
+@pytest.mark.slow
 def test_a_shipped_test_digit_is_recognised_over_http(client):
     digit = _example('mnist_test0_digit7')
     t0 = time.perf_counter()
@@ -77,6 +78,7 @@ def test_two_checkpoints_side_by_side(client):
     assert '| `vit_minimal_std_mlp_6x1.mnist` | 279,106 |' in table and '| `vit_minimal_sym_6x4.mnist` | 70,930 |' in table
 
 
+@pytest.mark.slow
 def test_bad_inputs_get_a_message_and_the_server_keeps_serving(client, tmp_path):
     not_image = tmp_path / 'notes.png'
     not_image.write_text('not an image')
@@ -185,11 +187,12 @@ def test_the_api_names_its_parameters_and_the_sketch_is_optional(client, server)
     assert top['label'] == '7'
 
 
+@pytest.mark.slow
 def test_a_later_figure_reuses_the_layout_and_looks_the_same():
     """The app places the axes of a figure's geometry once: a later answer is drawn pixel for pixel as its own
     constrained layout would draw it, for digits and for CIFAR-10 class names of other widths."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from timm_minimal.tools.attention import render_attention
+    from timm_minimal.tools.inside.attention import render_attention
     for name, first, later in (('vit_minimal_sym_6x4.mnist', 'mnist_test0_digit7', 'mnist_test1_digit2'),
                                ('vit_minimal_sym_6x4.cifar10', 'cifar10_test_horse_0000', 'cifar10_test_cat_0000')):
         app_mod.analyse(name, Image.open(_example(first)))

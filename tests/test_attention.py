@@ -7,7 +7,7 @@ import timm
 import torch
 from PIL import Image
 
-from timm_minimal.tools.attention import AttentionInputError, asymmetry, attention_rollout, main, render_attention
+from timm_minimal.tools.inside.attention import AttentionInputError, asymmetry, attention_rollout, main, render_attention
 
 VARIANTS = ['std', 'qk', 'qkonly', 'sym', 'chol']
 

@@ -112,6 +112,7 @@ def _number(cell):
     return float(re.sub(r'[,%`]', '', cell.split(' ')[0]))
 
 
+@pytest.mark.slow
 def test_quick_report_files(quick_run):
     out, results = quick_run
     md = (out / 'BENCHMARKS.md').read_text()
@@ -185,6 +186,7 @@ def test_report_rebuilds_from_json(quick_run, tmp_path):
     assert (tmp_path / 'benchmarks' / 'accuracy_vs_params.png').exists()
 
 
+@pytest.mark.slow
 def test_rss_memory_in_fresh_processes():
     specs = [B.ModelSpec('sym', 'vit_minimal_sym_6x1'), B.ModelSpec('std', 'vit_minimal_std_mlp_6x1')]
     mem = B.measure_memory(specs, torch.device('cpu'), 32, 1, 1, method='rss')
@@ -194,6 +196,7 @@ def test_rss_memory_in_fresh_processes():
         assert mem['sym']['train'] < mem['std']['train']
 
 
+@pytest.mark.slow
 def test_tensor_memory_is_deterministic_and_ordered():
     specs = [B.ModelSpec('sym', 'vit_minimal_sym_6x1'), B.ModelSpec('std', 'vit_minimal_std_mlp_6x1'),
              B.ModelSpec('ref', B.TIMM_REF, depth=6, heads=1)]

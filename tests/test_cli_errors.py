@@ -1,5 +1,6 @@
 """Misuse of every command line ends with one line that names the problem and exit status 2, never a traceback,
 and a check that would run on nothing refuses to pass."""
+import argparse
 import json
 
 import numpy as np
@@ -10,7 +11,8 @@ from PIL import Image
 from safetensors.torch import save_file
 
 import timm_minimal  # noqa: F401
-from timm_minimal.tools import attention, demo, evaluate
+from timm_minimal.tools import demo, evaluate
+from timm_minimal.tools.inside import attention
 from timm_minimal.tools.benchmark import cli as benchmark_cli
 
 torch.set_num_threads(1)
@@ -40,7 +42,7 @@ def digit(tmp_path_factory):
 
 def test_export_options(capsys):
     pytest.importorskip('onnxruntime', reason='the export extra is not installed')
-    from timm_minimal.tools import export
+    from timm_minimal.tools.deploy import export
     for argv, needle in ((['--opset', '999'], '--opset: must be an integer of at least 18 and at most'),
                          (['--opset', '-1'], '--opset: must be an integer of at least 18'),
                          (['--atol', 'nan'], 'finite number'), (['--batch-size', '-3'], 'at least 1'),
@@ -102,7 +104,7 @@ def test_each_tool_names_only_its_own_options_when_data_are_missing(tmp_path, ca
                                          nothing, '--no-download', '--output', str(tmp_path / 'r'), '--epochs', '1']),
               'fix --data-dir, or allow the download (drop --no-download)')
     pytest.importorskip('onnxruntime', reason='the export extra is not installed')
-    from timm_minimal.tools import export
+    from timm_minimal.tools.deploy import export
     rc = _call(export.main, ['vit_minimal_sym_6x4.mnist', '--out', str(tmp_path / 'x'), '--verify-data-dir', nothing])
     err = capsys.readouterr().err
     assert rc == 2 and 'pass --verify-data-dir pointing at them.' in err and 'download' not in err, err
@@ -124,3 +126,54 @@ def test_a_broken_checkpoint_is_named(tmp_path, capsys):
     _one_line(capsys, _call(evaluate.main, [f'local-dir:{ckpt}', '--dataset', 'mnist']),
               'says num_classes=10 but the weights file', 'has a 5-class head')
     assert timm.create_model(f'local-dir:{ckpt}', pretrained=True, num_classes=3).num_classes == 3  # a new head
+
+
+def test_the_earlier_option_spellings_still_work_for_one_release(capsys):
+    """--model, --output and --mixed-precision everywhere; the earlier spellings set the same options, unlisted."""
+    from timm_minimal.tools.deploy import export
+    from timm_minimal.tools.hub import publish
+    from timm_minimal.tools.benchmark import cli as benchmark_cli
+    for argv in (['vit_minimal_sym_6x4.mnist', '--out', 'x'], ['--model', 'vit_minimal_sym_6x4.mnist', '--output', 'x'],
+                 ['--output', 'x', 'vit_minimal_sym_6x4.mnist']):
+        args = export._parser().parse_args(argv)
+        assert (args.model, args.output) == ('vit_minimal_sym_6x4.mnist', 'x') and not hasattr(args, '_renamed_out')
+    assert str(publish.build_parser().parse_args(['run', '--repo-id', 'a/b', '--out', 'hub']).output) == 'hub'
+    help_text = export._parser().format_help()
+    assert '--output' in help_text and '--out ' not in help_text and '_renamed' not in help_text
+    for argv, needle in ((['m', '--model', 'n', '--output', 'x'], '--model is given twice'),
+                         (['--output', 'x'], 'required: --model'), (['m'], 'required: --output')):
+        with pytest.raises(SystemExit) as e:
+            export._parser().parse_args(argv)
+        assert e.value.code == 2 and needle in capsys.readouterr().err
+    bench = benchmark_cli.build_parser()
+    for argv, mode in (([], 'no'), (['--mixed-precision', 'fp16'], 'fp16'), (['--amp'], 'bf16'),
+                       (['--amp', '--amp-dtype', 'float16'], 'fp16')):
+        assert benchmark_cli._mixed_precision(bench.parse_args(argv)) == mode
+    assert '--amp' not in bench.format_help()
+
+
+def _parsers():
+    from timm_minimal.tools import demo, evaluate
+    from timm_minimal.tools.benchmark import cli as benchmark_cli, cpu_modes, deployment, training as training_benchmark
+    from timm_minimal.tools.deploy import export
+    from timm_minimal.tools.hub import publish
+    from timm_minimal.tools.inside import app, attention
+    from timm_minimal.tools.paper import reproduce
+    from timm_minimal.training.cli import build_parser as train_parser
+    return dict(train=train_parser(), evaluate=evaluate.build_parser(), export=export._parser(),
+                publish=publish.build_parser(), reproduce=reproduce.build_parser(), benchmark=benchmark_cli.build_parser(),
+                training_benchmark=training_benchmark.build_parser(), deployment=deployment.build_parser(),
+                cpu_modes=cpu_modes._parser(), demo=demo.build_parser(), attention=attention.build_parser(),
+                app=app._parser(['vit_minimal_sym_6x4.mnist']))
+
+
+def test_every_tool_states_the_default_of_every_option_in_its_help():
+    """One help formatter for all: an option with a default says it (a flag that is off says nothing)."""
+    for name, parser in _parsers().items():
+        formatter = parser._get_formatter()
+        for action in parser._actions:
+            if not action.option_strings or action.help == argparse.SUPPRESS or action.default in (None, False) \
+                    or action.default == argparse.SUPPRESS or isinstance(action, argparse._HelpAction):
+                continue
+            assert '%(default)' in formatter._get_help_string(action), (name, action.option_strings)
+        assert parser.format_help()  # renders

@@ -25,13 +25,13 @@ def test_the_budget_is_the_affinity_capped_by_omp_num_threads(monkeypatch):
 def test_under_reproduce_jobs_processes_times_threads_never_exceed_the_cores(monkeypatch, tmp_path):
     """reproduce --jobs N gives each run cores / N threads; a run's split then has at most that many processes of
     budget / processes threads, so jobs x processes x threads <= cores; one core left measures nothing."""
-    from timm_minimal.tools import reproduce
+    from timm_minimal.tools.paper import grid
     for cores in (2, 4, 8):
-        monkeypatch.setattr(reproduce.os, 'sched_getaffinity', lambda pid, c=cores: set(range(c)), raising=False)
+        monkeypatch.setattr(grid.os, 'sched_getaffinity', lambda pid, c=cores: set(range(c)), raising=False)
         monkeypatch.setattr(cpu_split.os, 'sched_getaffinity', lambda pid, c=cores: set(range(c)), raising=False)
         for jobs in (1, 2, cores):
             monkeypatch.delenv('OMP_NUM_THREADS', raising=False)  # as reproduce starts
-            env = reproduce._thread_env(jobs) or {}
+            env = grid._thread_env(jobs) or {}
             monkeypatch.setenv('OMP_NUM_THREADS', env.get('OMP_NUM_THREADS', str(cores)))
             budget = cpu_split.core_budget()
             measured = []

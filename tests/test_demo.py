@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 import timm
 import torch
 
@@ -37,6 +38,7 @@ def test_train_on_the_sample_without_any_data_folder(tmp_path):
     assert not (tmp_path / 'data').exists() and not list(tmp_path.glob('**/MNIST'))
 
 
+@pytest.mark.slow
 def test_demo_runs_the_zoo_the_trainer_and_the_picture(tmp_path):
     out = tmp_path / 'demo-run'
     result = subprocess.run([sys.executable, '-m', 'timm_minimal.tools.demo', '--epochs', '1', '--output', str(out)],

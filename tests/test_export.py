@@ -1,4 +1,4 @@
-"""ONNX export (timm_minimal.tools.export) and the deployment benchmark: round trips with equal logits for every
+"""ONNX export (timm_minimal.tools.deploy.export) and the deployment benchmark: round trips with equal logits for every
 attention variant, the int8 copy, the preprocessing file, atomic writing and clear errors on bad input."""
 import json
 import sys
@@ -9,7 +9,7 @@ import pytest
 import timm
 import torch
 
-from timm_minimal.tools import export as ex
+from timm_minimal.tools.deploy import export as ex
 
 ort = pytest.importorskip('onnxruntime', reason='the export extra is not installed: pip install -e ".[export]"')
 pytest.importorskip('onnxscript', reason='the export extra is not installed: pip install -e ".[export]"')
@@ -76,6 +76,7 @@ def test_int8_export_of_a_small_model_keeps_its_accuracy(mnist_dir, tmp_path, ca
     assert int8.shape == (4, 10) and np.abs(int8 - fp32).max() < 1.0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('name', ['vit_minimal_sym_6x4.mnist'])
 def test_int8_accuracy_on_the_full_test_split(name, tmp_path):
     if not (DATA / 'MNIST' / 'raw').is_dir():
@@ -114,6 +115,7 @@ def test_missing_extra_says_what_to_install(tmp_path, capsys, monkeypatch):
     assert not (tmp_path / 'out').exists()
 
 
+@pytest.mark.slow
 def test_failed_verification_leaves_nothing_and_an_earlier_export_is_kept(tmp_path, monkeypatch):
     model = timm.create_model('vit_minimal_qk_6x1.mnist', depth=1).eval()
     out = tmp_path / 'out'
@@ -132,6 +134,7 @@ def test_failed_verification_leaves_nothing_and_an_earlier_export_is_kept(tmp_pa
     assert [p.name for p in tmp_path.iterdir()] == ['out']
 
 
+@pytest.mark.slow
 def test_overwrite_never_replaces_a_users_folder(tmp_path, monkeypatch, capsys):
     """--overwrite replaces an earlier export only: not '.', not '..', not a folder with other files."""
     work = tmp_path / 'thesis'

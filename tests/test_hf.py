@@ -28,7 +28,7 @@ from timm_minimal import (
     ARCHITECTURES, VisionTransformerMinimal, VitMinimalConfig, VitMinimalForImageClassification,
     VitMinimalImageProcessor, VitMinimalModel,
 )
-from timm_minimal.tools.hf_export import check_hf_configs, write_hf_configs
+from timm_minimal.tools.hub.hf_export import check_hf_configs, write_hf_configs
 from timm_minimal.models.layers import sincos_2d_pos_embed
 from transformers.modeling_outputs import ImageClassifierOutput
 
@@ -83,6 +83,7 @@ def test_auto_classes_registered_on_import():
 
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('transformers_first', [False, True])
 def test_registration_waits_for_transformers_and_still_finds_vit_minimal(checkpoints, transformers_first):
     """In a fresh process, import timm_minimal does not import transformers; the Auto classes imported before
@@ -607,6 +608,7 @@ def test_new_classifier_with_ignore_mismatched_sizes(checkpoints):
     assert hf.vit_minimal.head.weight.std() < 0.1  # re-initialised (truncated normal, std 0.02), not garbage
 
 
+@pytest.mark.slow
 def test_remote_code_names_what_it_needs_without_timm(checkpoints, tmp_path):
     """Remote code builds the model with timm's layers: without timm, loading stops and says to install it."""
     folder, _ = checkpoints['vit_minimal_chol_6x1']

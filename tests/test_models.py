@@ -203,6 +203,7 @@ def test_every_attention_variant_is_registered_and_described():
     assert set(timm_minimal.ATTENTION_LAYERS) == registered == set(VARIANTS)
 
 
+@pytest.mark.slow
 def test_an_oversized_config_is_refused_in_seconds_on_every_path(tmp_path):
     """Each size a config can ask for is refused from the keywords alone, before anything is allocated: through
     timm (a local-dir: checkpoint with no weights of that shape) and through transformers (from_pretrained), in a

@@ -81,6 +81,7 @@ def cache(tmp_path_factory):
     return tmp_path_factory.mktemp('cache')
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('name', SHIPPED)
 def test_card_accuracy_is_confirmed_on_the_full_test_split(name, cache, monkeypatch):
     """The package's own evaluation (timm_minimal.tools.evaluate) over all 10,000 test images gives the card's number."""

@@ -11,7 +11,7 @@ from huggingface_hub import HfApi, ModelCard
 from PIL import Image
 
 import timm_minimal  # noqa: F401
-from timm_minimal.tools import publish
+from timm_minimal.tools.hub import publish
 from timm_minimal.training.train import main as train_main
 
 torch.set_num_threads(1)

@@ -1,4 +1,4 @@
-"""The paper-grid runner (timm_minimal.tools.reproduce): the paper's tables as data, the report from run folders,
+"""The paper-grid runner (timm_minimal.tools.paper.reproduce): the paper's tables as data, the report from run folders,
 the pool that runs commands N at a time, and ``--jobs`` training several runs at once on the MNIST sample
 that ships with the package (``mnist_dir`` in conftest.py: the four idx files the trainer reads)."""
 import json
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from timm_minimal.tools import reproduce
+from timm_minimal.tools.paper import grid, reproduce
 from timm_minimal.training.run_folder import RunFolder
 
 # two Table 2 rows, one epoch each on a few hundred digits with one block: seconds per run
@@ -164,7 +164,7 @@ def test_jobs_2_trains_two_runs_at_the_same_time(mnist_dir, tmp_path, monkeypatc
         return results
 
     run_commands = reproduce.run_commands
-    monkeypatch.setattr(reproduce, 'run_commands', recording_run_commands)
+    monkeypatch.setattr(grid, 'run_commands', recording_run_commands)
     monkeypatch.delenv('OMP_NUM_THREADS', raising=False)
     argv = ['--tables', '2', '--datasets', 'mnist', '--rows', *ROWS, '--epochs', '1', '--jobs', '2',
             '--data-dir', str(mnist_dir), *outputs(tmp_path), *TRAINER_ARGS]
@@ -219,7 +219,7 @@ def test_dry_run_with_jobs_reuses_finished_resumes_interrupted_and_starts_nothin
     def no_pool(*args, **kwargs):
         raise AssertionError('--dry-run ran commands')
 
-    monkeypatch.setattr(reproduce, 'run_commands', no_pool)
+    monkeypatch.setattr(grid, 'run_commands', no_pool)
     assert reproduce.main(['--tables', '2', '--datasets', 'mnist', '--rows', *ROWS, 't2-mnist-sym-6x1',
                            '--epochs', '2', '--jobs', '3', '--dry-run', *outputs(tmp_path)]) == 0
     lines = capsys.readouterr().out.splitlines()
@@ -237,7 +237,7 @@ def test_a_folder_that_is_not_its_own_run_is_refused_and_kept(tmp_path, monkeypa
     folder, another model's run or a folder a live process holds stops the grid before anything runs, exit 2,
     and nothing in it is touched."""
     from timm_minimal.training.files import FolderLock
-    monkeypatch.setattr(reproduce, 'run_commands', lambda *a, **k: pytest.fail('the grid started a run'))
+    monkeypatch.setattr(grid, 'run_commands', lambda *a, **k: pytest.fail('the grid started a run'))
     runs = tmp_path / 'runs'
     argv = ['--tables', '2', '--datasets', 'mnist', '--rows', 't2-mnist-sym-6x4', '--epochs', '1',
             *outputs(tmp_path)]
@@ -269,7 +269,7 @@ def test_reproduce_exits_non_zero_naming_the_failed_runs(tmp_path, monkeypatch, 
     def pool(commands, jobs=1, **kwargs):
         return [reproduce.CommandResult(c.name, 3 if 'sym_6x4' in c.name else 0, 1.0, 0.0, 1.0, c.log)
                 for c in commands]
-    monkeypatch.setattr(reproduce, 'run_commands', pool)
+    monkeypatch.setattr(grid, 'run_commands', pool)
     rc = reproduce.main(['--tables', '2', '--datasets', 'mnist', '--rows', *ROWS, '--epochs', '1',
                          *outputs(tmp_path)])
     out = capsys.readouterr().out
@@ -361,7 +361,7 @@ def test_combine_sets_two_budgets_of_one_dataset_side_by_side_and_says_what_the_
 
 
 def test_spearman_ranks_ties_and_refuses_too_few_pairs():
-    from timm_minimal.tools.results_summary import spearman
+    from timm_minimal.tools.paper.results_summary import spearman
     assert spearman([1, 2, 3], [10, 20, 30]) == pytest.approx(1.0)
     assert spearman([1, 2, 3], [30, 20, 10]) == pytest.approx(-1.0)
     assert spearman([1, 1, 2, 3], [5, 6, 7, 8]) == pytest.approx(0.9486833)  # scipy.stats.spearmanr

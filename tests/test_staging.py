@@ -99,7 +99,7 @@ def test_a_forged_or_malformed_marker_proves_nothing(tmp_path):
 
 
 def test_a_file_added_to_the_output_while_writing_is_kept(tmp_path):
-    """The check runs again at the swap: a file that appears in --out while the tool writes is never replaced,
+    """The check runs again at the swap: a file that appears in --output while the tool writes is never replaced,
     with or without overwrite."""
     for overwrite in (False, True):
         out = tmp_path / f'out{overwrite}'

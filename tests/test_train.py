@@ -157,6 +157,7 @@ def test_run_folder_is_self_describing(reference):
     assert (training_state['epoch'], training_state['batch'], training_state['update']) == (2, 0, 24)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('path', ['device', 'loader'])
 def test_resume_after_sigkill_mid_epoch_ends_where_uninterrupted_run_ends(references, data, path, tmp_path):
     reference, out = references(path), tmp_path / 'run'
@@ -173,6 +174,7 @@ def test_resume_after_sigkill_mid_epoch_ends_where_uninterrupted_run_ends(refere
     assert [la['data_path']['path'] for la in run['launches']] == [path, path]
 
 
+@pytest.mark.slow
 def test_kill_while_writing_a_checkpoint_keeps_the_previous_one(reference, data, tmp_path):
     out = tmp_path / 'run'
     # checkpoints are written after updates 4, 8 and 12 (the end of epoch 1): die inside the third
@@ -388,7 +390,12 @@ def test_recipe_then_command_line(tmp_path):
     args, _ = train_mod.parse_args(['--model', 'm', '--dataset', 'mnist', '--lr', '5e-4', '--hflip', '0.5'])
     assert (args.lr, args.hflip, args.batch_size) == (5e-4, 0.5, 1024)
     args, _ = train_mod.parse_args(['--model', 'm', '--dataset', 'cifar10', '--no-aug'])
-    assert args.hflip == 0.5 and args.no_aug is True and args.recipe == 'cifar10' and args.data_path == 'auto'
+    assert args.hflip == 0.5 and args.no_aug is True and args.data_path == 'auto'
+    assert args.recipe == ('cifar10' if torch.cuda.is_available() else 'cifar10_cpu')  # a CPU's own CIFAR-10 recipe
+    args, _ = train_mod.parse_args(['--model', 'm', '--dataset', 'cifar10', '--cpu'])
+    assert (args.recipe, args.batch_size, args.epochs) == ('cifar10_cpu', 256, 60)
+    args, _ = train_mod.parse_args(['--model', 'm', '--dataset', 'cifar10', '--cpu', '--recipe', 'cifar10'])
+    assert (args.recipe, args.batch_size) == ('cifar10', 2048)
     custom = tmp_path / 'mine.yaml'
     custom.write_text('lr: 0.01\nepochs: 3\n')
     args, _ = train_mod.parse_args(['--model', 'm', '--dataset', 'mnist', '--recipe', str(custom)])
@@ -396,7 +403,7 @@ def test_recipe_then_command_line(tmp_path):
     custom.write_text('learning_rate: 0.01\n')
     with pytest.raises(train_mod.UsageError, match=r"unknown keys \['learning_rate'\]"):
         train_mod.parse_args(['--model', 'm', '--dataset', 'mnist', '--recipe', str(custom)])
-    for name in ('mnist', 'cifar10', 'imagenet', 'default'):  # every shipped recipe uses option names only
+    for name in ('mnist', 'mnist_sample', 'cifar10', 'cifar10_cpu', 'imagenet', 'default'):  # option names only
         assert set(train_mod.load_recipe(name)) <= set(vars(train_mod.build_parser().parse_args([])))
 
 
@@ -516,7 +523,12 @@ def test_help_shows_the_defaults_that_apply(capsys):
     assert e.value.code == 0 and '(default: 1024)' in out and '(default: 0.005)' in out and 'mnist recipe' in out
     with pytest.raises(SystemExit):
         train_mod.main(['--help'])
-    assert '(default: 256)' in capsys.readouterr().out
+    out = capsys.readouterr().out  # without a dataset: the default recipe's, what an image folder trains with
+    assert '(default: 128)' in out and '(default: 0.005)' in out and 'those of the default recipe' in out
+    # the training keys have one home, the recipes: the parser's defaults are the default recipe's
+    from timm_minimal.training.cli import build_parser, load_recipe
+    defaults = vars(build_parser().parse_args([]))
+    assert all(defaults[k] == v for k, v in load_recipe('default').items())
 
 
 def test_a_failing_compilation_falls_back_to_eager(data, tmp_path, capsys, monkeypatch):

@@ -35,6 +35,7 @@ def _copy(run, tmp_path):
     return out
 
 
+@pytest.mark.slow
 def test_a_second_trainer_on_the_same_folder_is_refused(data, tmp_path, capsys):
     run = tmp_path / 'run'
     holder = FolderLock(run, '.lock').acquire()  # another process's lock, as the OS sees it

@@ -36,10 +36,52 @@ class Failure(RuntimeError):
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """argparse that reports misuse in one line (no usage block, no traceback) with exit status 2."""
+    """argparse that reports misuse in one line (no usage block, no traceback) with exit status 2, and keeps the
+    earlier spellings of renamed options working without showing them (``add_renamed``)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault('formatter_class', HelpFormatter)  # every tool's --help shows its defaults
+        super().__init__(*args, **kwargs)
+        self._renamed: list = []  # (hidden dest, dest, how it is spelled now)
+        self._required: list = []  # (dest, how it is spelled): required, but an earlier spelling may give it
 
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_USAGE, f'{self.prog}: error: {message} (--help lists the options)\n')
+
+    def add_required(self, *flags: str, **kwargs) -> argparse.Action:
+        """A required option that ``add_renamed`` may also give (argparse's ``required`` would refuse the old
+        spelling alone)."""
+        action = self.add_argument(*flags, default=None, **kwargs)
+        self._required.append((action.dest, flags[0]))
+        return action
+
+    def add_renamed(self, old: str, new: str) -> None:
+        """``old`` (an option such as ``--out``, or a word such as ``model`` for what was positional) still sets the
+        option ``new``, for one release; ``--help`` shows only ``new``. CHANGELOG.md lists the renames."""
+        dest = new.lstrip('-').replace('-', '_')
+        hidden = f'_renamed_{old.lstrip("-").replace("-", "_")}'
+        if old.startswith('-'):
+            self.add_argument(old, dest=hidden, default=None, help=argparse.SUPPRESS)
+        else:
+            self.add_argument(hidden, nargs='?', default=None, help=argparse.SUPPRESS)
+        self._renamed.append((hidden, dest, new))
+
+    def parse_known_args(self, args=None, namespace=None):
+        ns, rest = super().parse_known_args(args, namespace)
+        for hidden, dest, new in self._renamed:
+            value = getattr(ns, hidden, None)
+            if hasattr(ns, hidden):
+                delattr(ns, hidden)
+            if value is None:
+                continue
+            default = next((a.default for a in self._actions if a.dest == dest), None)
+            if getattr(ns, dest, None) not in (None, default, value):
+                self.error(f'{new} is given twice, once in its earlier spelling')
+            setattr(ns, dest, value)
+        missing = [flag for dest, flag in self._required if getattr(ns, dest, None) is None]
+        if missing:
+            self.error(f'the following arguments are required: {", ".join(missing)}')
+        return ns, rest
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):

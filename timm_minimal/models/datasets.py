@@ -39,6 +39,7 @@ class DatasetInfo:
     note: str = ''                        # what a model card says about the data
     bundled: str = ''                     # a sample shipped in timm_minimal/data: its .npz file
     test_samples: Optional[int] = None    # test images, where the record states them (the samples)
+    cpu_recipe: Optional[str] = None      # the recipe on a CPU, where one was measured to pay there (else recipe)
 
     def preprocessing(self) -> Dict[str, object]:
         """The keys of timm's pretrained cfg that describe the inputs and the classes."""
@@ -63,7 +64,7 @@ DATASETS: Dict[str, DatasetInfo] = {d.tag: d for d in (
     DatasetInfo(
         tag='cifar10', kind='cifar10', display_name='CIFAR-10', hub_id='uoft-cs/cifar10', train_samples=50_000,
         input_size=(3, 32, 32), patch_size=4, num_classes=10, mean=(0.4914, 0.4822, 0.4465),
-        std=(0.2470, 0.2435, 0.2616), crop_pct=1.0, interpolation='bilinear', recipe='cifar10',
+        std=(0.2470, 0.2435, 0.2616), crop_pct=1.0, interpolation='bilinear', recipe='cifar10', cpu_recipe='cifar10_cpu',
         label_names=CIFAR10_CLASSES,
         note='Trained and tested on a JPEG (quality 75) export of CIFAR-10; its pixels differ from the original '
              'images by about 6/255 on average, so accuracy on the original files may differ slightly.'),

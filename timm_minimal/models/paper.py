@@ -2,7 +2,7 @@
 
 Bermeitinger, Hrycej, Pavone, Kath, Handschuh, "Reducing the Transformer Architecture to a Minimum",
 KDIR 2024 (arXiv:2410.13732). This module is the one home of these facts: the grid runner
-(``timm_minimal.tools.reproduce``), the benchmark, the publisher and the tests read them from here.
+(``timm_minimal.tools.paper.reproduce``), the benchmark, the publisher and the tests read them from here.
 """
 import re
 from dataclasses import dataclass, replace

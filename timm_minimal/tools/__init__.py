@@ -1,4 +1,10 @@
-"""Tools built on the zoo and the trainer: the paper grid (``reproduce``), the benchmarks
-(``benchmark``: also the training, deployment and CPU-mode benchmarks), evaluation (``evaluate``), ONNX and
-int8 export (``export``), attention maps (``attention``), publishing to the Hub (``publish``,
-``hf_export``) and the first run (``demo``)."""
+"""Tools built on the zoo and the trainer, one room per job a user does:
+
+- ``hub``: publishing a training run to the Hugging Face Hub (``publish``, ``hf_export``);
+- ``deploy``: export for deployment (``export``: ONNX, int8);
+- ``inside``: looking inside the models (``attention``, the browser ``app``);
+- ``paper``: reproducing the paper (``reproduce``: the grid and its reports; ``results_summary``);
+- ``benchmark``: the benchmarks (speed, memory, training, deployment, CPU modes).
+
+What several rooms use stays here: ``evaluate`` (accuracy over a test split), ``demo`` (the first run),
+``common`` and ``staging``."""

@@ -127,7 +127,7 @@ def expected_seconds(rate: float, epochs: int, zoo_models: int) -> Dict[str, flo
 
 def attention_picture(run_dir: Path) -> Path:
     """The trained model's attention on the first bundled test digit, as ``attention.png`` in the run folder."""
-    from .attention import create_attention_model, render_attention
+    from .inside.attention import create_attention_model, render_attention
     model = create_attention_model(f'local-dir:{run_dir / "checkpoints" / "last"}', pretrained=True)
     image, _ = _sample_data().eval[0]
     out = run_dir / 'attention.png'

@@ -1,14 +1,13 @@
 """Evaluate a model on the whole test split of a dataset: top-1 and top-5 accuracy and the loss.
 
-    timm-minimal-evaluate vit_minimal_sym_6x4.mnist --dataset mnist --data-dir data
-    timm-minimal-evaluate local-dir:runs/x/checkpoints/last --dataset cifar10 --data-dir data
+    timm-minimal-evaluate --model vit_minimal_sym_6x4.mnist --dataset mnist --data-dir data
+    timm-minimal-evaluate --model local-dir:runs/x/checkpoints/last --dataset cifar10 --data-dir data
 
 The model is any timm name (``pretrained=True``: the shipped weights of a tag, ``local-dir:``,
 ``hf-hub:``); the images go through the model's own evaluation preprocessing (its pretrained
 config: input size, crop, mean and std), as in training. The numbers are those the model cards
 report.
 """
-import argparse
 import sys
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
@@ -100,13 +99,10 @@ def evaluate_model(model: torch.nn.Module, dataset: str, data_dir: Optional[str]
                              download, model_label_names(model), labels_by_order, download_hint)['model']
 
 
-@command('timm-minimal-evaluate')
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    import timm
-    from ..models import vit_minimal  # noqa: F401  (registers the architectures)
-    p = OneLineParser(prog='timm-minimal-evaluate', description=__doc__.split('\n\n')[0],
-                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument('model', help='timm model name with pretrained weights (a tag, local-dir:..., hf-hub:...)')
+def build_parser() -> OneLineParser:
+    p = OneLineParser(prog='timm-minimal-evaluate', description=__doc__.split('\n\n')[0])
+    p.add_required('--model', help='timm model name with pretrained weights (a tag, local-dir:..., hf-hub:...)')
+    p.add_renamed('model', '--model')  # the model was the first word until --model
     p.add_argument('--dataset', required=True, help='mnist, cifar10, imagenet or an image folder')
     p.add_argument('--data-dir', default='data', help='where the dataset lies')
     p.add_argument('--batch-size', type=positive_int, default=1000, help='images per forward pass')
@@ -115,7 +111,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument('--labels-by-order', action='store_true',
                    help="take an image folder's class folders in alphabetical order as class 0, 1, ... instead of "
                         "matching their names to the model's label names")
-    args = p.parse_args(argv)
+    return p
+
+
+@command('timm-minimal-evaluate')
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    import timm
+    from ..models import vit_minimal  # noqa: F401  (registers the architectures)
+    args = build_parser().parse_args(argv)
     try:
         model = timm.create_model(args.model, pretrained=True)
     except (RuntimeError, ValueError, OSError) as e:

@@ -96,9 +96,9 @@ def _refusal(out: Path, overwrite: bool, marker: Optional[str]) -> Optional[str]
     if not out.exists() and not out.is_symlink():
         return None
     if out.is_symlink():
-        return f'{out} is a symbolic link; choose a new folder for --out'
+        return f'{out} is a symbolic link; choose a new folder for --output'
     if not out.is_dir():
-        return f'{out} exists and is not a folder; choose another --out'
+        return f'{out} exists and is not a folder; choose another --output'
     if not any(out.iterdir()):
         return None
     if not overwrite:
@@ -109,7 +109,7 @@ def _refusal(out: Path, overwrite: bool, marker: Optional[str]) -> Optional[str]
     if foreign:
         return (f'{out} holds files this tool did not write ({", ".join(foreign[:5])}'
                 f'{", ..." if len(foreign) > 5 else ""}); --overwrite replaces only an earlier output of this tool, '
-                f'file for file: choose another --out')
+                f'file for file: choose another --output')
     return None
 
 
@@ -145,7 +145,7 @@ def staged_folder(out: Path, overwrite: bool = False, marker: Optional[str] = No
     out = _resolve(Path(out))
     cwd = Path.cwd().resolve()
     if out == cwd or out in cwd.parents:
-        raise error(f'{out} is the working folder or one of its ancestors; choose a new folder for --out')
+        raise error(f'{out} is the working folder or one of its ancestors; choose a new folder for --output')
     why = _refusal(out, overwrite, marker)
     if why:
         raise error(why)

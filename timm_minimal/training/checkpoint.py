@@ -11,6 +11,13 @@ A checkpoint is a folder (``checkpoints/last``, ``checkpoints/best``) holding
 A folder is written in full under a temporary name and then renamed into place, so a run killed at
 any moment leaves either the previous checkpoint or the new one, never a mix. While the new folder
 is renamed in, the old one is briefly ``<name>.prev``; ``find_checkpoint`` falls back to it.
+
+Not accelerate's ``save_state`` / ``load_state``: a checkpoint here is first a timm ``local-dir:`` checkpoint
+(``config.json`` + ``model.safetensors`` with timm's keys), which ``timm.create_model``, ``timm-minimal-publish``
+and timm's ``validate.py`` read as they are; ``save_state`` writes no ``config.json`` and names its files its own
+way (``optimizer.bin``, ``scheduler.bin``, ``random_states_<rank>.pkl``), so the folder would hold the weights
+twice. Nor does resuming need the random states it saves: every random draw of a run is derived from
+(seed, epoch, step) (``seeding``), which is what makes a resumed run end bit for bit where an uninterrupted one does.
 """
 import json
 import os

@@ -44,27 +44,17 @@ DEGREES = number(float, 0, 180)
 MAX_CLASSES = 1_000_000
 
 
-class _DefaultsFormatter(argparse.HelpFormatter):
-    """Every option's help ends with its default (argparse's own formatter skips options without help)."""
-
-    def _get_help_string(self, action: argparse.Action) -> str:
-        text = action.help or ''
-        states_its_default = '%(default)' in text or (action.default is None and 'default' in text)
-        if action.default is not argparse.SUPPRESS and action.option_strings and not states_its_default \
-                and not isinstance(action, argparse._HelpAction):
-            text += (' ' if text else '') + '(default: %(default)s)'
-        return text
-
-
 def build_parser(suppress: bool = False) -> argparse.ArgumentParser:
     """The command line. With ``suppress=True`` no defaults are set (to find the options given explicitly)."""
     kw = dict(argument_default=argparse.SUPPRESS) if suppress else {}
     p = OneLineParser(
-        prog='timm-minimal-train', description=__doc__.split('\n\n')[0],
-        formatter_class=_DefaultsFormatter, **kw)
+        prog='timm-minimal-train', description=__doc__.split('\n\n')[0], **kw)
 
     def d(value):  # a default, unless suppressed
         return {} if suppress else {'default': value}
+
+    def r():  # a key every recipe sets: its default is the default recipe's (set below), the one home of these
+        return {}
 
     g = p.add_argument_group('run')
     g.add_argument('--model', **d(None), help='timm model name, e.g. vit_minimal_std_mlp_6x1 or vit_minimal_sym_6x4.cifar10 '
@@ -78,11 +68,11 @@ def build_parser(suppress: bool = False) -> argparse.ArgumentParser:
                    help='continue the run in RUN (default: --output) from its last checkpoint')
     g.add_argument('--recipe', **d(None), help='recipe name (mnist, cifar10, imagenet, default) or YAML file; '
                    'default: the dataset\'s')
-    g.add_argument('--epochs', type=SIZE, **d(10))
-    g.add_argument('--batch-size', type=SIZE, **d(256), help='global batch per step, split over all processes')
+    g.add_argument('--epochs', type=SIZE, **r())
+    g.add_argument('--batch-size', type=SIZE, **r(), help='global batch per step, split over all processes')
     g.add_argument('--eval-batch-size', type=SIZE, **d(None), help='global evaluation batch (default 2x --batch-size)')
     g.add_argument('--seed', type=SEED, **d(0), help='0 to 2**63 - 1')
-    g.add_argument('--num-workers', type=COUNT, **d(0), help='data loading worker processes per training process')
+    g.add_argument('--num-workers', type=COUNT, **r(), help='data loading worker processes per training process')
     g.add_argument('--train-subset', type=SIZE, **d(None), help='train on a seeded random subset of this many samples')
     g.add_argument('--eval-subset', type=SIZE, **d(None), help='evaluate on a seeded random subset of this many samples')
     g.add_argument('--train-split', **d('train'), help='training split (timm factory datasets)')
@@ -106,27 +96,27 @@ def build_parser(suppress: bool = False) -> argparse.ArgumentParser:
     g.add_argument('--pretrained-path', **d(None), help='start from these weights (safetensors or .pth; a '
                    'classifier of another size is replaced)')
     g.add_argument('--drop', type=BELOW_ONE, **d(0.0), help='dropout before the classifier')
-    g.add_argument('--drop-path', type=BELOW_ONE, **d(0.0), help='stochastic depth rate')
+    g.add_argument('--drop-path', type=BELOW_ONE, **r(), help='stochastic depth rate')
     g.add_argument('--mean', **_floats(), **d(None), help='normalisation mean (default: the model\'s)')
     g.add_argument('--std', **_floats(kind=POSITIVE), **d(None), help='normalisation std (default: the model\'s)')
     g.add_argument('--interpolation', **d(None), help='resize interpolation (default: the model\'s)')
     g.add_argument('--crop-pct', type=number(float, 0, 1, above=True), **d(None), help='evaluation crop fraction (default: the model\'s)')
 
     g = p.add_argument_group('optimisation')
-    g.add_argument('--opt', **d('adamw'), help='timm optimizer name (create_optimizer_v2)')
-    g.add_argument('--lr', type=NON_NEGATIVE, **d(1e-3))
-    g.add_argument('--weight-decay', type=NON_NEGATIVE, **d(1e-4))
+    g.add_argument('--opt', **r(), help='timm optimizer name (create_optimizer_v2)')
+    g.add_argument('--lr', type=NON_NEGATIVE, **r())
+    g.add_argument('--weight-decay', type=NON_NEGATIVE, **r())
     g.add_argument('--momentum', type=FRACTION, **d(0.9))
     g.add_argument('--opt-eps', type=POSITIVE, **d(None))
-    g.add_argument('--opt-betas', **_floats(kind=BELOW_ONE), **d(None))
-    g.add_argument('--sched', **d('cosine'), help='timm scheduler name (create_scheduler_v2), or none')
-    g.add_argument('--warmup-epochs', type=NON_NEGATIVE, **d(0.0))
-    g.add_argument('--warmup-lr', type=NON_NEGATIVE, **d(1e-5))
-    g.add_argument('--min-lr', type=NON_NEGATIVE, **d(0.0))
-    g.add_argument('--clip-grad', type=POSITIVE, **d(None), help='gradient clipping threshold (off when unset)')
+    g.add_argument('--opt-betas', **_floats(kind=BELOW_ONE), **r())
+    g.add_argument('--sched', **r(), help='timm scheduler name (create_scheduler_v2), or none')
+    g.add_argument('--warmup-epochs', type=NON_NEGATIVE, **r())
+    g.add_argument('--warmup-lr', type=NON_NEGATIVE, **r())
+    g.add_argument('--min-lr', type=NON_NEGATIVE, **r())
+    g.add_argument('--clip-grad', type=POSITIVE, **r(), help='gradient clipping threshold (off when unset)')
     g.add_argument('--clip-mode', choices=('norm', 'value'), **d('norm'))
     g.add_argument('--grad-accum-steps', type=SIZE, **d(1), help='batches per optimizer update')
-    g.add_argument('--model-ema', action=argparse.BooleanOptionalAction, **d(False), help='keep EMA weights (ModelEmaV3)')
+    g.add_argument('--model-ema', action=argparse.BooleanOptionalAction, **r(), help='keep EMA weights (ModelEmaV3)')
     g.add_argument('--model-ema-decay', type=FRACTION, **d(0.9998))
     g.add_argument('--model-ema-warmup', action=argparse.BooleanOptionalAction, **d(True))
 
@@ -144,23 +134,23 @@ def build_parser(suppress: bool = False) -> argparse.ArgumentParser:
     g.add_argument('--no-aug', action='store_true', **d(False), help='no training augmentation')
     g.add_argument('--translate', type=FRACTION, **d(0.0), help='random shift, at most this fraction of the image size')
     g.add_argument('--rotate', type=DEGREES, **d(0.0), help='random rotation, at most this many degrees')
-    g.add_argument('--scale', **_floats(2, POSITIVE), **d(None), help='random resized crop area range')
-    g.add_argument('--ratio', **_floats(2, POSITIVE), **d(None), help='random resized crop aspect range')
-    g.add_argument('--hflip', type=FRACTION, **d(0.5))
-    g.add_argument('--vflip', type=FRACTION, **d(0.0))
-    g.add_argument('--color-jitter', type=NON_NEGATIVE, **d(0.0))
-    g.add_argument('--aa', **d(None), help='RandAugment/AutoAugment policy, e.g. rand-m9-mstd0.5-inc1')
+    g.add_argument('--scale', **_floats(2, POSITIVE), **r(), help='random resized crop area range')
+    g.add_argument('--ratio', **_floats(2, POSITIVE), **r(), help='random resized crop aspect range')
+    g.add_argument('--hflip', type=FRACTION, **r())
+    g.add_argument('--vflip', type=FRACTION, **r())
+    g.add_argument('--color-jitter', type=NON_NEGATIVE, **r())
+    g.add_argument('--aa', **r(), help='RandAugment/AutoAugment policy, e.g. rand-m9-mstd0.5-inc1')
     g.add_argument('--train-interpolation', **d(None))
-    g.add_argument('--reprob', type=FRACTION, **d(0.0), help='random erasing probability')
+    g.add_argument('--reprob', type=FRACTION, **r(), help='random erasing probability')
     g.add_argument('--remode', **d('pixel'))
     g.add_argument('--recount', type=SIZE, **d(1))
-    g.add_argument('--mixup', type=NON_NEGATIVE, **d(0.0), help='mixup alpha (0: off)')
-    g.add_argument('--cutmix', type=NON_NEGATIVE, **d(0.0), help='cutmix alpha (0: off)')
+    g.add_argument('--mixup', type=NON_NEGATIVE, **r(), help='mixup alpha (0: off)')
+    g.add_argument('--cutmix', type=NON_NEGATIVE, **r(), help='cutmix alpha (0: off)')
     g.add_argument('--cutmix-minmax', **_floats(2, number(float, 0, 1, above=True)), **d(None))
     g.add_argument('--mixup-prob', type=FRACTION, **d(1.0))
     g.add_argument('--mixup-switch-prob', type=FRACTION, **d(0.5))
     g.add_argument('--mixup-mode', **d('batch'))
-    g.add_argument('--smoothing', type=BELOW_ONE, **d(0.0), help='label smoothing')
+    g.add_argument('--smoothing', type=BELOW_ONE, **r(), help='label smoothing')
 
     g = p.add_argument_group('system')
     g.add_argument('--mixed-precision', choices=('no', 'fp16', 'bf16'), **d(None),
@@ -177,6 +167,8 @@ def build_parser(suppress: bool = False) -> argparse.ArgumentParser:
     g.add_argument('--cpu-processes', type=SIZE, **d(None), metavar='N',
                    help='on a CPU, train as N data-parallel processes sharing the cores (default: measured once per '
                         'machine and model, for runs of 500,000 training images or more; 1 otherwise)')
+    if not suppress:  # the training keys: the default recipe (the one for image folders) is their home
+        p.set_defaults(**load_recipe('default'))
     for action in p._actions:  # argparse prints no default for an option without help text
         if action.help is None:
             action.help = '(default: %(default)s)'
@@ -234,27 +226,38 @@ def check_option_types(parser: argparse.ArgumentParser, values: Dict[str, Any], 
                 raise UsageError(f'{what}: {action.dest} {e} (as {flag} takes).') from None
 
 
-def recipe_for(recipe: Optional[str], dataset: Optional[str]) -> str:
-    """The recipe a run uses: ``--recipe`` if given, else its dataset's."""
+def recipe_for(recipe: Optional[str], dataset: Optional[str], on_cpu: bool = False) -> str:
+    """The recipe a run uses: ``--recipe`` if given, else its dataset's (on a CPU, the dataset's CPU recipe where it
+    has one: CIFAR-10's GPU recipe trains at batch 2048 for 200 epochs, its CPU one at 256 for 60)."""
     if recipe:
         return recipe
     info = dataset_for_kind(dataset_kind(dataset))
-    return info.recipe if info is not None else 'default'  # image folders and timm datasets
+    if info is None:
+        return 'default'  # image folders and timm datasets
+    return info.cpu_recipe if on_cpu and info.cpu_recipe else info.recipe
+
+
+def trains_on_cpu(explicit: Dict[str, Any]) -> bool:
+    """Whether a run with these options trains on the CPU: --cpu, or no GPU here."""
+    import torch
+    return bool(explicit.get('cpu')) or not torch.cuda.is_available()
 
 
 def print_help(parser: argparse.ArgumentParser, argv: Sequence[str]) -> None:
-    """--help with the defaults that apply: the built-in ones, overridden by the recipe of --dataset if given."""
+    """--help with the defaults a run will use: those of the recipe of --dataset (or --recipe), else the default
+    recipe's, which is what an image folder or a timm dataset trains with."""
     explicit = vars(build_parser(suppress=True).parse_known_args([a for a in argv if a not in ('-h', '--help')])[0])
     if explicit.get('dataset') or explicit.get('recipe'):
         try:
-            name = recipe_for(explicit.get('recipe'), explicit.get('dataset'))
+            name = recipe_for(explicit.get('recipe'), explicit.get('dataset'), trains_on_cpu(explicit))
             parser.set_defaults(**load_recipe(name))
             parser.epilog = f'Defaults shown are those of the {name} recipe (--dataset {explicit.get("dataset")}).'
         except (UsageError, DatasetError):
             pass
     else:
-        parser.epilog = ('Defaults shown are the built-in ones; each dataset has a recipe that changes some '
-                         '(timm-minimal-train --dataset mnist --help shows them).')
+        parser.epilog = ('Defaults shown are those of the default recipe, which image folders and timm datasets '
+                         'train with; MNIST, CIFAR-10 and ImageNet have their own (timm-minimal-train --dataset mnist '
+                         '--help shows its).')
     parser.print_help()
     sys.exit(0)
 
@@ -307,7 +310,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> Tuple[argparse.Namespace
     model = explicit.get('model', saved.get('model'))
     if not model:
         raise UsageError('--model is required, e.g. vit_minimal_std_mlp_6x1 (see timm.list_models("vit_minimal*")).')
-    recipe_name = recipe_for(explicit.get('recipe', saved.get('recipe')), dataset)
+    recipe_name = recipe_for(explicit.get('recipe', saved.get('recipe')), dataset,
+                             trains_on_cpu({**saved, **explicit}))
     recipe = load_recipe(recipe_name)
     unknown = sorted(set(recipe) - dests)
     if unknown:

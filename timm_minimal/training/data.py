@@ -146,6 +146,9 @@ _MNIST_FILES = {
 
 
 def _read_idx(path: Path) -> np.ndarray:
+    """An idx file of unsigned bytes, gzipped or not, read in memory. Not torchvision's
+    ``read_sn3_pascalvincent_tensor``: it opens only uncompressed files (its MNIST class decompresses a copy
+    first) and checks the header with ``assert``, which ``python -O`` drops; a bad file here is one line."""
     opener = gzip.open if path.suffix == '.gz' else open
     with opener(path, 'rb') as f:
         data = f.read()
@@ -221,7 +224,8 @@ def load_mnist(root: Union[str, Path], download: bool = True, download_hint: str
 
     train, test = read('train'), read('test')
     return ImageData(
-        name='mnist', kind='mnist', train=train, eval=test, classes=train.classes, num_classes=10,
+        name='mnist', kind='mnist', train=train, eval=test, classes=train.classes,
+        num_classes=DATASETS['mnist'].num_classes,
         source=str(raw), eval_split='test', in_memory=True)
 
 
@@ -335,7 +339,8 @@ def archive_key(archive: Path) -> str:
 
 def _extract_once(archive: Path, cache_dir: Path) -> Path:
     """Extract a .tar.gz into ``cache_dir/<archive stem>-<archive_key>`` once (atomically: temp folder, then
-    rename; a failed extraction leaves no temp folder behind)."""
+    rename; a failed extraction leaves no temp folder behind). Not torchvision's ``extract_archive``: it calls
+    ``tarfile.extractall`` without the ``data`` filter, which lets an archive write outside the target folder."""
     stem = archive.name[:-len('.tar.gz')] if archive.name.endswith('.tar.gz') else archive.stem
     target = cache_dir / f'{stem}-{archive_key(archive)}'
     if (target / '.complete').is_file():
@@ -419,7 +424,8 @@ def _cifar_torchvision(root: Path, download: bool) -> ImageData:
         name='cifar10', kind='cifar10',
         train=ArrayImageDataset(train.data, np.asarray(train.targets), classes),
         eval=ArrayImageDataset(test.data, np.asarray(test.targets), classes),
-        classes=classes, num_classes=10, source=str(root / 'cifar-10-batches-py'), eval_split='test', in_memory=True)
+        classes=classes, num_classes=DATASETS['cifar10'].num_classes, source=str(root / 'cifar-10-batches-py'),
+        eval_split='test', in_memory=True)
 
 
 # -- timm's dataset factory ------------------------------------------------------------------------

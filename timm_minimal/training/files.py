@@ -1,9 +1,9 @@
 """What writing files can meet: a full disk, named as such, and another process on the same run folder."""
-import errno
-import fcntl
 import os
 from pathlib import Path
-from typing import IO, List, Optional, Sequence, Union
+from typing import List, Optional, Sequence, Union
+
+from filelock import FileLock, Timeout
 
 from ..cli import describe_os_error, is_disk_full
 
@@ -40,37 +40,39 @@ class FolderBusy(RuntimeError):
 
 
 class FolderLock:
-    """An exclusive OS lock (``flock``) on ``<folder>/<name>``, held until ``release`` or the process ends.
+    """An exclusive OS lock on ``<folder>/<name>`` (filelock's: ``flock`` on POSIX, ``msvcrt`` on Windows), held
+    until ``release`` or the process ends.
 
     The OS drops the lock of a killed process, so a stale lock file never blocks a later run; the file
-    records the holder's pid for the message of the process that is refused.
+    records the holder's pid for the message of the process that is refused (read before its attempt: a
+    contender never writes the file, and filelock opens it without truncating).
     """
 
     def __init__(self, folder: Union[str, Path], name: str = '.lock') -> None:
         self.path = Path(folder) / name
-        self._file: Optional[IO[str]] = None
+        self._lock: Optional[FileLock] = None
 
     def acquire(self) -> 'FolderLock':
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        f = open(self.path, 'a+')
+        lock = FileLock(self.path, timeout=0, thread_local=False)
         try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as e:
-            f.seek(0)
-            holder = f.read().strip() or 'unknown'
-            f.close()
-            if e.errno in (errno.EAGAIN, errno.EACCES):
-                raise FolderBusy(f'another process (pid {holder}) is using {self.path.parent}') from e
-            raise
-        f.seek(0)
-        f.truncate()
-        f.write(f'{os.getpid()}\n')
-        f.flush()
-        self._file = f
+            holder = self.path.read_text().strip() if self.path.is_file() else ''
+        except OSError:
+            holder = ''
+        try:
+            lock.acquire()
+        except Timeout as e:
+            raise FolderBusy(f'another process (pid {holder or "unknown"}) is using {self.path.parent}') from e
+        try:
+            with open(self.path, 'r+') as f:  # the holder alone writes it; r+ keeps the locked inode
+                f.truncate()
+                f.write(f'{os.getpid()}\n')
+        except OSError:
+            pass  # the pid is for the message of a refused process only
+        self._lock = lock
         return self
 
     def release(self) -> None:
-        if self._file is not None:
-            fcntl.flock(self._file, fcntl.LOCK_UN)
-            self._file.close()
-            self._file = None
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None

@@ -11,7 +11,7 @@ A run folder holds
 - ``.lock``: an OS lock held by the training process, so that two runs never write one folder.
 
 Every file is written atomically (temporary file, then rename). The trainer writes through this
-class; ``timm_minimal.tools.reproduce`` and ``timm_minimal.tools.publish`` read through it.
+class; ``timm_minimal.tools.paper.reproduce`` and ``timm_minimal.tools.hub.publish`` read through it.
 """
 import json
 import os
@@ -22,10 +22,9 @@ import yaml
 
 from . import checkpoint as ckpt
 from .files import FolderLock, missing_folders, remove_empty
+from .run_record import RUN_FORMAT, RunRecord
 
 __all__ = ['RunFolder', 'RUN_FORMAT']
-
-RUN_FORMAT = 'timm-minimal-run/1'
 LOCK_FILE = '.lock'  # held by the training process that writes the folder
 
 
@@ -135,6 +134,13 @@ class RunFolder:
 
     def write_run(self, run: Dict[str, Any]) -> None:
         ckpt.write_json_atomic(self.run_file, run)
+
+    def read_record(self) -> RunRecord:
+        """``run.json`` as a ``RunRecord`` (``ValueError`` naming the file where it is not one)."""
+        return RunRecord.load_from_json(self.run_file)
+
+    def write_record(self, record: RunRecord) -> None:
+        record.save_to_json(self.run_file)
 
     def update_run(self, **fields: Any) -> Dict[str, Any]:
         run = self.read_run()

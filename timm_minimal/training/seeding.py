@@ -2,7 +2,8 @@
 
 ``mix_seed`` derives unrelated seeds from tuples of integers (splitmix64), ``epoch_order`` is the training
 order of an epoch, and ``seed_rngs`` seeds the generators that timm's transforms and the training step draw
-from (python, numpy, torch).
+from (python, numpy, torch). Not accelerate's ``set_seed``: it hands the seed to ``np.random.seed`` as it is,
+which refuses the 63-bit seeds ``mix_seed`` derives, and it has no CPU-only mode for data-loading workers.
 """
 import random
 

@@ -61,7 +61,8 @@ from .engine import (
     train_one_epoch, weights_hash,
 )
 from .files import FolderBusy, describe_write_error, is_disk_full
-from .run_folder import RUN_FORMAT, RunFolder
+from .run_folder import RunFolder
+from .run_record import Launch, RunRecord
 from .cli import CPU_COMPILE_MIN_IMAGES  # the default_compile bar
 from .cli import UsageError, build_parser, check_numbers, load_recipe, parse_args  # noqa: F401  (also reachable here)
 from .resume import restore
@@ -457,19 +458,19 @@ def write_run_record(run: Run, state: TrainState, info: Dict[str, Any], last_dir
     saved_args['output'] = str(folder)
     folder.write_args(saved_args)
     command = 'timm-minimal-train ' + ' '.join(shlex.quote(a) for a in info['argv'])
-    launch = dict(command=command, started=datetime.now(timezone.utc).isoformat(timespec='seconds'),
-                  num_processes=run.world, device=str(run.device), device_name=_device_name(run.device),
-                  mixed_precision=acc.mixed_precision,
-                  compiled=run.compiled, compile_mode=compile_mode(args, acc) if run.compiled else None,
-                  data_path=run.data.describe(), torch_threads=torch.get_num_threads(),
-                  num_workers=args.num_workers, resumed_from=str(last_dir) if last_dir else None)
-    record = folder.read_run() if args.resume is not None else {}
-    if record:
-        record.setdefault('launches', []).append(launch)
-        record['status'] = 'running'
+    launch = Launch(command=command, started=datetime.now(timezone.utc).isoformat(timespec='seconds'),
+                    num_processes=run.world, device=str(run.device), device_name=_device_name(run.device),
+                    mixed_precision=acc.mixed_precision,
+                    compiled=run.compiled, compile_mode=compile_mode(args, acc) if run.compiled else None,
+                    data_path=run.data.describe(), torch_threads=torch.get_num_threads(),
+                    num_workers=args.num_workers, resumed_from=str(last_dir) if last_dir else None,
+                    first_epoch=len(state.history) + 1)
+    record = folder.read_record() if args.resume is not None and folder.run_file.is_file() else None
+    if record is not None:
+        record.add_launch(launch, state.history)
     else:
-        record = dict(
-            format=RUN_FORMAT, status='running', command=command, model=run.model_name,
+        record = RunRecord(
+            command=command, model=run.model_name,
             architecture=split_model_name(run.model_name)[0], model_kwargs=info['model_kwargs'],
             num_params=info['num_params'], num_classes=run.model_config['num_classes'], dataset=info['dataset'],
             data_config={k: (list(v) if isinstance(v, tuple) else v) for k, v in info['data_cfg'].items()},
@@ -484,27 +485,22 @@ def write_run_record(run: Run, state: TrainState, info: Dict[str, Any], last_dir
             units=dict(accuracy='percent', loss='cross-entropy (nats)', throughput='training images per second',
                        time='seconds', elapsed='seconds since the launch\'s process started'),
             versions=_versions(), launches=[launch])
-    folder.write_run(record)
+    folder.write_record(record)
     folder.write_metrics(state.history)
 
 
 def finish_run(run: Run, state: TrainState, status: str, message: Optional[str], launch_time: float) -> Dict[str, Any]:
-    """Close run.json (status, wall time, final and best metrics) and the curves; main process only."""
+    """Close run.json (status, wall time, final and best metrics) and the curves; main process only. Returns the
+    record as a dict (what ``run.json`` holds)."""
     folder = run.folder
-    record = folder.read_run()
-    record.update(status=status, finished=datetime.now(timezone.utc).isoformat(timespec='seconds'))
-    if record.get('launches'):
-        record['launches'][-1]['wall_time'] = launch_time
-        if not run.compiled:  # what ran: a compilation that failed fell back to eager
-            record['launches'][-1].update(compiled=False, compile_mode=None)
-    record['wall_time'] = sum(la.get('wall_time', 0.0) for la in record.get('launches', []))
-    record.update(epochs_completed=len(state.history), final=state.history[-1] if state.history else None,
-                  best=state.best if state.best.get('epoch') else None)
-    if message:
-        record['message'] = message
-    folder.write_run(record)
-    folder.plot_curves(state.history, title=f'{run.model_name} on {record.get("dataset", {}).get("name")}')
-    return record
+    record = folder.read_record()
+    if record.launches and not run.compiled:  # what ran: a compilation that failed fell back to eager
+        record.last_launch.compiled, record.last_launch.compile_mode = False, None
+    record.close(status, datetime.now(timezone.utc).isoformat(timespec='seconds'), launch_time, state.history,
+                 state.best if state.best.get('epoch') else None, message)
+    folder.write_record(record)
+    folder.plot_curves(state.history, title=f'{run.model_name} on {record.dataset.get("name")}')
+    return record.to_dict()
 
 
 def _rank_report(run: Run, status: str, samples: int) -> None:

@@ -51,8 +51,23 @@ def _add_run_options(p: argparse.ArgumentParser, d: BenchmarkConfig) -> None:
     p.add_argument('--clock', default=d.clock, choices=('auto', 'cpu', 'wall'),
                    help='cpu: images per second of process CPU time, immune to other jobs on a shared machine '
                         '(needs --threads 1); wall: wall time; auto (default): cpu on a CPU with one thread, else wall')
-    p.add_argument('--amp', action='store_true', help='autocast (CUDA, or CPU bfloat16)')
-    p.add_argument('--amp-dtype', default=d.amp_dtype, choices=('bfloat16', 'float16'))
+    p.add_argument('--mixed-precision', default='no', choices=tuple(AUTOCAST_DTYPES) + ('no',),
+                   help="autocast as the trainer's option of that name: bf16 or fp16 (CUDA, or CPU bf16), no for fp32")
+    # the earlier spellings, for one release (CHANGELOG.md): --amp [--amp-dtype bfloat16|float16]
+    p.add_argument('--amp', action='store_true', dest='_amp', help=argparse.SUPPRESS)
+    p.add_argument('--amp-dtype', default=None, dest='_amp_dtype', choices=tuple(AUTOCAST_DTYPES.values()),
+                   help=argparse.SUPPRESS)
+
+
+AUTOCAST_DTYPES = {'bf16': 'bfloat16', 'fp16': 'float16'}  # --mixed-precision -> torch dtype name
+
+
+def _mixed_precision(args: argparse.Namespace) -> str:
+    """--mixed-precision, or what the earlier --amp / --amp-dtype said."""
+    if args._amp or args._amp_dtype:
+        old = {v: k for k, v in AUTOCAST_DTYPES.items()}[args._amp_dtype or 'bfloat16']
+        return old if args._amp else args.mixed_precision
+    return args.mixed_precision
 
 
 def _add_comparison_options(p: argparse.ArgumentParser, d: BenchmarkConfig) -> None:
@@ -120,8 +135,9 @@ def config_from_args(args: argparse.Namespace) -> BenchmarkConfig:
     if args.no_sdpa:
         overrides['sdpa_models'] = ()
     overrides.update(
-        dataset=args.dataset, device=args.device, threads=args.threads or None, clock=args.clock, amp=args.amp,
-        amp_dtype=args.amp_dtype, timm_compare=not args.no_timm, memory=not args.no_memory,
+        dataset=args.dataset, device=args.device, threads=args.threads or None, clock=args.clock,
+        amp=_mixed_precision(args) != 'no', amp_dtype=AUTOCAST_DTYPES.get(_mixed_precision(args), BenchmarkConfig.amp_dtype),
+        timm_compare=not args.no_timm, memory=not args.no_memory,
         memory_method=args.memory_method,
         scaling=not args.no_scaling, output=args.output, results_path=args.results, plots=not args.no_plots,
     )

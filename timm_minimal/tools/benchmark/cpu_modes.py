@@ -31,6 +31,7 @@ from typing import Any, Dict, List, Optional, Sequence
 import torch
 
 from ...training.cpu_split import cpu_signature
+from ...training.run_folder import RunFolder
 from ..common import write_report
 from ...cli import HelpFormatter, OneLineParser, positive_int
 
@@ -102,11 +103,11 @@ def measure_trainer(model: str, batch_size: int, data_dir: str, train_subset: in
                                 *extra_args], out, threads=threads,
                                env_extra={'TORCHINDUCTOR_CACHE_DIR': str(Path(tmp) / 'inductor-cache')})
         rows = read_metrics(out)
-        launch = json.loads((out / 'run.json').read_text())['launches'][-1]
+        launch = RunFolder(out).read_record().last_launch
     rates, times = [float(r['throughput']) for r in rows], [float(r['train_time']) for r in rows]
     return dict(rates=rates, median=statistics.median(rates[1:]), train_time=times,
-                first_epoch_extra_s=times[0] - statistics.median(times[1:]), mixed_precision=launch['mixed_precision'],
-                compiled=launch['compiled'])
+                first_epoch_extra_s=times[0] - statistics.median(times[1:]), mixed_precision=launch.mixed_precision,
+                compiled=launch.compiled)
 
 
 def _merge_trainer_runs(runs: List[Dict[str, Any]]) -> Dict[str, Any]:

@@ -5,7 +5,7 @@ onnxruntime (fp32 and int8), measured in one run.
     python -m timm_minimal.tools.benchmark.deployment --data-dir data ...   # also fp32 / int8 top-1 on the test splits
     python -m timm_minimal.tools.benchmark.deployment --quick               # smoke test: one model, a few calls
 
-Each checkpoint is exported with ``timm_minimal.tools.export`` (fp32 and int8, verified against torch)
+Each checkpoint is exported with ``timm_minimal.tools.deploy.export`` (fp32 and int8, verified against torch)
 into a temporary folder. All three runtimes get the same number of threads (``--threads``, default 1:
 ``torch.set_num_threads`` and onnxruntime's intra-op threads); after ``--warmup`` calls each, the
 runtimes take turns for ``--rounds`` rounds of ``--calls`` timed calls on one image, so that background
@@ -29,7 +29,7 @@ import torch
 
 from ..common import write_report
 from ...cli import OneLineParser
-from ..export import (FP32_FILE, INPUT_NAME, INT8_FILE, ExportError, MissingExtraError, VerificationError, export_model,
+from ..deploy.export import (FP32_FILE, INPUT_NAME, INT8_FILE, ExportError, MissingExtraError, VerificationError, export_model,
                      ort_session, require_export_extra, resolve_model)
 
 __all__ = ['DeploymentConfig', 'shipped_checkpoints', 'measure_latency', 'benchmark_model', 'run', 'render_markdown',

@@ -9,7 +9,7 @@ import os
 import statistics
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from ...models.paper import VARIANTS
+from ...models.paper import PAPER_EPOCHS, VARIANTS
 from ...models.vit_minimal import ARCHITECTURES
 from .accuracy import as_percent, load_reproduce_results
 from .measure import TIMM_REF, geometry, median, parse_name, ratios
@@ -391,7 +391,7 @@ def _accuracy_section(results: Dict[str, Any], results_path: Optional[str], plot
     md.append('## Accuracy against parameters\n')
     repro = load_reproduce_results(results_path) if results_path else None
     if repro:
-        md.append(f'The paper\'s Table 2 (MNIST, 6 layers, 500 epochs) and this project\'s reproduction '
+        md.append(f'The paper\'s Table 2 (MNIST, 6 layers, {PAPER_EPOCHS} epochs) and this project\'s reproduction '
                   f'(`{results_path}`, {len(repro)} runs).\n')
         acc = as_percent([r['val_acc'] for r in repro])
         paper_acc = [r.get('paper_val_acc') for r in repro]
@@ -404,7 +404,7 @@ def _accuracy_section(results: Dict[str, Any], results_path: Optional[str], plot
                          rows, 'lll' + 'r' * 4) + '\n')
     else:
         md.append(f'No reproduction results (`{results_path}`) existed when this report was written: the plot '
-                  'shows the paper\'s Table 2 points only (MNIST, 6 layers, 500 epochs). Rebuild the report and '
+                  f'shows the paper\'s Table 2 points only (MNIST, 6 layers, {PAPER_EPOCHS} epochs). Rebuild the report and '
                   'plots without measuring again with `timm-minimal-benchmark --from-json '
                   f'{cfg.get("json_path") or "benchmarks/results.json"}` once they exist.\n')
     if plots:

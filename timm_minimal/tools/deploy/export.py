@@ -1,10 +1,10 @@
 """Export a model for deployment: ONNX with a dynamic batch dimension, its preprocessing, an int8 copy.
 
-    timm-minimal-export vit_minimal_sym_6x4.mnist --out export/sym-mnist
-    timm-minimal-export vit_minimal_sym_6x4.cifar10 --out export/sym-cifar10 --int8 --verify-data-dir data
+    timm-minimal-export --model vit_minimal_sym_6x4.mnist --output export/sym-mnist
+    timm-minimal-export --model vit_minimal_sym_6x4.cifar10 --output export/sym-cifar10 --int8 --verify-data-dir data
 
 The model is a ``vit_minimal_*`` architecture with an optional tag (its shipped weights), or a
-``local-dir:`` / ``hf-hub:`` checkpoint. ``--out`` receives ``model.onnx`` (fp32; input
+``local-dir:`` / ``hf-hub:`` checkpoint. ``--output`` receives ``model.onnx`` (fp32; input
 ``pixel_values`` (batch, C, H, W), normalised; output ``logits`` (batch, classes)), with ``--int8``
 ``model.int8.onnx`` (weights quantised to int8, activations quantised on the fly: onnxruntime's
 ``quantize_dynamic``) and ``preprocessing.json`` (input size, channels, resize and crop, mean and
@@ -15,7 +15,7 @@ Every file is checked with onnxruntime before the folder appears: the fp32 logit
 within ``--atol`` (1e-4) on batches of another size than the exported one, and with
 ``--verify-data-dir`` the top-1 accuracy of torch, fp32 and int8 over the whole test split is
 measured (int8 at most ``--max-int8-drop`` points below fp32). Files are written into a temporary
-folder beside ``--out`` and renamed into place, so a failure leaves nothing half-written. ``--overwrite``
+folder beside ``--output`` and renamed into place, so a failure leaves nothing half-written. ``--overwrite``
 replaces only an earlier export (recognised by its ``.timm-minimal-export.json``) or an empty folder: never a
 folder with other files, the working folder or one of its ancestors.
 
@@ -35,11 +35,11 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 import torch
 import torch.nn as nn
 
-from ..models.datasets import DATASETS
-from ..models.images import image_mode
-from .common import create_named_model
-from ..cli import OneLineParser, command, non_negative_float, number, positive_int
-from .staging import staged_folder
+from ...models.datasets import DATASETS
+from ...models.images import image_mode
+from ..common import create_named_model
+from ...cli import OneLineParser, command, non_negative_float, number, positive_int
+from ..staging import staged_folder
 
 __all__ = ['ExportResult', 'ExportError', 'VerificationError', 'MissingExtraError', 'EXPORT_PACKAGES',
            'require_export_extra', 'resolve_model', 'model_label', 'preprocessing_config', 'export_onnx',
@@ -109,7 +109,7 @@ def model_label(model: nn.Module) -> str:
 
 def _label_names(model: nn.Module) -> List[str]:
     """The class names the Hugging Face config of the model gives (its ``id2label``): one source for both."""
-    from ..models.configuration_vit_minimal import VitMinimalConfig
+    from ...models.configuration_vit_minimal import VitMinimalConfig
     id2label = VitMinimalConfig.from_timm(model).id2label
     return [str(id2label[i]) for i in sorted(id2label)]
 
@@ -272,7 +272,7 @@ def export_model(model: Union[str, nn.Module], out_dir: Union[str, Path], int8: 
     if isinstance(model, str):
         name, model = model, resolve_model(model, pretrained)
     else:
-        from ..models.vit_minimal import VisionTransformerMinimal
+        from ...models.vit_minimal import VisionTransformerMinimal
         if not isinstance(model, VisionTransformerMinimal):
             raise ExportError(f'export_model takes a VisionTransformerMinimal, got {type(model).__name__}')
         name, model = model_label(model), model.eval()
@@ -290,7 +290,7 @@ def _test_split_evaluator(model: nn.Module, dataset: Optional[str], data_dir: st
                           batch_size: int) -> Callable[[Dict[str, Any]], Dict[str, Dict[str, Any]]]:
     """A function from onnxruntime sessions to the test-split metrics of torch and of each session."""
     from timm.data import resolve_data_config
-    from .evaluate import evaluate_forwards, model_label_names
+    from ..evaluate import evaluate_forwards, model_label_names
     tag = model.pretrained_cfg.get('tag')
     dataset = dataset or (DATASETS[tag].kind if tag in DATASETS else None)
     if dataset is None:
@@ -339,8 +339,10 @@ def _max_opset() -> int:
 
 def _parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog='timm-minimal-export', description=__doc__.split('\n\n')[0])
-    p.add_argument('model', help='vit_minimal_<attention>[_mlp]_<depth>x<heads>[.tag], local-dir:PATH or hf-hub:REPO')
-    p.add_argument('--out', required=True, help='the folder to write (created; see --overwrite)')
+    p.add_required('--model', help='vit_minimal_<attention>[_mlp]_<depth>x<heads>[.tag], local-dir:PATH or hf-hub:REPO')
+    p.add_required('--output', help='the folder to write (created; see --overwrite)')
+    p.add_renamed('model', '--model')  # the earlier spellings: the model as the first word, --out
+    p.add_renamed('--out', '--output')
     p.add_argument('--int8', action='store_true', help='also write model.int8.onnx, dynamically quantised')
     p.add_argument('--verify-data-dir', default=None,
                    help='measure top-1 of torch, fp32 and int8 over the test split of the data here')
@@ -351,14 +353,14 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument('--opset', type=number(int, MIN_OPSET, _max_opset()), default=None,
                    help=f"ONNX opset, {MIN_OPSET} to {_max_opset()} (default: the exporter's)")
     p.add_argument('--batch-size', type=positive_int, default=1000, help='batch size of the test-split evaluation (%(default)s)')
-    p.add_argument('--overwrite', action='store_true', help='replace an earlier export in --out (never other files)')
+    p.add_argument('--overwrite', action='store_true', help='replace an earlier export in --output (never other files)')
     return p
 
 
 @command('timm-minimal-export')
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """The command line; returns the exit status (0 written, 1 verification failed, 2 bad command line)."""
-    from ..training.data import DatasetError
+    from ...training.data import DatasetError
     prog = 'timm-minimal-export'
     try:
         args = _parser().parse_args(argv)
@@ -367,7 +369,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         require_export_extra()
         logging.getLogger('onnx_ir').setLevel(logging.ERROR)  # the exporter's notes on attribute types
-        result = export_model(args.model, args.out, args.int8, pretrained=not args.random_init,
+        result = export_model(args.model, args.output, args.int8, pretrained=not args.random_init,
                               verify_data_dir=args.verify_data_dir, dataset=args.dataset, atol=args.atol,
                               max_int8_drop=args.max_int8_drop, opset=args.opset, overwrite=args.overwrite,
                               batch_size=args.batch_size)

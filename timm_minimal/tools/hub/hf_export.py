@@ -9,9 +9,9 @@ import json
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Union
 
-from ..models.configuration_vit_minimal import VitMinimalConfig
-from ..models.datasets import DATASETS
-from ..models.vit_minimal import ARCHITECTURES
+from ...models.configuration_vit_minimal import VitMinimalConfig
+from ...models.datasets import DATASETS
+from ...models.vit_minimal import ARCHITECTURES
 
 __all__ = ['hf_config_dict', 'hf_config_json', 'write_hf_configs', 'check_hf_configs', 'DEFAULT_TAG']
 

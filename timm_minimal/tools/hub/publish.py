@@ -1,6 +1,6 @@
 """Turn a finished training run into a Hugging Face Hub repository, and upload it.
 
-    timm-minimal-publish runs/mnist-sym --repo-id my-org/vit_minimal_sym_6x4.mnist --out hub/sym-mnist
+    timm-minimal-publish runs/mnist-sym --repo-id my-org/vit_minimal_sym_6x4.mnist --output hub/sym-mnist
     timm-minimal-publish runs/mnist-sym --repo-id my-org/vit_minimal_sym_6x4.mnist --push --private
 
 The repository folder holds ``model.safetensors`` (plain timm keys), a ``config.json`` that timm
@@ -22,15 +22,16 @@ from typing import Any, Dict, List, Optional, Sequence
 import torch
 import yaml
 
-from .benchmark import count_flops
-from ..models.paper import TABLE1, TABLE2, VARIANTS
-from ..models.pretrained import weights_file_name
-from ..training.checkpoint import CONFIG_FILE, MODEL_FILE, write_file_atomic
-from ..training.run_folder import RunFolder
-from ..cli import Failure, OneLineParser, command
-from .staging import staged_folder
-from ..models.datasets import DATASETS, DatasetInfo, dataset_for_kind
-from ..models.vit_minimal import ARCHITECTURES
+from ..benchmark import count_flops
+from ...models.paper import PAPER_EPOCHS, TABLE1, TABLE2, VARIANTS
+from ...models.pretrained import weights_file_name
+from ...training.checkpoint import CONFIG_FILE, MODEL_FILE, write_file_atomic
+from ...training.run_folder import RunFolder
+from ...training.run_record import Launch, RunRecord
+from ...cli import Failure, OneLineParser, command
+from ..staging import staged_folder
+from ...models.datasets import DATASETS, DatasetInfo, dataset_for_kind
+from ...models.vit_minimal import ARCHITECTURES
 
 __all__ = ['RunInfo', 'read_run', 'export_run', 'render_card', 'push_folder', 'main']
 
@@ -46,22 +47,22 @@ class PublishError(ValueError):
 class RunInfo:
     """What a finished run folder says about itself."""
     path: Path
-    run: Dict[str, Any]
+    run: RunRecord
     metrics: List[Dict[str, Any]]
     checkpoint: Path
 
     @property
     def architecture(self) -> str:
-        return self.run['architecture']
+        return self.run.architecture
 
     @property
     def tag(self) -> str:
-        model = self.run['model']
-        return model.split('.', 1)[1] if '.' in model else self.run['dataset']['name']
+        model = self.run.model
+        return model.split('.', 1)[1] if '.' in model else self.run.dataset['name']
 
     @property
     def dataset_kind(self) -> str:
-        return self.run['dataset'].get('kind', self.run['dataset']['name'])
+        return self.run.dataset.get('kind', self.run.dataset['name'])
 
     @property
     def dataset_info(self) -> Optional[DatasetInfo]:
@@ -70,7 +71,7 @@ class RunInfo:
 
     @property
     def dataset_name(self) -> str:
-        return self.dataset_info.display_name if self.dataset_info else self.run['dataset']['name']
+        return self.dataset_info.display_name if self.dataset_info else self.run.dataset['name']
 
     @property
     def last(self) -> Dict[str, Any]:
@@ -81,9 +82,9 @@ class RunInfo:
         return max(self.metrics, key=lambda m: m['test_acc'])
 
     @property
-    def last_launch(self) -> Dict[str, Any]:
-        """The record of the launch that ran the last epoch (device, precision, ...); {} where none is kept."""
-        return (self.run.get('launches') or [{}])[-1]
+    def last_launch(self) -> Launch:
+        """The launch that ran the last epoch (device, precision, ...)."""
+        return self.run.last_launch
 
 
 def read_run(run_dir: Path, checkpoint: str = 'last') -> RunInfo:
@@ -94,13 +95,13 @@ def read_run(run_dir: Path, checkpoint: str = 'last') -> RunInfo:
         if not f.is_file():
             raise PublishError(f'{run_dir} is not a training run folder: {f.name} is missing.')
     try:
-        run, metrics = folder.read_run(), folder.read_metrics()
+        run, metrics = folder.read_record(), folder.read_metrics()
     except ValueError as e:
         raise PublishError(f'{run_dir} cannot be read: {e}.') from e
     if not metrics:
         raise PublishError(f'{run_dir} has no finished epoch in metrics.jsonl: nothing measured to publish.')
-    if run.get('status') != 'finished':
-        raise PublishError(f"{run_dir} has status '{run.get('status')}', not 'finished': resume it to the end "
+    if run.status != 'finished':
+        raise PublishError(f"{run_dir} has status '{run.status}', not 'finished': resume it to the end "
                            f'(timm-minimal-train --resume {run_dir}) before publishing.')
     if checkpoint not in ('last', 'best'):
         raise PublishError(f"checkpoint must be 'last' or 'best', got '{checkpoint}'.")
@@ -112,7 +113,7 @@ def read_run(run_dir: Path, checkpoint: str = 'last') -> RunInfo:
 
 def _load_model(info: RunInfo):
     import timm
-    from ..models import vit_minimal  # noqa: F401  (registers the architectures)
+    from ...models import vit_minimal  # noqa: F401  (registers the architectures)
     model = timm.create_model(f'local-dir:{info.checkpoint}', pretrained=True)
     return model.eval()
 
@@ -131,29 +132,17 @@ def _paper_rows(architecture: str, tag: str) -> List[Dict[str, Any]]:
 
 def _hardware(info: RunInfo) -> str:
     launch = info.last_launch
-    device = str(launch.get('device', 'cpu'))
-    processes = launch.get('num_processes', 1)
+    device = str(launch.device)
+    processes = launch.num_processes or 1
     kind = 'GPU' if 'cuda' in device else 'CPU'
     where = f'{processes} {kind} processes' if processes > 1 else f'one {kind}'
-    return f'{where} ({launch["device_name"]})' if launch.get('device_name') else where
+    return f'{where} ({launch.device_name})' if launch.device_name else where
 
 
 def _eval_precision(info: RunInfo) -> Optional[str]:
     """The autocast precision the run's last evaluation ran in (its last launch's), None for fp32."""
-    precision = info.last_launch.get('mixed_precision', 'no')
+    precision = info.last_launch.mixed_precision
     return None if precision in (None, 'no') else str(precision)
-
-
-def _wall_time(metrics: List[Dict[str, Any]]) -> Optional[float]:
-    """Seconds of training over all launches: each launch's ``elapsed`` at its last epoch (from process start)."""
-    if not metrics or 'elapsed' not in metrics[0]:
-        return None
-    total, previous = 0.0, 0.0
-    for row in metrics:
-        if row['elapsed'] < previous:  # a new launch (resumed run) starts its clock again
-            total += previous
-        previous = row['elapsed']
-    return total + previous
 
 
 def _portable_command(command: str, model: str) -> str:
@@ -168,10 +157,9 @@ def _portable_command(command: str, model: str) -> str:
     return shlex.join(words)
 
 
-def _resolved_recipe(run: Dict[str, Any]) -> Dict[str, Any]:
+def _resolved_recipe(run: RunRecord) -> Dict[str, Any]:
     """The recipe's keys with the values the run actually used (command-line overrides applied)."""
-    used = run.get('args', {})
-    return {k: used.get(k, v) for k, v in (run.get('recipe_values') or {}).items()}
+    return {k: run.args.get(k, v) for k, v in (run.recipe_values or {}).items()}
 
 
 def _card_data(info: RunInfo, repo_id: str, attn_type: str):
@@ -189,19 +177,19 @@ def _card_data(info: RunInfo, repo_id: str, attn_type: str):
         eval_results=[EvalResult(
             task_type='image-classification', task_name='Image Classification',
             dataset_type=info.dataset_info.hub_id if info.dataset_info else info.dataset_kind,
-            dataset_name=dataset_name, dataset_split=info.run['dataset'].get('eval_split', 'test'),
+            dataset_name=dataset_name, dataset_split=info.run.dataset.get('eval_split', 'test'),
             metric_type='accuracy', metric_name='Top-1 accuracy', metric_value=round(last['test_acc'], 2),
         )],
     )
 
 
 def _comparison(paper_rows, last) -> str:
-    """One sentence: the last epoch against the paper's 500-epoch validation accuracy, where it has one."""
+    """One sentence: the last epoch against the paper's validation accuracy (``PAPER_EPOCHS``), where it has one."""
     if not paper_rows:
         return 'The paper reports no result for this architecture on this dataset.'
     gap = last['test_acc'] - paper_rows[0]['val_acc']
     return (f'After {last["epoch"]} epoch{"s" if last["epoch"] != 1 else ""} this model is {abs(gap):.2f} points '
-            f'{"below" if gap < 0 else "above"} the validation accuracy the paper reports after 500 epochs.')
+            f'{"below" if gap < 0 else "above"} the validation accuracy the paper reports after {PAPER_EPOCHS} epochs.')
 
 
 def render_card(info: RunInfo, repo_id: str, model, template: Optional[Path] = None, note: str = ''):
@@ -215,9 +203,9 @@ def render_card(info: RunInfo, repo_id: str, model, template: Optional[Path] = N
     card_data = _card_data(info, repo_id, args['attn_type'])
     paper_rows = _paper_rows(arch, kind)
     comparison = _comparison(paper_rows, last)
-    versions = info.run.get('versions', {})
+    versions = info.run.versions
     # model_cards/template.md, shipped in the package as model_card_template.md (a link to it)
-    template = Path(template) if template else resources.files('timm_minimal.tools').joinpath('model_card_template.md')
+    template = Path(template) if template else resources.files('timm_minimal.tools.hub').joinpath('model_card_template.md')
     input_size = model.pretrained_cfg['input_size']
     patch = model.patch_embed.patch_size[0]
     return ModelCard.from_template(
@@ -238,24 +226,24 @@ def render_card(info: RunInfo, repo_id: str, model, template: Optional[Path] = N
         tokens=model.patch_embed.num_patches,
         params=sum(p.numel() for p in model.parameters()),
         flops=count_flops(model, model.pretrained_cfg['input_size']),
-        test_samples=last.get('test_samples', info.run['dataset'].get('eval_samples')),
-        train_samples=info.run['dataset'].get('train_samples_used') or info.run['dataset'].get('train_samples'),
+        test_samples=last.get('test_samples', info.run.dataset.get('eval_samples')),
+        train_samples=info.run.dataset.get('train_samples_used') or info.run.dataset.get('train_samples'),
         last=last,
         best=info.best,
         paper_rows=paper_rows,
         comparison_note=comparison,
         weights_from=info.checkpoint.name,
         epochs=last['epoch'],
-        command=_portable_command(info.run['command'], info.run['model']),
+        command=_portable_command(info.run.command, info.run.model),
         recipe=yaml.safe_dump(_resolved_recipe(info.run), sort_keys=False).strip(),
         versions=', '.join(f'{k} {v}' for k, v in versions.items()) or 'not recorded',
         hardware=_hardware(info),
         eval_precision=_eval_precision(info),
-        wall_time=_wall_time(info.metrics),
-        launches=len(info.run.get('launches') or [1]),
+        wall_time=info.run.total_wall_time(info.metrics),
+        launches=len(info.run.launches) or 1,
         note=note,
         dataset_note=(info.dataset_info.note if info.dataset_info and info.dataset_info.note else
-                      f'Tested on the {dataset_name} {info.run["dataset"].get("eval_split", "test")} split.'),
+                      f'Tested on the {dataset_name} {info.run.dataset.get("eval_split", "test")} split.'),
         num_classes=model.num_classes,
     )
 
@@ -279,10 +267,10 @@ def export_run(run_dir: Path, out_dir: Path, repo_id: str, checkpoint: str = 'la
     if ship_weights and info.architecture not in ARCHITECTURES:
         raise PublishError(f"the run's architecture '{info.architecture}' is not a registered vit_minimal "
                            f"architecture; only those ship inside the package.")
-    if ship_weights and (info.run.get('model_kwargs') or info.tag not in DATASETS):
+    if ship_weights and (info.run.model_kwargs or info.tag not in DATASETS):
         raise PublishError(f'only a registered architecture with a registered tag ({", ".join(DATASETS)}) and no '
                            f'model overrides can ship as {info.architecture}.{info.tag}; this run has '
-                           f'model_kwargs={info.run.get("model_kwargs")}.')
+                           f'model_kwargs={info.run.model_kwargs}.')
     out_dir = Path(out_dir)
     if card_copy is not None and Path(card_copy).is_dir():
         raise PublishError(f'--card-copy {card_copy} is a folder; name the file to write, e.g. '
@@ -302,9 +290,9 @@ def export_run(run_dir: Path, out_dir: Path, repo_id: str, checkpoint: str = 'la
 def _write_repo_folder(info: RunInfo, model, folder: Path, repo_id: str, note: str) -> None:
     """The Hub repository files of a run's model in ``folder``, checked: both libraries must read back its logits."""
     import timm
-    from ..models.image_processing_vit_minimal import VitMinimalImageProcessor
-    from ..models.modeling_vit_minimal import VitMinimalForImageClassification
-    classes = info.run['dataset'].get('classes')
+    from ...models.image_processing_vit_minimal import VitMinimalImageProcessor
+    from ...models.modeling_vit_minimal import VitMinimalForImageClassification
+    classes = info.run.dataset.get('classes')
     if classes and len(classes) == model.num_classes:
         model.pretrained_cfg = dict(model.pretrained_cfg, label_names=list(classes))
     hf_model = VitMinimalForImageClassification.from_timm(model).eval()
@@ -342,10 +330,11 @@ def push_folder(folder: Path, repo_id: str, private: bool = False, revision: Opt
 
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
-        prog='timm-minimal-publish', description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+        prog='timm-minimal-publish', description=__doc__)
     parser.add_argument('run', type=Path, help='a finished training run folder (timm-minimal-train --output)')
     parser.add_argument('--repo-id', required=True, help='Hub repository, e.g. my-org/vit_minimal_sym_6x4.mnist')
-    parser.add_argument('--out', type=Path, help='repository folder to write (default: <run>/hub)')
+    parser.add_argument('--output', type=Path, help='repository folder to write (default: <run>/hub)')
+    parser.add_renamed('--out', '--output')  # the earlier spelling, for one release
     parser.add_argument('--checkpoint', choices=('last', 'best'), default='last',
                         help="weights to publish: the last epoch's (default, as the paper reports) or the best")
     parser.add_argument('--card-copy', type=Path, help='also copy the model card here (e.g. model_cards/<name>.md)')
@@ -367,7 +356,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from transformers.utils import logging as hf_logging
     args = build_parser().parse_args(argv)
     hf_logging.disable_progress_bar()  # save_pretrained's shard bar: the tool prints its own lines
-    out = args.out or args.run / 'hub'
+    out = Path(args.output) if args.output else args.run / 'hub'
     try:
         export_run(args.run, out, args.repo_id, args.checkpoint, args.card_copy, args.ship_weights, args.note)
     except PublishError as e:

@@ -9,7 +9,7 @@ images that ship with the package. The page shows the top-5 classes and the figu
 and each layer's raw scores S beside A = softmax(S) (S is symmetric for ``sym`` and ``chol``). The compare tab
 puts two checkpoints side by side on one input: parameters, prediction and where each one looks.
 
-The app is a view: every number comes from ``timm_minimal.tools.attention.render_attention`` (the model's own
+The app is a view: every number comes from ``timm_minimal.tools.inside.attention.render_attention`` (the model's own
 ``get_attention_maps``). It serves on 127.0.0.1 and never asks for a public share link; the shipped weights
 load without a network. Bad input (not an image, too large, an empty sketch) gets a message in the page and
 the server keeps serving. Needs the ``app`` extra: ``pip install -e ".[app]"``.
@@ -24,11 +24,11 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 from PIL import Image
 
-from ..examples import example_images
-from ..models.images import MAX_IMAGE_PIXELS, ImageTooLarge, check_image_size
+from ...examples import example_images
+from ...models.images import MAX_IMAGE_PIXELS, ImageTooLarge, check_image_size
 from .attention import AttentionInputError, load_image, render_attention
-from .common import create_named_model
-from ..cli import OneLineParser, command, number
+from ..common import create_named_model
+from ...cli import OneLineParser, command, number
 
 __all__ = ['AppInputError', 'shipped_checkpoints', 'example_images', 'sketch_to_image', 'analyse', 'compare',
            'build_app', 'main']
@@ -269,8 +269,7 @@ def _check_port(host: str, port: int) -> None:
 
 
 def _parser(checkpoints: Sequence[str]) -> argparse.ArgumentParser:
-    p = OneLineParser(prog=PROG, description=__doc__.split('\n\n')[0],
-                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = OneLineParser(prog=PROG, description=__doc__.split('\n\n')[0])
     p.add_argument('--host', default='127.0.0.1', help='address to serve on')
     p.add_argument('--port', type=number(int, 1, 65535), default=7860, help='port to serve on')
     p.add_argument('--checkpoints', nargs='+', default=None,

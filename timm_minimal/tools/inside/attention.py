@@ -1,8 +1,8 @@
 """Attention maps of a minimal transformer for one image: every head of every layer as a heat map over
 the image, the attention rollout across the layers, and each layer's raw score matrix beside its attention.
 
-    timm-minimal-attention digit.png --model vit_minimal_sym_6x4.mnist --pretrained --out maps.png
-    timm-minimal-attention photo.jpg --model vit_minimal_sym_6x4.cifar10 --pretrained --out maps.png
+    timm-minimal-attention digit.png --model vit_minimal_sym_6x4.mnist --pretrained --output maps.png
+    timm-minimal-attention photo.jpg --model vit_minimal_sym_6x4.cifar10 --pretrained --output maps.png
 
 The image goes through the model's own evaluation preprocessing (its pretrained config: grayscale or RGB,
 the shorter side resized to the input size and centre-cropped, mean and std); an image of another size is
@@ -30,9 +30,9 @@ import numpy as np
 import torch
 from PIL import Image, UnidentifiedImageError
 
-from ..models.images import ImageTooLarge, check_image_size, convert_image, image_mode
-from .common import allowed_models, create_named_model
-from ..cli import OneLineParser, command, number
+from ...models.images import ImageTooLarge, check_image_size, convert_image, image_mode
+from ..common import allowed_models, create_named_model
+from ...cli import OneLineParser, command, number
 
 __all__ = ['AttentionMaps', 'AttentionInputError', 'attention_rollout', 'asymmetry', 'create_attention_model',
            'label_names', 'load_image', 'preprocess', 'compute_attention', 'plot_attention', 'render_attention',
@@ -158,7 +158,7 @@ def preprocess(image: Image.Image, model: torch.nn.Module) -> Tuple[torch.Tensor
 
 def label_names(model: torch.nn.Module) -> List[str]:
     """Class names, those the transformers config of the model records (``id2label``)."""
-    from ..models.configuration_vit_minimal import VitMinimalConfig
+    from ...models.configuration_vit_minimal import VitMinimalConfig
     id2label = VitMinimalConfig.from_timm(model).id2label
     return [str(id2label[i]) for i in range(model.num_classes)]
 
@@ -328,31 +328,37 @@ def render_attention(image: Union[str, Path, Image.Image], model: Union[str, tor
     return maps
 
 
-@command('timm-minimal-attention')
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def build_parser() -> OneLineParser:
     p = OneLineParser(prog=PROG, description=__doc__.split('\n\n')[0])
     p.add_argument('image', help='an image file (any size and mode PIL reads; resized to the model input)')
     p.add_argument('--model', default=DEFAULT_MODEL,
                    help='a vit_minimal_* name with its tag (default: %(default)s), local-dir:..., hf-hub:...')
     p.add_argument('--pretrained', action='store_true',
                    help='load the trained weights (without it: a random initialisation)')
-    p.add_argument('--out', default='attention.png', help='the PNG to write (default: %(default)s)')
+    p.add_argument('--output', default='attention.png', help='the PNG to write (default: %(default)s)')
+    p.add_renamed('--out', '--output')  # the earlier spelling, for one release
     p.add_argument('--head', type=int, default=1,
                    help='the head (1-based) whose score and attention matrices are shown (default: %(default)s)')
     p.add_argument('--dpi', type=number(int, 1, 1000), default=100, help='resolution of the PNG, 1 to 1000 (default: %(default)s)')
+    return p
+
+
+@command('timm-minimal-attention')
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    p = build_parser()
     args = p.parse_args(argv)
-    if Path(args.out).suffix.lower() != '.png':
-        p.error(f'--out {args.out}: the figure is written as a PNG; name a .png file')
+    if Path(args.output).suffix.lower() != '.png':
+        p.error(f'--output {args.output}: the figure is written as a PNG; name a .png file')
     try:
         maps = render_attention(args.image, args.model, args.pretrained, None, args.head - 1)
         for note in maps.notes:
             print(f'note: {note}')
-        save_figure(maps.figure, args.out, args.dpi)
+        save_figure(maps.figure, args.output, args.dpi)
     except (AttentionInputError, OSError) as e:
         print(f'{PROG}: error: {e}', file=sys.stderr)
         return 2
     heads = maps.attentions[0].shape[0]
-    print(f"{args.out}: {maps.model_name} predicts '{maps.label}' ({maps.probability:.1%}); "
+    print(f"{args.output}: {maps.model_name} predicts '{maps.label}' ({maps.probability:.1%}); "
           f"{len(maps.attentions)} layers x {heads} head{'s' if heads > 1 else ''}")
     return 0
 

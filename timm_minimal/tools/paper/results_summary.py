@@ -15,13 +15,17 @@ from statistics import median
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from ..models.datasets import DATASETS
-from ..models.paper import PAPER, PAPER_EPOCHS, arch_name
-from .reproduce import _f  # one cell format for both reports
+from ...models.datasets import DATASETS
+from ...models.paper import PAPER, PAPER_EPOCHS, arch_name
 
-__all__ = ['load_rows', 'write_summary']
+__all__ = ['load_rows', 'write_summary', 'cell']
 
 Row = Dict[str, Any]
+
+
+def cell(v: Optional[float], fmt: str) -> str:
+    """One table cell, '–' where there is no number (both reports, this one and reproduce's, format so)."""
+    return '–' if v is None else format(v, fmt)
 Group = Tuple[str, int, int]  # (dataset, depth, epochs)
 
 
@@ -123,7 +127,7 @@ def budgets_section(rows: List[Row], out: Path) -> List[str]:
 
 
 def paper_section(rows: List[Row]) -> List[str]:
-    lines = ['## Against the paper', '', "Our last-epoch validation accuracy next to the paper's (500 epochs); "
+    lines = ['## Against the paper', '', f"Our last-epoch validation accuracy next to the paper's ({PAPER_EPOCHS} epochs); "
              '– where the paper has no number (Table 2 beyond MNIST).', '']
     for group in _groups(rows):
         g = sorted((r for r in rows if _group(r) == group), key=lambda r: -r['params'])
@@ -132,7 +136,7 @@ def paper_section(rows: List[Row]) -> List[str]:
         for r in g:
             gap = None if r.get('paper_val_acc') is None else r['val_acc'] - r['paper_val_acc']
             lines.append(f"| `{r['architecture']}` | {r['params']:,} | {r['epochs']} | **{r['val_acc']:.2f}** "
-                         f"| {_f(r.get('paper_val_acc'), '.2f')} | {_f(gap, '+.2f')} |")
+                         f"| {cell(r.get('paper_val_acc'), '.2f')} | {cell(gap, '+.2f')} |")
         lines.append('')
     return lines
 
@@ -175,7 +179,7 @@ def claim_table(rows: List[Row], depth: int) -> Tuple[List[str], Dict[str, Dict[
             deltas[_label(rows, g)][a] = r['val_acc'] - base['val_acc']
             paper = None if g in failed else _delta(r, base, 'paper_val_acc')
             cells += [f"{1 - r['params'] / base['params']:.0%}", f"{r['val_acc']:.2f}", f"{deltas[_label(rows, g)][a]:+.2f}",
-                      _f(paper, '+.2f')]
+                      cell(paper, '+.2f')]
         lines.append(f'| `{a}` | ' + ' | '.join(cells) + ' |')
     notes = [f"- {_label(rows, g)}: the paper's run of the baseline `{bases[g]['architecture']}` failed "
              f"({bases[g]['paper_val_acc']:.2f}%, chance), so there is no Δ paper to compare with." for g in failed]
@@ -257,7 +261,7 @@ def budget_paragraph(rows: List[Row], depth: int) -> List[str]:
             f"and the largest from {min(d0):+.2f} to {min(d1):+.2f} pp; {closed} of {len(shared)} closed some of their "
             f"gap, and {sum(v >= -1 for v in d1)} (before: {sum(v >= -1 for v in d0)}) are within 1 pp of the baseline "
             f"or above it. Their ranking by accuracy lost at the two budgets: Spearman's ρ = {rho:.2f}. "
-            + (f"Closed by more than 1 pp: " + ', '.join(f"`{a}` ({losses[0][a]:+.2f} → {losses[1][a]:+.2f})"
+            + ("Closed by more than 1 pp: " + ', '.join(f"`{a}` ({losses[0][a]:+.2f} → {losses[1][a]:+.2f})"
                                                         for a in gained) + '. ' if gained else '')
             + (f"The {len(held)} others that still lose more than 1 pp end at a train accuracy of {min(r['train_acc'] for r in held):.2f} to "
                f"{max(r['train_acc'] for r in held):.2f}% (the baseline: {_baseline(rows, long)['train_acc']:.2f}%)."
@@ -270,7 +274,7 @@ def claim_section(rows: List[Row]) -> List[str]:
              'The paper claims that the minimal variants lose little accuracy for the parameters they save. '
              'Within each dataset and depth every model had the same budget (epochs, recipe, seed), so the '
              'differences to the baseline (the unchanged transformer with its MLP and one head) are the '
-             "architecture's. Δ paper is the same difference in the paper's numbers (500 epochs), where it has them.",
+             f"architecture's. Δ paper is the same difference in the paper's numbers ({PAPER_EPOCHS} epochs), where it has them.",
              '']
     for depth in sorted({r['depth'] for r in rows}):
         table, deltas = claim_table(rows, depth)

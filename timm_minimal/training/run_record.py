@@ -1,0 +1,182 @@
+"""``run.json`` as two typed records, written and read here alone: ``RunRecord``, what a run is and how it ended,
+and ``Launch``, one start of its process (the first, then one per resume). The pattern is transformers'
+``TrainerState`` (``save_to_json`` / ``load_from_json``); every report (the cards, the reproduce reports, the
+benchmarks) reads a run through it, so they agree.
+
+Two rules settle what a report states about a run that was resumed:
+
+- *how it trained* (device, precision, processes, compilation) is the launch that ran its last epoch,
+  ``RunRecord.last_launch``: the weights it reports on came out of that launch;
+- *how long it took* is the sum over its launches, each to its last finished epoch (``total_wall_time``): what
+  a killed launch did after its last saved epoch was lost and is done again. A killed launch never wrote its own
+  wall time; ``add_launch`` fills it in from ``metrics.jsonl`` when the run is resumed.
+"""
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Union
+
+__all__ = ['Launch', 'RunRecord', 'RUN_FORMAT']
+
+RUN_FORMAT = 'timm-minimal-run/1'
+
+
+def _split(cls: type, data: Dict[str, Any]) -> Dict[str, Any]:
+    """``data`` as keyword arguments of the dataclass ``cls``; keys it does not know go to ``extra``."""
+    names = {f.name for f in dataclasses.fields(cls)} - {'extra'}
+    return dict({k: v for k, v in data.items() if k in names}, extra={k: v for k, v in data.items() if k not in names})
+
+
+def _join(record: Any) -> Dict[str, Any]:
+    data = {f.name: getattr(record, f.name) for f in dataclasses.fields(record) if f.name != 'extra'}
+    return dict(data, **record.extra)
+
+
+@dataclass
+class Launch:
+    """One start of the training process."""
+    command: str = ''
+    started: str = ''
+    num_processes: int = 1
+    device: str = 'cpu'
+    device_name: Optional[str] = None
+    mixed_precision: Optional[str] = None
+    compiled: bool = False
+    compile_mode: Optional[str] = None
+    data_path: Optional[Dict[str, Any]] = None
+    torch_threads: Optional[int] = None
+    num_workers: Optional[int] = None
+    resumed_from: Optional[str] = None
+    first_epoch: Optional[int] = None  # the first epoch this launch trains
+    wall_time: Optional[float] = None  # seconds; None while it runs, or where it was killed and never resumed
+    extra: Dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, data: Dict[str, Any]) -> 'Launch':
+        return cls(**_split(cls, data))
+
+    def to_dict(self) -> Dict[str, Any]:
+        return _join(self)
+
+
+@dataclass
+class RunRecord:
+    """What ``run.json`` holds: the run (model, data, recipe, options, versions), its launches and its end."""
+    command: str = ''
+    model: str = ''
+    format: str = RUN_FORMAT
+    status: str = 'running'
+    architecture: Optional[str] = None
+    model_kwargs: Dict[str, Any] = field(default_factory=dict)
+    num_params: Optional[int] = None
+    num_classes: Optional[int] = None
+    dataset: Dict[str, Any] = field(default_factory=dict)
+    data_config: Dict[str, Any] = field(default_factory=dict)
+    recipe: Optional[str] = None
+    recipe_values: Optional[Dict[str, Any]] = None
+    args: Dict[str, Any] = field(default_factory=dict)
+    distributed: Dict[str, Any] = field(default_factory=dict)
+    updates_per_epoch: Optional[int] = None
+    train_samples_per_epoch: Optional[int] = None
+    units: Dict[str, str] = field(default_factory=dict)
+    versions: Dict[str, str] = field(default_factory=dict)
+    launches: List[Launch] = field(default_factory=list)
+    finished: Optional[str] = None
+    wall_time: Optional[float] = None
+    epochs_completed: Optional[int] = None
+    final: Optional[Dict[str, Any]] = None
+    best: Optional[Dict[str, Any]] = None
+    message: Optional[str] = None
+    extra: Dict[str, Any] = field(default_factory=dict)  # keys this version does not know, kept as they were
+
+    # -- the file ------------------------------------------------------------------------------------
+    @classmethod
+    def from_dict(cls, data: Dict[str, Any]) -> 'RunRecord':
+        launches = data.get('launches') or []
+        if not isinstance(launches, list) or not all(isinstance(la, dict) for la in launches):
+            raise ValueError('"launches" must be a list of objects')
+        kwargs = _split(cls, data)
+        kwargs['launches'] = [Launch.from_dict(la) for la in launches]
+        return cls(**kwargs)
+
+    def to_dict(self) -> Dict[str, Any]:
+        data = _join(self)
+        data['launches'] = [la.to_dict() for la in self.launches]
+        return {k: v for k, v in data.items() if v is not None or k in ('final', 'best')}
+
+    @classmethod
+    def load_from_json(cls, path: Union[str, Path]) -> 'RunRecord':
+        """The record in ``path``; ``ValueError`` naming the file where it is not one."""
+        try:
+            data = json.loads(Path(path).read_text())
+        except ValueError as e:
+            raise ValueError(f'{path} is not valid JSON ({e})') from e
+        if not isinstance(data, dict):
+            raise ValueError(f'{path} is not a JSON object')
+        try:
+            return cls.from_dict(data)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f'{path} is not a run record: {e}') from e
+
+    def save_to_json(self, path: Union[str, Path]) -> None:
+        """Write the record atomically (a reader sees the old file or the new one, never half of one)."""
+        from .checkpoint import write_json_atomic
+        write_json_atomic(path, self.to_dict())
+
+    # -- what the reports read -----------------------------------------------------------------------
+    @property
+    def last_launch(self) -> Launch:
+        """The launch that ran the last epoch: the device, precision and processes the reported weights came from."""
+        return self.launches[-1] if self.launches else Launch(command=self.command, started='')
+
+    def total_wall_time(self, metrics: Sequence[Dict[str, Any]] = ()) -> Optional[float]:
+        """Seconds of training over all launches, start-up, data and compilation included: each launch's
+        ``elapsed`` at its last finished epoch in ``metrics`` (a launch's clock starts again at its process start),
+        so a launch that was killed counts to the epoch it saved. Without metrics, the launches' own wall times,
+        else the record's; None where nothing tells."""
+        segmented = _segmented_elapsed(metrics)
+        if segmented is not None:
+            return segmented
+        times = [la.wall_time for la in self.launches if la.wall_time is not None]
+        return float(sum(times)) if times else self.wall_time
+
+    # -- what the trainer writes ---------------------------------------------------------------------
+    def add_launch(self, launch: Launch, metrics: Sequence[Dict[str, Any]]) -> None:
+        """Start a new launch; a killed one before it gets the wall time to its last finished epoch."""
+        if self.launches and self.launches[-1].wall_time is None:
+            self.launches[-1].wall_time = _elapsed_of(self.launches[-1], metrics)
+        self.launches.append(launch)
+        self.status = 'running'
+
+    def close(self, status: str, finished: str, wall_time: float, metrics: Sequence[Dict[str, Any]],
+              best: Optional[Dict[str, Any]], message: Optional[str] = None) -> None:
+        """End the current launch: its wall time, the run's status, total wall time and final and best metrics."""
+        if self.launches:
+            self.launches[-1].wall_time = wall_time
+        self.status, self.finished, self.wall_time = status, finished, self.total_wall_time(metrics)
+        self.epochs_completed = len(metrics)
+        self.final = dict(metrics[-1]) if metrics else None
+        self.best = best
+        if message:
+            self.message = message
+
+
+def _elapsed_of(launch: Launch, metrics: Sequence[Dict[str, Any]]) -> Optional[float]:
+    """The ``elapsed`` of the last epoch that ``launch`` finished (each launch's clock starts at its process start);
+    None where it finished none, or where the record does not say which epochs were its own."""
+    own = [m for m in metrics if launch.first_epoch is not None and m.get('epoch', 0) >= launch.first_epoch]
+    return float(own[-1]['elapsed']) if own and 'elapsed' in own[-1] else None
+
+
+def _segmented_elapsed(metrics: Sequence[Dict[str, Any]]) -> Optional[float]:
+    """Seconds over all launches from ``metrics`` alone: each launch's ``elapsed`` at its last epoch (a launch's
+    clock starts again at its process start)."""
+    if not metrics or 'elapsed' not in metrics[0]:
+        return None
+    total, previous = 0.0, 0.0
+    for row in metrics:
+        if row['elapsed'] < previous:  # a new launch
+            total += previous
+        previous = row['elapsed']
+    return total + previous
