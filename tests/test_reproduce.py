@@ -10,6 +10,7 @@ import pytest
 
 from timm_minimal.tools.paper import grid, reproduce
 from timm_minimal.training.run_folder import RunFolder
+from timm_minimal.training.run_record import Launch, RunRecord
 
 # two Table 2 rows, one epoch each on a few hundred digits with one block: seconds per run
 ROWS = ['t2-mnist-sym-6x4', 't2-mnist-qkonly-6x1']
@@ -184,8 +185,8 @@ def test_jobs_2_trains_two_runs_at_the_same_time(mnist_dir, tmp_path, monkeypatc
     for model in MODELS:
         folder = RunFolder(tmp_path / 'runs' / model)
         assert folder.status == 'finished' and len(folder.read_metrics()) == 1
-        run = folder.read_run()
-        assert run['dataset']['train_samples'] == 5000 and run['dataset']['train_samples_used'] == 256
+        run = folder.read_record()
+        assert run.dataset['train_samples'] == 5000 and run.dataset['train_samples_used'] == 256
         log = tmp_path / 'runs' / 'logs' / f'{model}.log'
         assert 'epoch 1/1:' in log.read_text()
         assert out.count(f'[reproduce] {model}: ') == 2
@@ -196,7 +197,7 @@ def test_jobs_2_trains_two_runs_at_the_same_time(mnist_dir, tmp_path, monkeypatc
 
     # run again: both runs finished, so both are reused and nothing is launched
     assert reproduce.main(argv) == 0
-    assert pools[-1][0] == [] and all(len(RunFolder(tmp_path / 'runs' / m).read_run()['launches']) == 1
+    assert pools[-1][0] == [] and all(len(RunFolder(tmp_path / 'runs' / m).read_record().launches) == 1
                                      for m in MODELS)
     assert capsys.readouterr().out.count('reused') == 2
 
@@ -204,7 +205,7 @@ def test_jobs_2_trains_two_runs_at_the_same_time(mnist_dir, tmp_path, monkeypatc
 def write_fake_run(folder: RunFolder, status: str, epochs: int) -> None:
     folder.prepare()
     folder.write_args(dict(model=folder.path.name, output=str(folder.path), epochs=epochs))
-    folder.write_run(dict(status=status, launches=[dict(device='cpu')]))
+    folder.write_record(RunRecord(model=folder.path.name, status=status, launches=[Launch(device='cpu')]))
     folder.write_metrics([dict(epoch=e + 1, test_acc=50.0) for e in range(epochs)])
 
 

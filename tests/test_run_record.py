@@ -52,6 +52,14 @@ def test_a_killed_launch_counts_to_its_last_saved_epoch():
     assert record.launches[-2].wall_time is None
 
 
+def test_the_launches_first_epochs_tell_whose_epoch_is_whose_where_the_clock_cannot():
+    """A launch killed after its first epoch (40 s) and a resumed one that took longer to start (its first epoch
+    ends at 55 s): the clock never goes back, the record still knows both launches."""
+    metrics = [dict(epoch=1, elapsed=40.0), dict(epoch=2, elapsed=55.0)]
+    record = _record(Launch(command='c', started='t', first_epoch=1), Launch(command='c', started='t', first_epoch=2))
+    assert record.total_wall_time(metrics) == 95.0
+
+
 def test_a_record_written_before_launches_kept_their_first_epoch_still_sums_its_launches():
     metrics = [dict(epoch=1, elapsed=40.0), dict(epoch=2, elapsed=75.0), dict(epoch=3, elapsed=30.0)]
     record = _record(Launch(command='c', started='t'), Launch(command='c', started='t', wall_time=33.0))

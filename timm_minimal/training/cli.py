@@ -237,10 +237,10 @@ def recipe_for(recipe: Optional[str], dataset: Optional[str], on_cpu: bool = Fal
     return info.cpu_recipe if on_cpu and info.cpu_recipe else info.recipe
 
 
-def trains_on_cpu(explicit: Dict[str, Any]) -> bool:
+def trains_on_cpu(options: Dict[str, Any]) -> bool:
     """Whether a run with these options trains on the CPU: --cpu, or no GPU here."""
     import torch
-    return bool(explicit.get('cpu')) or not torch.cuda.is_available()
+    return bool(options.get('cpu')) or not torch.cuda.is_available()
 
 
 def print_help(parser: argparse.ArgumentParser, argv: Sequence[str]) -> None:

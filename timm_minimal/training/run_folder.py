@@ -120,21 +120,6 @@ class RunFolder:
         ckpt.clean_stale_temp(self.checkpoints)
 
     # -- run.json -------------------------------------------------------------------------------
-    def read_run(self) -> Dict[str, Any]:
-        """``run.json`` as a dict ({} when absent)."""
-        if not self.run_file.is_file():
-            return {}
-        try:
-            run = json.loads(self.run_file.read_text())
-        except ValueError as e:
-            raise ValueError(f'{self.run_file} is not valid JSON ({e})') from e
-        if not isinstance(run, dict):
-            raise ValueError(f'{self.run_file} is not a JSON object')
-        return run
-
-    def write_run(self, run: Dict[str, Any]) -> None:
-        ckpt.write_json_atomic(self.run_file, run)
-
     def read_record(self) -> RunRecord:
         """``run.json`` as a ``RunRecord`` (``ValueError`` naming the file where it is not one)."""
         return RunRecord.load_from_json(self.run_file)
@@ -142,15 +127,10 @@ class RunFolder:
     def write_record(self, record: RunRecord) -> None:
         record.save_to_json(self.run_file)
 
-    def update_run(self, **fields: Any) -> Dict[str, Any]:
-        run = self.read_run()
-        run.update(fields)
-        self.write_run(run)
-        return run
-
     @property
     def status(self) -> Optional[str]:
-        return self.read_run().get('status')
+        """The run's status (``running``, ``finished``, ``diverged``, ``failed``); None without a ``run.json``."""
+        return self.read_record().status if self.run_file.is_file() else None
 
     # -- args.yaml ------------------------------------------------------------------------------
     def read_args(self) -> Dict[str, Any]:

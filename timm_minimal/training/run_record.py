@@ -132,9 +132,14 @@ class RunRecord:
 
     def total_wall_time(self, metrics: Sequence[Dict[str, Any]] = ()) -> Optional[float]:
         """Seconds of training over all launches, start-up, data and compilation included: each launch's
-        ``elapsed`` at its last finished epoch in ``metrics`` (a launch's clock starts again at its process start),
-        so a launch that was killed counts to the epoch it saved. Without metrics, the launches' own wall times,
-        else the record's; None where nothing tells."""
+        ``elapsed`` at its last finished epoch in ``metrics`` (a launch's clock starts at its process start), so a
+        launch that was killed counts to the epoch it saved. The launches' ``first_epoch`` tell whose epoch is
+        whose; a record written before launches kept it is told apart by the clock starting again. Without
+        metrics, the launches' own wall times, else the record's; None where nothing tells."""
+        if metrics and 'elapsed' in metrics[0] and self.launches and \
+                all(la.first_epoch is not None for la in self.launches):
+            ends = [la.first_epoch for la in self.launches[1:]] + [None]
+            return float(sum(_elapsed_of(la, metrics, end) or 0.0 for la, end in zip(self.launches, ends)))
         segmented = _segmented_elapsed(metrics)
         if segmented is not None:
             return segmented
@@ -162,10 +167,13 @@ class RunRecord:
             self.message = message
 
 
-def _elapsed_of(launch: Launch, metrics: Sequence[Dict[str, Any]]) -> Optional[float]:
-    """The ``elapsed`` of the last epoch that ``launch`` finished (each launch's clock starts at its process start);
-    None where it finished none, or where the record does not say which epochs were its own."""
-    own = [m for m in metrics if launch.first_epoch is not None and m.get('epoch', 0) >= launch.first_epoch]
+def _elapsed_of(launch: Launch, metrics: Sequence[Dict[str, Any]], end: Optional[int] = None) -> Optional[float]:
+    """The ``elapsed`` of the last epoch that ``launch`` finished, its epochs being ``first_epoch`` up to ``end``
+    (the next launch's first; each launch's clock starts at its process start); None where it finished none, or
+    where the record does not say which epochs were its own."""
+    if launch.first_epoch is None:
+        return None
+    own = [m for m in metrics if launch.first_epoch <= m.get('epoch', 0) and (end is None or m['epoch'] < end)]
     return float(own[-1]['elapsed']) if own and 'elapsed' in own[-1] else None
 
 

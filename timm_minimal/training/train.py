@@ -64,7 +64,7 @@ from .files import FolderBusy, describe_write_error, is_disk_full
 from .run_folder import RunFolder
 from .run_record import Launch, RunRecord
 from .cli import CPU_COMPILE_MIN_IMAGES  # the default_compile bar
-from .cli import UsageError, build_parser, check_numbers, load_recipe, parse_args  # noqa: F401  (also reachable here)
+from .cli import UsageError, build_parser, check_numbers, load_recipe, parse_args, trains_on_cpu  # noqa: F401  (also reachable here)
 from .resume import restore
 
 _logger = logging.getLogger('timm_minimal.training.train')
@@ -657,7 +657,7 @@ def cpu_processes(args: argparse.Namespace) -> int:
     ``args`` (and so in ``args.yaml``): a resumed run keeps it."""
     from .cpu_split import SPLIT_MIN_IMAGES, core_budget, decide
     from .data import default_cache_dir
-    if 'WORLD_SIZE' in os.environ or (torch.cuda.is_available() and not args.cpu):
+    if 'WORLD_SIZE' in os.environ or not trains_on_cpu(vars(args)):
         return 1
     if args.cpu_processes is None:
         info = dataset_for_kind(dataset_kind(args.dataset))

@@ -134,9 +134,10 @@ def config_from_args(args: argparse.Namespace) -> BenchmarkConfig:
         overrides['sdpa_models'] = tuple(args.sdpa_models)
     if args.no_sdpa:
         overrides['sdpa_models'] = ()
+    precision = _mixed_precision(args)
     overrides.update(
         dataset=args.dataset, device=args.device, threads=args.threads or None, clock=args.clock,
-        amp=_mixed_precision(args) != 'no', amp_dtype=AUTOCAST_DTYPES.get(_mixed_precision(args), BenchmarkConfig.amp_dtype),
+        amp=precision != 'no', amp_dtype=AUTOCAST_DTYPES.get(precision, BenchmarkConfig.amp_dtype),
         timm_compare=not args.no_timm, memory=not args.no_memory,
         memory_method=args.memory_method,
         scaling=not args.no_scaling, output=args.output, results_path=args.results, plots=not args.no_plots,

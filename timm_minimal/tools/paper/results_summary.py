@@ -232,41 +232,45 @@ def claim_summary(deltas: Dict[str, Dict[str, float]], depth: int) -> List[str]:
     return lines + [''] if lines else []
 
 
-def budget_paragraph(rows: List[Row], depth: int) -> List[str]:
-    """Per dataset trained at several budgets at this depth: what the longest did to the claim against the shortest
-    (the baseline, the median and largest loss of the others, how many stay within 1 pp, whether the ranking held)."""
+def budget_paragraph(rows: List[Row], deltas: Dict[str, Dict[str, float]], depth: int) -> List[str]:
+    """Per dataset trained at several budgets at this depth: what the longest did to the claim against the shortest,
+    from ``claim_table``'s differences to the baseline."""
     baseline, lines = arch_name('std', True, depth, 1), []
     for dataset in dict.fromkeys(g[0] for g in _groups(rows) if g[1] == depth):
-        groups = [g for g in _groups(rows) if g[:2] == (dataset, depth) and _baseline(rows, g) is not None]
+        groups = [g for g in _groups(rows) if g[:2] == (dataset, depth) and _label(rows, g) in deltas]
         if len(groups) < 2:
             continue
-        (short, long), losses = (groups[0], groups[-1]), []
-        for g in (short, long):
-            base = _baseline(rows, g)
-            losses.append({r['architecture']: r['val_acc'] - base['val_acc'] for r in rows
-                           if _group(r) == g and r['architecture'] != baseline})
-        shared = sorted(set(losses[0]) & set(losses[1]))
-        if len(shared) < 3:
-            continue
-        d0, d1 = ([loss[a] for a in shared] for loss in losses)
-        closed = sum(b > a for a, b in zip(d0, d1))
-        rho = spearman(d0, d1)
-        b0, b1 = _baseline(rows, short)['val_acc'], _baseline(rows, long)['val_acc']
-        gained = [a for a in shared if losses[1][a] - losses[0][a] > 1]
-        held = [r for r in rows if _group(r) == long and r['architecture'] in shared
-                and r['architecture'] not in gained and losses[1][r['architecture']] < -1]
-        lines.append(
-            f"- {_name(dataset)}, {short[2]} against {long[2]} epochs: the baseline went from {b0:.2f}% to {b1:.2f}%. "
-            f"The median loss of the {len(shared)} other models went from {median(d0):+.2f} to {median(d1):+.2f} pp "
-            f"and the largest from {min(d0):+.2f} to {min(d1):+.2f} pp; {closed} of {len(shared)} closed some of their "
-            f"gap, and {sum(v >= -1 for v in d1)} (before: {sum(v >= -1 for v in d0)}) are within 1 pp of the baseline "
-            f"or above it. Their ranking by accuracy lost at the two budgets: Spearman's ρ = {rho:.2f}. "
-            + ("Closed by more than 1 pp: " + ', '.join(f"`{a}` ({losses[0][a]:+.2f} → {losses[1][a]:+.2f})"
-                                                        for a in gained) + '. ' if gained else '')
-            + (f"The {len(held)} others that still lose more than 1 pp end at a train accuracy of {min(r['train_acc'] for r in held):.2f} to "
-               f"{max(r['train_acc'] for r in held):.2f}% (the baseline: {_baseline(rows, long)['train_acc']:.2f}%)."
-               if held and all(r.get('train_acc') is not None for r in held) else ''))
+        short, long = groups[0], groups[-1]
+        before, after = ({a: v for a, v in deltas[_label(rows, g)].items() if a != baseline} for g in (short, long))
+        if len(set(before) & set(after)) >= 3:
+            lines.append(_budget_sentence(rows, short, long, before, after))
     return lines + [''] if lines else []
+
+
+def _budget_sentence(rows: List[Row], short: Group, long: Group, before: Dict[str, float],
+                     after: Dict[str, float]) -> str:
+    """The baseline, the median and largest loss of the others, how many stay within 1 pp, whether the ranking
+    held, who closed the gap, and the train accuracy of those who did not."""
+    shared = sorted(set(before) & set(after))
+    d0, d1 = [before[a] for a in shared], [after[a] for a in shared]
+    base0, base1 = _baseline(rows, short), _baseline(rows, long)
+    gained = [a for a in shared if after[a] - before[a] > 1]
+    held = [r for r in rows if _group(r) == long and r['architecture'] in shared
+            and r['architecture'] not in gained and after[r['architecture']] < -1]
+    text = (f"- {_name(short[0])}, {short[2]} against {long[2]} epochs: the baseline went from {base0['val_acc']:.2f}% "
+            f"to {base1['val_acc']:.2f}%. The median loss of the {len(shared)} other models went from "
+            f"{median(d0):+.2f} to {median(d1):+.2f} pp and the largest from {min(d0):+.2f} to {min(d1):+.2f} pp; "
+            f"{sum(b > a for a, b in zip(d0, d1))} of {len(shared)} closed some of their gap, and "
+            f"{sum(v >= -1 for v in d1)} (before: {sum(v >= -1 for v in d0)}) are within 1 pp of the baseline or "
+            f"above it. Their ranking by accuracy lost at the two budgets: Spearman's ρ = {spearman(d0, d1):.2f}. ")
+    if gained:
+        text += 'Closed by more than 1 pp: ' + ', '.join(f"`{a}` ({before[a]:+.2f} → {after[a]:+.2f})"
+                                                          for a in gained) + '. '
+    if held and all(r.get('train_acc') is not None for r in held):
+        text += (f"The {len(held)} others that still lose more than 1 pp end at a train accuracy of "
+                 f"{min(r['train_acc'] for r in held):.2f} to {max(r['train_acc'] for r in held):.2f}% "
+                 f"(the baseline: {base1['train_acc']:.2f}%).")
+    return text
 
 
 def claim_section(rows: List[Row]) -> List[str]:
@@ -279,7 +283,7 @@ def claim_section(rows: List[Row]) -> List[str]:
     for depth in sorted({r['depth'] for r in rows}):
         table, deltas = claim_table(rows, depth)
         if table:
-            lines += [f'### {depth} layers', ''] + table + claim_summary(deltas, depth) + budget_paragraph(rows, depth)
+            lines += [f'### {depth} layers', ''] + table + claim_summary(deltas, depth) + budget_paragraph(rows, deltas, depth)
     return lines
 
 
