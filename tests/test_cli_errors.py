@@ -150,6 +150,15 @@ def test_the_earlier_option_spellings_still_work_for_one_release(capsys):
                        (['--amp', '--amp-dtype', 'float16'], 'fp16')):
         assert benchmark_cli._mixed_precision(bench.parse_args(argv)) == mode
     assert '--amp' not in bench.format_help()
+    from timm_minimal.tools.benchmark import cpu_modes, deployment, training as training_benchmark
+    from timm_minimal.tools.paper import reproduce
+    for parser, old_words in ((cpu_modes._parser(), ('--out-md', '--out-json')),
+                              (deployment.build_parser(), ('--out-md', '--out-json')),
+                              (training_benchmark.build_parser(), ('--out-md', '--out-json')),
+                              (reproduce.build_parser(), ('--results', '--json'))):
+        args = parser.parse_args([old_words[0], 'r.md', old_words[1], 'r.json'])
+        assert (args.output, args.json) == ('r.md', 'r.json'), parser.prog
+        assert old_words[0] not in parser.format_help(), parser.prog
 
 
 def _parsers():

@@ -159,7 +159,7 @@ def test_overwrite_never_replaces_a_users_folder(tmp_path, monkeypatch, capsys):
 def test_deployment_benchmark_quick(tmp_path, capsys):
     from timm_minimal.tools.benchmark import deployment as deployment_benchmark
     md, js = tmp_path / 'deployment.md', tmp_path / 'deployment.json'
-    assert deployment_benchmark.main(['--quick', '--out-md', str(md), '--out-json', str(js)]) == 0
+    assert deployment_benchmark.main(['--quick', '--output', str(md), '--json', str(js)]) == 0
     results = json.loads(js.read_text())
     (row,) = results['rows']
     assert row['model'] == 'vit_minimal_qkonly_6x1.mnist' and row['max_abs_diff'] <= 1e-4

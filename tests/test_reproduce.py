@@ -20,7 +20,7 @@ TRAINER_ARGS = ['--', '--train-subset', '256', '--eval-subset', '128', '--batch-
 
 
 def outputs(tmp_path: Path) -> list:
-    return ['--runs-dir', str(tmp_path / 'runs'), '--results', str(tmp_path / 'R.md'),
+    return ['--runs-dir', str(tmp_path / 'runs'), '--output', str(tmp_path / 'R.md'),
             '--json', str(tmp_path / 'r.json'), '--plot', str(tmp_path / 'r.png')]
 
 
@@ -63,7 +63,7 @@ def test_reproduce_report_from_run_folders(tmp_path):
             for i, a in enumerate(accs)))
     md, js, png = tmp_path / 'R.md', tmp_path / 'r.json', tmp_path / 'r.png'
     assert reproduce.main(['--tables', '2', '--datasets', 'mnist', '--runs-dir', str(runs), '--report-only',
-                           '--results', str(md), '--json', str(js), '--plot', str(png)]) == 0
+                           '--output', str(md), '--json', str(js), '--plot', str(png)]) == 0
     rows = json.loads(js.read_text())
     assert len(rows) == 10
     sym = next(r for r in rows if r['architecture'] == 'vit_minimal_sym_6x4')
@@ -93,7 +93,7 @@ def test_report_of_table_2_on_cifar10_beside_the_papers_table_1(tmp_path):
     md, js, png = tmp_path / 'R.md', tmp_path / 'r.json', tmp_path / 'r.png'
     assert reproduce.main(['--tables', '1', '2', '--datasets', 'cifar10', '--runs-dir', str(runs), '--report-only',
                            '--rows', 'vit_minimal_std_mlp_6x1.cifar10', 'vit_minimal_sym_6x4.cifar10',
-                           '--results', str(md), '--json', str(js), '--plot', str(png)]) == 0
+                           '--output', str(md), '--json', str(js), '--plot', str(png)]) == 0
     text = md.read_text()
     assert 'Table 2: CIFAR-10, 6 layers, the matrix variants (beyond the paper' in text
     assert '| **62.00** / 60.24 | +1.76 |' in text and '| **60.50** / – | – |' in text
@@ -301,7 +301,7 @@ def test_combine_puts_each_dataset_at_its_budget_in_one_equal_budget_table(tmp_p
         'vit_minimal_std_mlp_6x1': (68.0, 279_046), 'vit_minimal_std_6x1': (57.0, 92_830),
         'vit_minimal_sym_6x4': (60.0, 70_870), 'vit_minimal_qkonly_6x1': (40.0, 26_590)})
     md, png = tmp_path / 'out' / 'RESULTS.md', tmp_path / 'out' / 's.png'
-    assert reproduce.main(['--combine', str(mnist), str(cifar), '--results', str(md), '--plot', str(png)]) == 0
+    assert reproduce.main(['--combine', str(mnist), str(cifar), '--output', str(md), '--plot', str(png)]) == 0
     text = md.read_text()
     # the budgets, each with its own report and rows
     assert '| MNIST | 6 | 4 | 100 | 3 of 4 | [`' in text and '| CIFAR-10 | 6 | 4 | 20 | 2 of 2 | [`' in text
@@ -323,7 +323,7 @@ def test_combine_gives_no_paper_delta_against_a_paper_baseline_that_failed(tmp_p
     cifar = _rows_json(tmp_path / 'cifar.json', 'cifar10', 20, {
         'vit_minimal_std_mlp_12x1': (68.0, 554_542), 'vit_minimal_std_12x4': (66.0, 182_110)})
     md = tmp_path / 'RESULTS.md'
-    assert reproduce.main(['--combine', str(cifar), '--results', str(md), '--plot', str(tmp_path / 's.png')]) == 0
+    assert reproduce.main(['--combine', str(cifar), '--output', str(md), '--plot', str(tmp_path / 's.png')]) == 0
     text = md.read_text()
     assert '| `vit_minimal_std_12x4` | 67% | 66.00 | -2.00 | – |' in text
     assert "CIFAR-10: the paper's run of the baseline `vit_minimal_std_mlp_12x1` failed (10.00%, chance)" in text
@@ -342,7 +342,7 @@ def test_combine_sets_two_budgets_of_one_dataset_side_by_side_and_says_what_the_
                           'vit_minimal_qkonly_6x1': 56.0}.get(r['architecture'])
     long.write_text(json.dumps(rows))
     md = tmp_path / 'RESULTS.md'
-    assert reproduce.main(['--combine', str(short), str(long), '--results', str(md)]) == 0
+    assert reproduce.main(['--combine', str(short), str(long), '--output', str(md)]) == 0
     text = md.read_text()
     assert '| CIFAR-10 | 6 | 4 | 20 | 2 of 2 |' in text and '| CIFAR-10 | 6 | 4 | 300 | 2 of 2 |' in text
     assert 'CIFAR-10 (20 epochs): params saved' in text and 'CIFAR-10 (300 epochs): params saved' in text
@@ -357,7 +357,7 @@ def test_combine_sets_two_budgets_of_one_dataset_side_by_side_and_says_what_the_
     again = tmp_path / 'again.json'
     again.write_text(short.read_text())
     with pytest.raises(SystemExit) as e:
-        reproduce.main(['--combine', str(short), str(again), '--results', str(tmp_path / 'R2.md')])
+        reproduce.main(['--combine', str(short), str(again), '--output', str(tmp_path / 'R2.md')])
     assert e.value.code == 2 and 'at 20 epochs is in both' in capsys.readouterr().err
 
 
@@ -386,7 +386,7 @@ def test_combine_bad_input_is_one_line_and_exit_2(tmp_path, capsys, content, mes
     if content is not None:
         path.write_text(content)
     with pytest.raises(SystemExit) as e:
-        reproduce.main(['--combine', str(path), '--results', str(tmp_path / 'R.md')])
+        reproduce.main(['--combine', str(path), '--output', str(tmp_path / 'R.md')])
     err = capsys.readouterr().err
     assert e.value.code == 2 and message in err and 'Traceback' not in err
     assert not (tmp_path / 'R.md').exists()

@@ -122,7 +122,7 @@ def test_run_and_report(tmp_path, capsys, monkeypatch):
     code = T.main(['--quick', '--device', 'cpu', '--datasets', 'mnist', '--batch-sizes', '8', '--steps', '1',
                    '--repeats', '2', '--warmup', '1', '--data-dir', str(data), '--time-to-target',
                    '--targets', 'mnist=97.5', '--keep-runs', str(tmp_path / 'runs'),
-                   '--out-json', str(out_json), '--out-md', str(out_md)])
+                   '--json', str(out_json), '--output', str(out_md)])
     assert code == 0
     results = json.loads(out_json.read_text())
     row = results['throughput'][0]
@@ -185,7 +185,7 @@ def test_cpu_modes_side_by_side_smoke(tmp_path, capsys, mnist_dir):
     rc = cli.main(['--cpu-modes', '--models', 'vit_minimal_sym_6x4.mnist', '--batch-size', '4', '--modes',
                    'eager-unpadded', 'eager', 'bf16', '--jobs', '2', '--steps', '1', '--warmup', '1', '--repeats', '1',
                    '--trainer-data-dir', str(mnist_dir), '--trainer-subset', '64', '--trainer-repeats', '2',
-                   '--out-md', str(md), '--out-json', str(js)])
+                   '--output', str(md), '--json', str(js)])
     assert rc == 0
     results = json.loads(js.read_text())
     r = results['models']['vit_minimal_sym_6x4.mnist']

@@ -213,8 +213,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument('--steps', type=positive_int, default=10, help='steps per timed block')
     p.add_argument('--warmup', type=positive_int, default=3, help='steps before timing (compilation included)')
     p.add_argument('--repeats', type=positive_int, default=5, help='timed blocks; the median is reported')
-    p.add_argument('--out-json', default='benchmarks/cpu_modes.json', help='raw results ("" for none)')
-    p.add_argument('--out-md', default='benchmarks/cpu_modes.md', help='the report ("" for none)')
+    p.add_argument('--output', default='benchmarks/cpu_modes.md', help='the markdown report ("" for none)')
+    p.add_argument('--json', default='benchmarks/cpu_modes.json', help='raw results ("" for none)')
+    p.add_renamed('--out-md', '--output')
+    p.add_renamed('--out-json', '--json')
     return p
 
 
@@ -237,7 +239,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     results = run(args.models, args.batch_size, args.modes, args.jobs, args.steps, args.warmup, args.repeats,
                   args.jobs_modes, args.trainer_data_dir, args.trainer_subset, args.trainer_repeats)
     results['command'] = ' '.join([PROG, *(argv if argv is not None else sys.argv[1:])])
-    write_report(results, render(results), args.out_json, args.out_md)
+    write_report(results, render(results), args.json, args.output)
     return 0
 
 

@@ -1,7 +1,7 @@
 """Deployment latency on the CPU: batch-1 inference of every shipped checkpoint in torch eager against
 onnxruntime (fp32 and int8), measured in one run.
 
-    python -m timm_minimal.tools.benchmark.deployment --out-md benchmarks/deployment_cpu.md --out-json benchmarks/deployment_cpu.json
+    python -m timm_minimal.tools.benchmark.deployment --output benchmarks/deployment_cpu.md --json benchmarks/deployment_cpu.json
     python -m timm_minimal.tools.benchmark.deployment --data-dir data ...   # also fp32 / int8 top-1 on the test splits
     python -m timm_minimal.tools.benchmark.deployment --quick               # smoke test: one model, a few calls
 
@@ -210,8 +210,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument('--rounds', type=int, default=d.rounds, help='rounds in which the runtimes take turns (%(default)s)')
     p.add_argument('--calls', type=int, default=d.calls, help='timed calls per runtime and round (%(default)s)')
     p.add_argument('--data-dir', default=None, help='also measure top-1 on the full test split of the data here')
-    p.add_argument('--out-json', default=d.out_json, help="the results as JSON ('' for none; %(default)s)")
-    p.add_argument('--out-md', default=d.out_md, help="the markdown report ('' for none; %(default)s)")
+    p.add_argument('--output', default=d.out_md, help="the markdown report ('' for none; %(default)s)")
+    p.add_argument('--json', default=d.out_json, help="the results as JSON ('' for none; %(default)s)")
+    p.add_renamed('--out-md', '--output')
+    p.add_renamed('--out-json', '--json')
     p.add_argument('--quick', action='store_true',
                    help=f'smoke test: {", ".join(QUICK_MODELS)}, 2 warm-up calls, 2 rounds of 5 calls')
     return p
@@ -225,8 +227,8 @@ def config_from_args(args: argparse.Namespace, command: str) -> DeploymentConfig
     for key, value in dict(threads=args.threads, **counts).items():
         if value < 1:
             raise ExportError(f'--{key} must be at least 1, got {value}')
-    return DeploymentConfig(models=models, threads=args.threads, data_dir=args.data_dir, out_json=args.out_json,
-                            out_md=args.out_md, quick=args.quick, command=command, **counts)
+    return DeploymentConfig(models=models, threads=args.threads, data_dir=args.data_dir, out_json=args.json,
+                            out_md=args.output, quick=args.quick, command=command, **counts)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -21,7 +21,7 @@ For every model, dataset and batch size:
     the ``elapsed`` time (from the launch: start-up, data loading and compilation included) at the end of
     the first epoch whose test accuracy reaches the target, or "not reached" with the best accuracy.
 
-The report (printed last, also written to ``--out-md`` and, with every raw number, to ``--out-json``) holds
+The report (printed last, also written to ``--output`` and, with every raw number, to ``--json``) holds
 the device, the library versions, the date and the tables; "trainer / bare" is (a) / (b).
 Trainer arguments after ``--`` are appended to every trainer command line, in (a) as well as in (c)
 (they win over ours, e.g. ``-- --data-path loader``).
@@ -550,10 +550,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help='(c): also one whole default-recipe run per model and dataset (long)')
     p.add_argument('--targets', nargs='+', type=_target, default=[], metavar='DATASET=ACC',
                    help='test accuracy targets in percent (default mnist=98.24 cifar10=70)')
-    p.add_argument('--out-json', default=None, metavar='PATH',
-                   help=f'raw results (default {d.out_json}; --quick: none; "" for none)')
-    p.add_argument('--out-md', default=None, metavar='PATH',
+    p.add_argument('--output', default=None, metavar='PATH',
                    help=f'markdown report (default {d.out_md}; --quick: none; "" for none)')
+    p.add_argument('--json', default=None, metavar='PATH',
+                   help=f'raw results (default {d.out_json}; --quick: none; "" for none)')
+    p.add_renamed('--out-md', '--output')
+    p.add_renamed('--out-json', '--json')
     p.add_argument('--keep-runs', default=None, metavar='DIR',
                    help='keep the trainer runs in DIR (default: a temporary folder, removed at the end)')
     p.add_argument('--quick', action='store_true', help='smoke test: batch 64, 512 training images per epoch, '
@@ -615,9 +617,10 @@ def config_from_args(args: argparse.Namespace, trainer_args: Sequence[str] = (),
                              f"got '{name}'" + ('' if math.isnan(value) else f'={value:g}'))
         targets[name] = value
     values: Dict[str, Any] = dict(QUICK) if args.quick else {}
-    for key in ('batch_sizes', 'train_subset', 'eval_subset', 'steps', 'warmup', 'repeats', 'out_json', 'out_md'):
+    for key in ('batch_sizes', 'train_subset', 'eval_subset', 'steps', 'warmup', 'repeats', 'json', 'output'):
         if getattr(args, key) is not None:
-            values[key] = tuple(args.batch_sizes) if key == 'batch_sizes' else getattr(args, key)
+            field = dict(json='out_json', output='out_md').get(key, key)
+            values[field] = tuple(args.batch_sizes) if key == 'batch_sizes' else getattr(args, key)
     values.update(models=tuple(args.models), datasets=tuple(dict.fromkeys(args.datasets)), data_dir=args.data_dir,
                   device=args.device, epochs=args.epochs, threads=args.threads, compile_mode=args.compile_mode,
                   time_to_target=args.time_to_target,

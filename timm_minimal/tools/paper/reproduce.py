@@ -13,7 +13,7 @@ By default the runs go one after another with their output also on the console; 
 up to N of them at the same time on the same device (the models are small enough to leave a GPU
 mostly idle) and prints one line when each starts and one when it ends. ``run_commands`` is that
 pool, usable by any grid script.
-Outputs: a markdown report (``--results``), a PNG (``--plot``) and a JSON list of rows (``--json``)
+Outputs: a markdown report (``--output``), a PNG (``--plot``) and a JSON list of rows (``--json``)
 with our and the paper's parameters, epochs, train/validation loss and accuracy. Like the paper, the
 numbers are those of the last epoch and the validation set is the test split.
 """
@@ -60,15 +60,16 @@ def build_parser() -> argparse.ArgumentParser:
                         'With N > 1 the output goes to the log only, the console gets a line when each run starts '
                         'and ends, and the CPU cores are split among the runs unless OMP_NUM_THREADS is set. '
                         'A multi-process --launcher needs a rendezvous port of its own per concurrent run.')
-    p.add_argument('--results', default='RESULTS.md', help='markdown report')
+    p.add_argument('--output', default='RESULTS.md', help='markdown report')
     p.add_argument('--json', default='results/reproduce_paper.json', help='machine-readable rows')
+    p.add_renamed('--results', '--output')
     p.add_argument('--plot', default=None,
                    help='PNG: accuracy vs parameters, accuracy per epoch (default results/reproduce_paper.png; '
                         'with --combine: none unless given)')
     p.add_argument('--report-only', action='store_true', help='train nothing; rebuild the report from the run folders')
     p.add_argument('--dry-run', action='store_true', help='print the training commands only')
     p.add_argument('--combine', nargs='+', metavar='JSON',
-                   help='train nothing; write --results over the --json files of earlier runs, each dataset and depth '
+                   help='train nothing; write --output over the --json files of earlier runs, each dataset and depth '
                         'at its own budget (tools/paper/results_summary.py)')
     p.add_argument('--note', default='', help='a sentence for the report\'s setup (e.g. how the runs shared a device)')
     return p
@@ -88,11 +89,11 @@ def _combine(args: argparse.Namespace, argv: Sequence[str], parser: argparse.Arg
     if missing:
         parser.error(f"--combine: no such file: {', '.join(missing)}")
     try:
-        write_summary([Path(p) for p in args.combine], Path(args.results), 'timm-minimal-reproduce ' + shlex.join(argv),
+        write_summary([Path(p) for p in args.combine], Path(args.output), 'timm-minimal-reproduce ' + shlex.join(argv),
                       Path(args.plot) if args.plot else None)
     except ValueError as e:
         parser.error(str(e))
-    say(f'[reproduce] wrote {args.results}' + (f', {args.plot}' if args.plot else ''))
+    say(f'[reproduce] wrote {args.output}' + (f', {args.plot}' if args.plot else ''))
     return 0
 
 
@@ -132,8 +133,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     command_line = 'timm-minimal-reproduce ' + shlex.join(cmd_argv) + (' -- ' + shlex.join(extra) if extra else '')
     setup = dict(command=command_line, text=setup_text(results, args.seed) + (' ' + args.note if args.note else ''),
                  json=args.json)
-    write_markdown(results, Path(args.results), setup, plot)
-    say(f'[reproduce] wrote {args.results}, {args.json}' + (f', {plot}' if plot else ''))
+    write_markdown(results, Path(args.output), setup, plot)
+    say(f'[reproduce] wrote {args.output}, {args.json}' + (f', {plot}' if plot else ''))
     if failed:
         say('[reproduce] error: ' + ', '.join(f'{r.name} failed (exit status {r.returncode}, log {r.log})'
                                               for r in failed))

@@ -1,6 +1,6 @@
 """One report over several reproduce runs: each dataset and depth at its own budget (or budgets), side by side.
 
-    timm-minimal-reproduce --combine results/reproduce_paper.json results/cifar10_6layer.json --results RESULTS.md
+    timm-minimal-reproduce --combine results/reproduce_paper.json results/cifar10_6layer.json --output RESULTS.md
 
 Each JSON is the ``--json`` output of one ``timm-minimal-reproduce`` run (one list of rows); its report,
 with the recipe, hardware and versions, is the markdown file of the same name beside it. The combined report
