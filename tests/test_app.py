@@ -16,6 +16,7 @@ gradio = pytest.importorskip('gradio', reason='the app extra is not installed: p
 from gradio_client import Client, handle_file  # noqa: E402
 
 from timm_minimal.tools.inside import app as app_mod  # noqa: E402
+from timm_minimal.tools.inside.mosaic import LABEL_WIDTH, PANEL, TITLE  # noqa: E402
 
 torch.set_num_threads(1)
 ROOT = Path(__file__).resolve().parents[1]
@@ -149,6 +150,12 @@ def test_an_oversized_sketch_or_a_long_strip_is_refused_with_a_message(client, t
     assert top['label'] == '7'  # still serving
 
 
+# the answer's mosaic: the widest image on the page
+MOSAIC_INDEX = ("(() => { const w = [...document.images].map(i => i.naturalWidth); "
+                "return w.indexOf(Math.max(...w)); })()")
+MOSAIC_SHOWN = "Math.max(...[...document.images].map(i => i.naturalWidth)) > 600"
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(CHROMIUM is None, reason='no chromium here (apt-get install chromium); .ci/run installs it')
 def test_the_page_renders_in_a_real_browser(server, tmp_path):
@@ -167,6 +174,16 @@ def test_the_page_renders_in_a_real_browser(server, tmp_path):
             page.get_by_role('button', name='Analyse').click()
             page.get_by_text('predicts').first.wait_for(timeout=60_000)
             assert 'predicts 7' in page.inner_text('body').replace('*', '')
+            page.wait_for_function(MOSAIC_SHOWN, timeout=30_000)
+            mosaic = page.locator('img').nth(page.evaluate(MOSAIC_INDEX))
+            (width, height), box = mosaic.evaluate('i => [i.naturalWidth, i.naturalHeight]'), mosaic.bounding_box()
+            scale = min(box['width'] / width, box['height'] / height)  # shown whole, centred in its box
+            x0, y0 = (box['width'] - width * scale) / 2, (box['height'] - height * scale) / 2
+            left, top = LABEL_WIDTH + 5 * PANEL // 8, 2 * TITLE + 5 * PANEL // 8  # the input panel's patch (3, 3)
+            mosaic.click(position={'x': x0 + left * scale, 'y': y0 + top * scale})
+            page.get_by_text('looks (outlined)').first.wait_for(timeout=30_000)
+            body = page.inner_text('body')
+            assert 'Where patch (3, 3) looks' in body, body[body.find('Where'):][:200]
             page.screenshot(path=str(shot), full_page=True)
         finally:
             browser.close()
@@ -187,22 +204,40 @@ def test_the_api_names_its_parameters_and_the_sketch_is_optional(client, server)
     assert top['label'] == '7'
 
 
-@pytest.mark.slow
-def test_a_later_figure_reuses_the_layout_and_looks_the_same():
-    """The app places the axes of a figure's geometry once: a later answer is drawn pixel for pixel as its own
-    constrained layout would draw it, for digits and for CIFAR-10 class names of other widths."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from timm_minimal.tools.inside.attention import render_attention
-    for name, first, later in (('vit_minimal_sym_6x4.mnist', 'mnist_test0_digit7', 'mnist_test1_digit2'),
-                               ('vit_minimal_sym_6x4.cifar10', 'cifar10_test_horse_0000', 'cifar10_test_cat_0000')):
-        app_mod.analyse(name, Image.open(_example(first)))
-        keys = len(app_mod._AXES_PLACES)
-        _, figure, _ = app_mod.analyse(name, Image.open(_example(later)))
-        maps = render_attention(Image.open(_example(later)), app_mod.load_checkpoint(name))
-        maps.figure.set_dpi(app_mod.FIGURE_DPI)
-        canvas = FigureCanvasAgg(maps.figure)
-        canvas.draw()
-        own = Image.frombuffer('RGBA', canvas.get_width_height(), canvas.buffer_rgba()).convert('RGB')
-        assert np.array_equal(np.asarray(figure), np.asarray(own)), name
-        if name.endswith('mnist'):
-            assert len(app_mod._AXES_PLACES) == keys  # the digits' figure was laid out once
+def test_a_click_on_a_patch_shows_where_it_looks_in_every_layer_and_head():
+    """The mosaic maps a click on any image panel to the patch under it; the heads then show that patch's row of A
+    on one square-root scale, and a click between the panels keeps the picture."""
+    from timm_minimal.tools.inside.mosaic import GAP, LABEL_WIDTH, PANEL, head_maps
+    shown = app_mod.answer('vit_minimal_sym_6x4.cifar10', Image.open(_example('cifar10_test_horse_0000')))
+    mosaic, maps = shown.mosaic, shown.maps
+    assert maps.grid == (8, 8) and len(mosaic.panels) == 2 + 6 * 4  # input, rollout, 6 layers x 4 heads
+    left, top = mosaic.panels[2]  # layer 1, head 1
+    x, y = left + 5 * PANEL // 8 + 1, top + 2 * PANEL // 8 + 1  # inside patch (row 2, column 5), 0-based
+    assert mosaic.patch_at(x, y) == (2, 5) and mosaic.patch_at(*mosaic.panels[0]) == (0, 0)
+    assert mosaic.patch_at(LABEL_WIDTH - GAP, top) is None
+    text, image, clicked = app_mod._clicked(shown, [x, y])
+    assert 'Where patch (3, 6) looks' in text and clicked.maps is maps
+    assert not np.array_equal(np.asarray(image), np.asarray(mosaic.image))
+    rows = head_maps(maps, (2, 5))
+    expected = [a[:, 2 * 8 + 5, :] for a in maps.attentions]
+    peak = max(float(e.max()) for e in expected)
+    for got, want in zip(rows, expected):
+        assert torch.allclose(got, (want / peak).sqrt())
+    assert max(float(r.max()) for r in rows) == pytest.approx(1.0)
+    assert app_mod._clicked(shown, [LABEL_WIDTH - GAP, top])[1] is mosaic.image  # between the panels: unchanged
+    with pytest.raises(app_mod.AppInputError, match='analyse an image first'):
+        app_mod._clicked(None, [x, y])
+
+
+def test_the_look_api_takes_a_patch_by_row_and_column(client):
+    info = client.view_api(return_format='dict', print_info=False)['named_endpoints']['/look']
+    assert [p['parameter_name'] for p in info['parameters']] == ['checkpoint', 'sketch', 'image', 'source',
+                                                                   'patch_row', 'patch_column']
+    summary, figure = client.predict(checkpoint='vit_minimal_sym_6x4.mnist', image=handle_file(_example('mnist_test0_digit7')),
+                                     patch_row=2, patch_column=3, api_name='/look')
+    assert 'Where patch (2, 3) looks' in summary and 'predicts **7**' in summary
+    with Image.open(figure) as im:
+        assert im.size[0] > 400 and im.size[1] > 400
+    with pytest.raises(Exception, match='outside the patch grid .* rows 1 to 4, columns 1 to 4'):
+        client.predict(checkpoint='vit_minimal_sym_6x4.mnist', image=handle_file(_example('mnist_test0_digit7')),
+                       patch_row=5, patch_column=1, api_name='/look')

@@ -4,13 +4,15 @@
     timm-minimal-app --port 8000 --checkpoints vit_minimal_sym_6x4.mnist vit_minimal_std_mlp_6x1.mnist
 
 Pick a shipped checkpoint (MNIST or CIFAR-10), then draw a digit, upload an image or pick one of the test
-images that ship with the package. The page shows the top-5 classes and the figure of
-``timm-minimal-attention``: the attention of every head of every layer over the image, the attention rollout,
-and each layer's raw scores S beside A = softmax(S) (S is symmetric for ``sym`` and ``chol``). The compare tab
-puts two checkpoints side by side on one input: parameters, prediction and where each one looks.
+images that ship with the package. The page shows the top-5 classes and the maps of ``timm-minimal-attention``
+as one mosaic (``mosaic.py``, drawn without matplotlib so that an answer is quick): the attention of every head of
+every layer over the image, the attention rollout, and each layer's raw scores S beside A = softmax(S) (S is
+symmetric for ``sym`` and ``chol``). Click a patch of any image in the mosaic to see where that patch looks, in
+every layer and head (``/look`` in the API). The compare tab puts two checkpoints side by side on one input:
+parameters, prediction and where each one looks.
 
-The app is a view: every number comes from ``timm_minimal.tools.inside.attention.render_attention`` (the model's own
-``get_attention_maps``). It serves on 127.0.0.1 and never asks for a public share link; the shipped weights
+The app is a view: every number comes from ``timm_minimal.tools.inside.attention.compute_attention`` (the model's
+own ``get_attention_maps``). It serves on 127.0.0.1 and never asks for a public share link; the shipped weights
 load without a network. Bad input (not an image, too large, an empty sketch) gets a message in the page and
 the server keeps serving. Needs the ``app`` extra: ``pip install -e ".[app]"``.
 """
@@ -19,6 +21,7 @@ import functools
 import os
 import sys
 from pathlib import Path
+from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -26,12 +29,13 @@ from PIL import Image
 
 from ...examples import example_images
 from ...models.images import MAX_IMAGE_PIXELS, ImageTooLarge, check_image_size
-from .attention import AttentionInputError, load_image, render_attention
+from .attention import AttentionInputError, AttentionMaps, compute_attention, load_image
+from .mosaic import Mosaic, draw_mosaic
 from ..common import create_named_model
 from ...cli import OneLineParser, command, number
 
-__all__ = ['AppInputError', 'shipped_checkpoints', 'example_images', 'sketch_to_image', 'analyse', 'compare',
-           'build_app', 'main']
+__all__ = ['AppInputError', 'Answer', 'shipped_checkpoints', 'example_images', 'sketch_to_image', 'answer', 'analyse',
+           'compare', 'explore', 'look', 'build_app', 'main']
 
 PROG = 'timm-minimal-app'
 INSTALL_HINT = 'pip install -e ".[app]" (or: pip install gradio)'
@@ -110,42 +114,30 @@ def parameters(name: str) -> int:
     return sum(p.numel() for p in load_checkpoint(name).parameters())
 
 
-FIGURE_DPI = 90
-# Where constrained layout put the axes, per figure geometry: placing them costs more than drawing them, and a
-# figure of the same axes, size and label widths gets the same places. Drawn straight into an RGB image (no PNG).
-_AXES_PLACES: Dict[Tuple, List[List[Any]]] = {}
+@dataclass
+class Answer:
+    """One checkpoint on one image: its maps (kept for clicks), the mosaic drawn, the top classes and a summary."""
+    maps: AttentionMaps
+    mosaic: Mosaic
+    top: Dict[str, float]
+    text: str
 
 
-def _figure_image(figure: Any, label_width: int = 0) -> Image.Image:
-    """The figure as an RGB image: the first figure of its geometry laid out by its constrained layout, later ones
-    with the axes where that put them (``label_width``: the longest class name shown, which moves the axes)."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    figure.set_dpi(FIGURE_DPI)
-    canvas = FigureCanvasAgg(figure)
-    key = (tuple(ax.get_label() for ax in figure.axes), tuple(figure.get_size_inches()), label_width)
-    places = _AXES_PLACES.get(key)
-    if places is None:
-        canvas.draw()  # the layout also moves the figure's title and caption (figure.texts)
-        _AXES_PLACES[key] = [[ax.get_position() for ax in figure.axes], [t.get_position() for t in figure.texts]]
-    else:
-        figure.set_layout_engine('none')
-        for ax, place in zip(figure.axes, places[0]):
-            ax.set_position(place)
-        for text, place in zip(figure.texts, places[1]):
-            text.set_position(place)
-        canvas.draw()
-    return Image.frombuffer('RGBA', canvas.get_width_height(), canvas.buffer_rgba()).convert('RGB')
-
-
-def analyse(name: str, image: Image.Image) -> Tuple[Dict[str, float], Image.Image, str]:
-    """Top-5 classes, the attention figure and a summary of one checkpoint on one image."""
-    model = load_checkpoint(name)
-    maps = render_attention(image, model)
+def answer(name: str, image: Image.Image, patch: Optional[Tuple[int, int]] = None) -> Answer:
+    """``name`` on ``image``: the maps, and the mosaic of what each patch receives, or with ``patch`` (row, column,
+    0-based) where that patch looks."""
+    maps = compute_attention(load_checkpoint(name), image)
     probs, index = maps.probabilities.topk(min(TOP_K, len(maps.probabilities)))
     top = {maps.labels[i]: float(p) for p, i in zip(probs.tolist(), index.tolist())}
     lines = [f"**{name}**: {parameters(name):,} parameters, predicts **{maps.label}** ({maps.probability:.1%})."]
     lines += [f'- note: {n}' for n in maps.notes]
-    return top, _figure_image(maps.figure, max(map(len, top))), '\n'.join(lines)
+    return Answer(maps, draw_mosaic(maps, patch=patch), top, '\n'.join(lines))
+
+
+def analyse(name: str, image: Image.Image) -> Tuple[Dict[str, float], Image.Image, str]:
+    """Top-5 classes, the attention mosaic and a summary of one checkpoint on one image."""
+    a = answer(name, image)
+    return a.top, a.mosaic.image, a.text
 
 
 def compare(first: str, second: str, image: Image.Image) -> Tuple[Any, ...]:
@@ -192,6 +184,29 @@ def _inputs(gr: Any) -> Tuple[Any, Any, Any]:
     return source, sketch, upload
 
 
+def _explore_tab(gr: Any, checkpoints: List[str]) -> None:
+    """The Explore tab: a checkpoint, an input, the answer, and clicks on its mosaic (``/explore``, ``/look``)."""
+    name = gr.Dropdown(checkpoints, value=DEFAULT_CHECKPOINT if DEFAULT_CHECKPOINT in checkpoints
+                       else checkpoints[0], label='checkpoint')
+    source, sketch, upload = _inputs(gr)
+    run = gr.Button('Analyse', variant='primary')
+    summary = gr.Markdown()
+    top = gr.Label(num_top_classes=TOP_K, label='top-5 classes')
+    figure = gr.Image(label='attention per layer and head, rollout, S and A = softmax(S): click a patch',
+                      type='pil', interactive=False, show_label=False)  # the mosaic has its own title
+    shown = gr.State()  # the answer on the page, for clicks on its mosaic
+    run.click(_guard(gr, explore), [name, sketch, upload, source], [summary, top, figure, shown],
+              api_name='explore')
+
+    def clicked(answer_shown: Optional[Answer], selected: gr.SelectData) -> Tuple[str, Image.Image, Answer]:
+        return _clicked(answer_shown, selected.index)
+    figure.select(_guard(gr, clicked), shown, [summary, figure, shown], api_name=False)
+    with gr.Row(visible=False):  # the API of a click: /look with the patch's row and column
+        row, column = gr.Number(1, precision=0, label='patch_row'), gr.Number(1, precision=0, label='patch_column')
+        gr.Button('look').click(_guard(gr, look), [name, sketch, upload, source, row, column], [summary, figure],
+                                api_name='look')
+
+
 def build_app(checkpoints: Sequence[str], pair: Sequence[str] = DEFAULT_PAIR) -> Any:
     """The gradio Blocks of the explorer over ``checkpoints``."""
     gr = require_gradio()
@@ -204,14 +219,7 @@ def build_app(checkpoints: Sequence[str], pair: Sequence[str] = DEFAULT_PAIR) ->
         gr.Markdown('# Minimal transformers: where they look\nThe shipped checkpoints of timm-minimal '
                     '(Bermeitinger et al., "Reducing the Transformer Architecture to a Minimum", KDIR 2024).')
         with gr.Tab('Explore'):
-            name = gr.Dropdown(checkpoints, value=DEFAULT_CHECKPOINT if DEFAULT_CHECKPOINT in checkpoints
-                               else checkpoints[0], label='checkpoint')
-            source, sketch, upload = _inputs(gr)
-            run = gr.Button('Analyse', variant='primary')
-            summary = gr.Markdown()
-            top = gr.Label(num_top_classes=TOP_K, label='top-5 classes')
-            figure = gr.Image(label='attention per layer and head, rollout, S and A = softmax(S)', type='pil')
-            run.click(_guard(gr, explore), [name, sketch, upload, source], [summary, top, figure], api_name='explore')
+            _explore_tab(gr, checkpoints)
         with gr.Tab('Compare'):
             with gr.Row():
                 first = gr.Dropdown(checkpoints, value=pair[0], label='first checkpoint')
@@ -223,19 +231,50 @@ def build_app(checkpoints: Sequence[str], pair: Sequence[str] = DEFAULT_PAIR) ->
                 top_a = gr.Label(num_top_classes=TOP_K, label='first checkpoint: top-5 classes')
                 top_b = gr.Label(num_top_classes=TOP_K, label='second checkpoint: top-5 classes')
             with gr.Row():
-                fig_a = gr.Image(type='pil', label='first checkpoint: attention per layer and head')
-                fig_b = gr.Image(type='pil', label='second checkpoint: attention per layer and head')
+                fig_a = gr.Image(type='pil', label='first checkpoint: attention per layer and head', show_label=False)
+                fig_b = gr.Image(type='pil', label='second checkpoint: attention per layer and head', show_label=False)
             run2.click(_guard(gr, compare_api), [first, second, sketch2, upload2, source2],
                        [table, top_a, fig_a, top_b, fig_b], api_name='compare')
     return app
 
 
 def explore(checkpoint: str, sketch: Any = None, image: Optional[str] = None,
-            source: str = 'image') -> Tuple[str, Dict[str, float], Image.Image]:
-    """The Explore tab and its API (``/explore``): the summary, top-5 classes and attention figure of
-    ``checkpoint`` on ``image`` (a file) or on ``sketch`` (a drawing), whichever ``source`` names."""
-    top, figure, text = analyse(checkpoint, _input_image(sketch, image, source))
-    return text, top, figure
+            source: str = 'image') -> Tuple[str, Dict[str, float], Image.Image, Answer]:
+    """The Explore tab and its API (``/explore``): the summary, top-5 classes and attention mosaic of
+    ``checkpoint`` on ``image`` (a file) or on ``sketch`` (a drawing), whichever ``source`` names (and the answer,
+    kept in the page for clicks; the API does not return it)."""
+    a = answer(checkpoint, _input_image(sketch, image, source))
+    return a.text, a.top, a.mosaic.image, a
+
+
+def look(checkpoint: str, sketch: Any = None, image: Optional[str] = None, source: str = 'image',
+         patch_row: float = 1, patch_column: float = 1) -> Tuple[str, Image.Image]:
+    """The API of a click (``/look``): the summary and the mosaic of where the patch in ``patch_row``,
+    ``patch_column`` (1-based, from the top left) looks, in every layer and head."""
+    image_in = _input_image(sketch, image, source)
+    grid = load_checkpoint(checkpoint).patch_embed.grid_size
+    patch = int(patch_row) - 1, int(patch_column) - 1
+    if not (0 <= patch[0] < grid[0] and 0 <= patch[1] < grid[1]):
+        raise AppInputError(f'patch ({int(patch_row)}, {int(patch_column)}) is outside the patch grid of '
+                            f'{checkpoint}: rows 1 to {grid[0]}, columns 1 to {grid[1]}')
+    a = answer(checkpoint, image_in, patch)
+    return _looking(a, patch), a.mosaic.image
+
+
+def _looking(a: Answer, patch: Tuple[int, int]) -> str:
+    return f'{a.text}\n\nWhere patch ({patch[0] + 1}, {patch[1] + 1}) looks (outlined); click another patch.'
+
+
+def _clicked(shown: Optional[Answer], index: Any) -> Tuple[str, Image.Image, Answer]:
+    """A click at pixel ``index`` (x, y) of the mosaic: where the patch under it looks (a click outside the images
+    keeps the picture)."""
+    if shown is None:
+        raise AppInputError('analyse an image first, then click a patch of it')
+    patch = shown.mosaic.patch_at(*index[:2]) if isinstance(index, (list, tuple)) and len(index) >= 2 else None
+    if patch is None:
+        return shown.text, shown.mosaic.image, shown
+    clicked = Answer(shown.maps, draw_mosaic(shown.maps, patch=patch), shown.top, shown.text)
+    return _looking(clicked, patch), clicked.mosaic.image, clicked
 
 
 def compare_api(first_checkpoint: str, second_checkpoint: str, sketch: Any = None, image: Optional[str] = None,
