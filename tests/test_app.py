@@ -197,6 +197,7 @@ def test_the_api_names_its_parameters_and_the_sketch_is_optional(client, server)
     compare = [p['parameter_name'] for p in info['/compare']['parameters']]
     assert explore == ['checkpoint', 'sketch', 'image', 'source']
     assert compare == ['first_checkpoint', 'second_checkpoint', 'sketch', 'image', 'source']
+    assert [len(info[e]['returns']) for e in ('/explore', '/compare')] == [3, 5]  # the answers kept for clicks are not
     optional = {p['parameter_name'] for p in info['/explore']['parameters'] if p['parameter_has_default']}
     assert {'sketch', 'image', 'source'} <= optional
     summary, top, _ = client.predict(checkpoint='vit_minimal_sym_6x4.mnist',
@@ -227,6 +228,10 @@ def test_a_click_on_a_patch_shows_where_it_looks_in_every_layer_and_head():
     assert app_mod._clicked(shown, [LABEL_WIDTH - GAP, top])[1] is mosaic.image  # between the panels: unchanged
     with pytest.raises(app_mod.AppInputError, match='analyse an image first'):
         app_mod._clicked(None, [x, y])
+    first, second, table = app_mod.compare('vit_minimal_std_mlp_6x1.cifar10', 'vit_minimal_sym_6x4.cifar10',
+                                           Image.open(_example('cifar10_test_horse_0000')))
+    assert '| `vit_minimal_std_mlp_6x1.cifar10` |' in table and len(first.mosaic.panels) == 2 + 6 * 1
+    assert 'Where patch (3, 6) looks' in app_mod._clicked(second, [x, y])[0]  # each compared mosaic takes clicks
 
 
 def test_the_look_api_takes_a_patch_by_row_and_column(client):

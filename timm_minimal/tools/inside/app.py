@@ -140,14 +140,14 @@ def analyse(name: str, image: Image.Image) -> Tuple[Dict[str, float], Image.Imag
     return a.top, a.mosaic.image, a.text
 
 
-def compare(first: str, second: str, image: Image.Image) -> Tuple[Any, ...]:
-    """``analyse`` of two checkpoints on one image, and a table of the two."""
-    a, b = analyse(first, image), analyse(second, image)
+def compare(first: str, second: str, image: Image.Image) -> Tuple[Answer, Answer, str]:
+    """The answers of two checkpoints on one image, and a table of the two."""
+    a, b = answer(first, image), answer(second, image)
     rows = ['| checkpoint | parameters | prediction | probability |', '|---|---:|---|---:|']
-    for name, (top, _, _) in ((first, a), (second, b)):
-        label, p = next(iter(top.items()))
+    for name, one in ((first, a), (second, b)):
+        label, p = next(iter(one.top.items()))
         rows.append(f'| `{name}` | {parameters(name):,} | {label} | {p:.1%} |')
-    return a[0], a[1], b[0], b[1], '\n'.join(rows)
+    return a, b, '\n'.join(rows)
 
 
 def _guard(gr: Any, fn: Any) -> Any:
@@ -184,6 +184,16 @@ def _inputs(gr: Any) -> Tuple[Any, Any, Any]:
     return source, sketch, upload
 
 
+def _on_click(gr: Any, figure: Any, shown: Any, summary: Any = None) -> None:
+    """A click on ``figure``, the mosaic of the answer in the state ``shown``, shows where the patch under it looks
+    (and says so in ``summary``, where given)."""
+    def clicked(answer_shown: Optional[Answer], selected: gr.SelectData) -> Tuple[Any, ...]:
+        text, image, clicked_answer = _clicked(answer_shown, selected.index)
+        return (text, image, clicked_answer) if summary is not None else (image, clicked_answer)
+    figure.select(_guard(gr, clicked), shown, ([summary] if summary is not None else []) + [figure, shown],
+                  api_name=False)
+
+
 def _explore_tab(gr: Any, checkpoints: List[str]) -> None:
     """The Explore tab: a checkpoint, an input, the answer, and clicks on its mosaic (``/explore``, ``/look``)."""
     name = gr.Dropdown(checkpoints, value=DEFAULT_CHECKPOINT if DEFAULT_CHECKPOINT in checkpoints
@@ -197,10 +207,7 @@ def _explore_tab(gr: Any, checkpoints: List[str]) -> None:
     shown = gr.State()  # the answer on the page, for clicks on its mosaic
     run.click(_guard(gr, explore), [name, sketch, upload, source], [summary, top, figure, shown],
               api_name='explore')
-
-    def clicked(answer_shown: Optional[Answer], selected: gr.SelectData) -> Tuple[str, Image.Image, Answer]:
-        return _clicked(answer_shown, selected.index)
-    figure.select(_guard(gr, clicked), shown, [summary, figure, shown], api_name=False)
+    _on_click(gr, figure, shown, summary)
     with gr.Row(visible=False):  # the API of a click: /look with the patch's row and column
         row, column = gr.Number(1, precision=0, label='patch_row'), gr.Number(1, precision=0, label='patch_column')
         gr.Button('look').click(_guard(gr, look), [name, sketch, upload, source, row, column], [summary, figure],
@@ -231,10 +238,15 @@ def build_app(checkpoints: Sequence[str], pair: Sequence[str] = DEFAULT_PAIR) ->
                 top_a = gr.Label(num_top_classes=TOP_K, label='first checkpoint: top-5 classes')
                 top_b = gr.Label(num_top_classes=TOP_K, label='second checkpoint: top-5 classes')
             with gr.Row():
-                fig_a = gr.Image(type='pil', label='first checkpoint: attention per layer and head', show_label=False)
-                fig_b = gr.Image(type='pil', label='second checkpoint: attention per layer and head', show_label=False)
+                fig_a = gr.Image(type='pil', label='first checkpoint: attention per layer and head', show_label=False,
+                                 interactive=False)
+                fig_b = gr.Image(type='pil', label='second checkpoint: attention per layer and head', show_label=False,
+                                 interactive=False)
+            shown_a, shown_b = gr.State(), gr.State()
             run2.click(_guard(gr, compare_api), [first, second, sketch2, upload2, source2],
-                       [table, top_a, fig_a, top_b, fig_b], api_name='compare')
+                       [table, top_a, fig_a, top_b, fig_b, shown_a, shown_b], api_name='compare')
+            _on_click(gr, fig_a, shown_a)
+            _on_click(gr, fig_b, shown_b)
     return app
 
 
@@ -279,10 +291,10 @@ def _clicked(shown: Optional[Answer], index: Any) -> Tuple[str, Image.Image, Ans
 
 def compare_api(first_checkpoint: str, second_checkpoint: str, sketch: Any = None, image: Optional[str] = None,
                 source: str = 'image') -> Tuple[Any, ...]:
-    """The Compare tab and its API (``/compare``): the table, then the top-5 classes and figure of each."""
-    top_a, fig_a, top_b, fig_b, table = compare(first_checkpoint, second_checkpoint,
-                                                 _input_image(sketch, image, source))
-    return table, top_a, fig_a, top_b, fig_b
+    """The Compare tab and its API (``/compare``): the table, then the top-5 classes and mosaic of each (and the two
+    answers, kept in the page for clicks; the API does not return them)."""
+    a, b, table = compare(first_checkpoint, second_checkpoint, _input_image(sketch, image, source))
+    return table, a.top, a.mosaic.image, b.top, b.mosaic.image, a, b
 
 
 def launch(app: Any, host: str = '127.0.0.1', port: Optional[int] = None, block: bool = True) -> Any:
