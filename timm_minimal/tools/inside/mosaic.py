@@ -12,8 +12,9 @@ A head's map is the attention each patch receives (the mean over the queries), o
 that patch looks: its row of A, with the patch outlined in every panel. Every head's map shares one square-root
 scale, as in the figure. ``Mosaic.patch_at`` turns a click on any image panel into the patch under it.
 """
+import functools
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -46,25 +47,21 @@ class Mosaic:
         return None
 
 
+@functools.lru_cache(maxsize=None)
 def _font(size: int = 12) -> ImageFont.ImageFont:
     return ImageFont.load_default(size=size)
 
 
+@functools.lru_cache(maxsize=None)
 def _colormap(name: str) -> np.ndarray:
     """The 256 RGB colours of a matplotlib colour map (uint8)."""
     from matplotlib import colormaps
     return (colormaps[name](np.linspace(0, 1, 256))[:, :3] * 255).astype(np.uint8)
 
 
-_LUTS: Dict[str, np.ndarray] = {}
-
-
 def _colour(values: np.ndarray, cmap: str) -> np.ndarray:
     """``values`` in [0, 1] as RGB through ``cmap``."""
-    lut = _LUTS.get(cmap)
-    if lut is None:
-        lut = _LUTS[cmap] = _colormap(cmap)
-    return lut[np.clip(np.nan_to_num(values) * 255, 0, 255).astype(np.uint8)]
+    return _colormap(cmap)[np.clip(np.nan_to_num(values) * 255, 0, 255).astype(np.uint8)]
 
 
 def _resize(rgb: np.ndarray) -> Image.Image:
@@ -77,12 +74,16 @@ def _input_panel(maps: AttentionMaps) -> Image.Image:
     return _resize((rgb * 255).astype(np.uint8))
 
 
-def _overlay(gray: np.ndarray, values: np.ndarray, grid: Tuple[int, int], alpha: float = .7) -> Image.Image:
-    """``values`` (T,) in [0, 1] on the patch grid, inferno, over the grayscale input."""
-    heat = _colour(values.reshape(grid), 'inferno')
-    heat = np.asarray(Image.fromarray(heat).resize((PANEL, PANEL), Image.NEAREST), np.float32)
-    base = np.asarray(Image.fromarray((gray * 255).astype(np.uint8)).resize((PANEL, PANEL), Image.NEAREST),
+def _gray_base(maps: AttentionMaps) -> np.ndarray:
+    """A grayscale copy of the input at the panel size (PANEL, PANEL, 1), under every map."""
+    gray = maps.image if maps.image.ndim == 2 else maps.image.mean(axis=-1)
+    return np.asarray(Image.fromarray((gray * 255).astype(np.uint8)).resize((PANEL, PANEL), Image.NEAREST),
                       np.float32)[..., None]
+
+
+def _overlay(base: np.ndarray, values: np.ndarray, grid: Tuple[int, int], alpha: float = .7) -> Image.Image:
+    """``values`` (T,) in [0, 1] on the patch grid, inferno, over ``base`` (``_gray_base``)."""
+    heat = np.asarray(_resize(_colour(values.reshape(grid), 'inferno')), np.float32)
     return Image.fromarray((alpha * heat + (1 - alpha) * base).astype(np.uint8))
 
 
@@ -107,14 +108,18 @@ def _outline(panel: Image.Image, patch: Tuple[int, int], grid: Tuple[int, int]) 
                                      (r + 1) * PANEL // rows - 1], outline=OUTLINE, width=2)
 
 
+def _token(maps: AttentionMaps, patch: Tuple[int, int]) -> int:
+    """The token of the patch in row ``patch[0]``, column ``patch[1]`` (row-major, no prefix tokens)."""
+    return patch[0] * maps.grid[1] + patch[1]
+
+
 def head_maps(maps: AttentionMaps, patch: Optional[Tuple[int, int]]) -> List[torch.Tensor]:
     """Per layer (heads, T): what each head's panel shows (received attention, or the picked patch's row of A),
     on one square-root scale for all heads and layers, in [0, 1]."""
     if patch is None:
         values = maps.received
     else:
-        query = patch[0] * maps.grid[1] + patch[1]
-        values = [a[:, query, :] for a in maps.attentions]
+        values = [a[:, _token(maps, patch), :] for a in maps.attentions]
     top = max(float(v.max()) for v in values) or 1.0
     return [(v / top).clamp(min=0).sqrt() for v in values]
 
@@ -125,7 +130,7 @@ def draw_mosaic(maps: AttentionMaps, head: int = 0, patch: Optional[Tuple[int, i
     layers, heads = len(maps.attentions), maps.attentions[0].shape[0]
     if patch is not None and not (0 <= patch[0] < maps.grid[0] and 0 <= patch[1] < maps.grid[1]):
         raise ValueError(f'patch {patch} is outside the {maps.grid[0]} x {maps.grid[1]} patch grid')
-    query = None if patch is None else patch[0] * maps.grid[1] + patch[1]
+    query = None if patch is None else _token(maps, patch)
     step = PANEL + GAP
     columns = heads + 2
     width = LABEL_WIDTH + columns * step + GAP
@@ -138,11 +143,11 @@ def draw_mosaic(maps: AttentionMaps, head: int = 0, patch: Optional[Tuple[int, i
         '; click a patch of an image to see where it looks'
     draw.text((GAP, 3), f"{maps.model_name}{weights}: '{maps.label}' ({maps.probability:.1%}){looking}", fill=0,
               font=font)
-    gray = maps.image if maps.image.ndim == 2 else maps.image.mean(axis=-1)
+    base = _gray_base(maps)
     top = 2 * TITLE
     rollout = (maps.rollout / max(float(maps.rollout.max()), 1e-12)).numpy()
     for i, (title, panel) in enumerate((('model input', _input_panel(maps)),
-                                        ('attention rollout', _overlay(gray, rollout, maps.grid)))):
+                                        ('attention rollout', _overlay(base, rollout, maps.grid)))):
         left = LABEL_WIDTH + i * step
         draw.text((left, top - TITLE + 3), title, fill=0, font=font)
         if patch is not None:
@@ -157,7 +162,7 @@ def draw_mosaic(maps: AttentionMaps, head: int = 0, patch: Optional[Tuple[int, i
     for layer in range(layers):
         draw.text((GAP, top + PANEL // 2 - 6), f'layer {layer + 1}', fill=0, font=font)
         for h in range(heads):
-            panel = _overlay(gray, shown[layer][h].numpy(), maps.grid)
+            panel = _overlay(base, shown[layer][h].numpy(), maps.grid)
             if patch is not None:
                 _outline(panel, patch, maps.grid)
             left = LABEL_WIDTH + h * step
