@@ -137,7 +137,8 @@ def test_run_folder_is_self_describing(reference):
     run = json.loads((reference / 'run.json').read_text())
     assert run['status'] == 'finished' and run['model'] == 'vit_minimal_std_mlp_6x1.mnist'
     assert run['num_params'] == sum(v.numel() for v in weights(reference).values())
-    assert run['recipe'] == 'mnist' and run['recipe_values']['opt'] == 'adamw'
+    assert run['recipe'] == 'mnist_cpu'  # BASE trains with --cpu: MNIST's CPU recipe
+    assert run['recipe_values']['opt'] == 'adamw'
     assert run['dataset']['name'] == 'mnist' and run['dataset']['train_samples'] == 5000
     assert (run['dataset']['train_samples_used'], run['dataset']['eval_samples_used']) == (384, 200)
     assert set(run['versions']) >= {'torch', 'timm', 'accelerate', 'timm_minimal'}
@@ -385,15 +386,20 @@ def test_existing_run_folder_needs_resume(reference, data, capsys):
 
 
 def test_recipe_then_command_line(tmp_path):
-    args, prov = train_mod.parse_args(['--model', 'm', '--dataset', 'mnist'])
+    args, prov = train_mod.parse_args(['--model', 'm', '--dataset', 'mnist', '--recipe', 'mnist'])
     assert (args.lr, args.batch_size, args.hflip, args.recipe) == (5e-3, 1024, 0.0, 'mnist')
-    args, _ = train_mod.parse_args(['--model', 'm', '--dataset', 'mnist', '--lr', '5e-4', '--hflip', '0.5'])
+    args, _ = train_mod.parse_args(['--model', 'm', '--dataset', 'mnist', '--recipe', 'mnist', '--lr', '5e-4',
+                                    '--hflip', '0.5'])
     assert (args.lr, args.hflip, args.batch_size) == (5e-4, 0.5, 1024)
+    args, _ = train_mod.parse_args(['--model', 'm', '--dataset', 'mnist', '--cpu'])
+    assert (args.recipe, args.batch_size, args.epochs, args.lr) == ('mnist_cpu', 256, 16, 5e-3)  # a CPU's own
+    args, _ = train_mod.parse_args(['--model', 'm', '--dataset', 'mnist-sample', '--cpu'])
+    assert args.recipe == 'mnist_sample'  # the bundled sample keeps its recipe on a CPU
     args, _ = train_mod.parse_args(['--model', 'm', '--dataset', 'cifar10', '--no-aug'])
     assert args.hflip == 0.5 and args.no_aug is True and args.data_path == 'auto'
     assert args.recipe == ('cifar10' if torch.cuda.is_available() else 'cifar10_cpu')  # a CPU's own CIFAR-10 recipe
     args, _ = train_mod.parse_args(['--model', 'm', '--dataset', 'cifar10', '--cpu'])
-    assert (args.recipe, args.batch_size, args.epochs) == ('cifar10_cpu', 256, 60)
+    assert (args.recipe, args.batch_size, args.epochs) == ('cifar10_cpu', 256, 36)
     args, _ = train_mod.parse_args(['--model', 'm', '--dataset', 'cifar10', '--cpu', '--recipe', 'cifar10'])
     assert (args.recipe, args.batch_size) == ('cifar10', 2048)
     custom = tmp_path / 'mine.yaml'
@@ -403,7 +409,7 @@ def test_recipe_then_command_line(tmp_path):
     custom.write_text('learning_rate: 0.01\n')
     with pytest.raises(train_mod.UsageError, match=r"unknown keys \['learning_rate'\]"):
         train_mod.parse_args(['--model', 'm', '--dataset', 'mnist', '--recipe', str(custom)])
-    for name in ('mnist', 'mnist_sample', 'cifar10', 'cifar10_cpu', 'imagenet', 'default'):  # option names only
+    for name in ('mnist', 'mnist_cpu', 'mnist_sample', 'cifar10', 'cifar10_cpu', 'imagenet', 'default'):  # option names only
         assert set(train_mod.load_recipe(name)) <= set(vars(train_mod.build_parser().parse_args([])))
 
 
@@ -520,7 +526,9 @@ def test_help_shows_the_defaults_that_apply(capsys):
     with pytest.raises(SystemExit) as e:
         train_mod.main(['--dataset', 'mnist', '--help'])
     out = capsys.readouterr().out
-    assert e.value.code == 0 and '(default: 1024)' in out and '(default: 0.005)' in out and 'mnist recipe' in out
+    recipe, batch = ('mnist', 1024) if torch.cuda.is_available() else ('mnist_cpu', 256)  # the recipe a run takes here
+    assert e.value.code == 0 and f'(default: {batch})' in out and '(default: 0.005)' in out
+    assert f'Defaults shown are those of the {recipe} recipe' in out
     with pytest.raises(SystemExit):
         train_mod.main(['--help'])
     out = capsys.readouterr().out  # without a dataset: the default recipe's, what an image folder trains with

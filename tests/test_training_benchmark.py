@@ -78,21 +78,21 @@ def test_trainer_throughput_errors(tmp_path):
 
 def test_time_to_target(tmp_path):
     calls = []
-    t = T.time_to_target('vit_minimal_sym_6x4', 'mnist', 'data', tmp_path / 'a', 98.24, device_type='cuda',
-                         runner=_fake_runner(TARGET_ROWS, calls))
+    t, = T.time_to_target('vit_minimal_sym_6x4', 'mnist', 'data', tmp_path / 'a', [98.24], device_type='cuda',
+                          runner=_fake_runner(TARGET_ROWS, calls))
     assert (t.reached_epoch, t.elapsed) == (2, 35.0)  # the first epoch at or above the target
     assert (t.best_acc, t.best_epoch, t.final_acc, t.epochs, t.total_elapsed) == (98.5, 4, 98.5, 4, 44.0)
     assert calls[0] == ['--model', 'vit_minimal_sym_6x4', '--dataset', 'mnist', '--data-dir', 'data',
                         '--output', str(tmp_path / 'a'), '--no-progress']  # the default recipe
-    exact = T.time_to_target('m', 'mnist', 'data', tmp_path / 'b', 98.3, runner=_fake_runner(TARGET_ROWS))
-    assert exact.reached_epoch == 2
-    missed = T.time_to_target('m', 'mnist', 'data', tmp_path / 'c', 99.0, device_type='cpu',
-                              runner=_fake_runner(TARGET_ROWS, calls))
-    assert missed.reached_epoch is None and missed.elapsed is None
+    exact, missed = T.time_to_target('m', 'mnist', 'data', tmp_path / 'b', [98.3, 99.0], device_type='cpu',
+                                     runner=_fake_runner(TARGET_ROWS, calls))
+    assert len(calls) == 2  # two targets, one run
+    assert (exact.target, exact.reached_epoch) == (98.3, 2)
+    assert missed.target == 99.0 and missed.reached_epoch is None and missed.elapsed is None
     assert (missed.best_acc, missed.best_epoch, missed.total_elapsed) == (98.5, 4, 44.0)
     assert calls[-1][-1] == '--cpu'
     with pytest.raises(T.TrainerError, match="no 'elapsed' field"):
-        T.time_to_target('m', 'mnist', 'data', tmp_path / 'd', 90.0, runner=_fake_runner([dict(epoch=1, test_acc=95)]))
+        T.time_to_target('m', 'mnist', 'data', tmp_path / 'd', [90.0], runner=_fake_runner([dict(epoch=1, test_acc=95)]))
 
 
 def test_tables():
@@ -121,15 +121,15 @@ def test_run_and_report(tmp_path, capsys, monkeypatch):
     out_json, out_md = tmp_path / 'out' / 'training.json', tmp_path / 'out' / 'training.md'
     code = T.main(['--quick', '--device', 'cpu', '--datasets', 'mnist', '--batch-sizes', '8', '--steps', '1',
                    '--repeats', '2', '--warmup', '1', '--data-dir', str(data), '--time-to-target',
-                   '--targets', 'mnist=97.5', '--keep-runs', str(tmp_path / 'runs'),
+                   '--targets', 'mnist=97.5', 'mnist=99', '--keep-runs', str(tmp_path / 'runs'),
                    '--json', str(out_json), '--output', str(out_md)])
     assert code == 0
     results = json.loads(out_json.read_text())
     row = results['throughput'][0]
     assert row['trainer'] == 1050.0 and len(row['bare_repeats']) == 2  # median of epochs 2..5
     assert row['ratio'] == pytest.approx(1050.0 / statistics.median(row['bare_repeats']))  # trainer / median bare
-    assert results['time_to_target'][0]['reached_epoch'] == 5
-    assert results['settings']['targets'] == {'mnist': 97.5, 'cifar10': 70.0}
+    assert [(r['target'], r['reached_epoch']) for r in results['time_to_target']] == [(97.5, 5), (99.0, None)]
+    assert results['settings']['targets'] == {'mnist': [97.5, 99.0], 'cifar10': [60.0, 70.0]}  # given, default
     md = out_md.read_text()
     assert md.startswith('## Trainer against the bare training step')
     assert f"torch {torch.__version__}" in md and 'python ' in md and 'date: ' in md

@@ -58,7 +58,7 @@ DATASETS: Dict[str, DatasetInfo] = {d.tag: d for d in (
     DatasetInfo(
         tag='mnist', kind='mnist', display_name='MNIST', hub_id='ylecun/mnist', train_samples=60_000,
         input_size=(1, 28, 28), patch_size=7, num_classes=10, mean=(0.1307,), std=(0.3081,), crop_pct=1.0,
-        interpolation='bilinear', recipe='mnist', label_names=MNIST_CLASSES,
+        interpolation='bilinear', recipe='mnist', cpu_recipe='mnist_cpu', label_names=MNIST_CLASSES,
         note='The MNIST test digits (as in the paper) also served as the validation set during training; there is '
              'no separate held-out split.'),
     DatasetInfo(
@@ -79,7 +79,7 @@ DATASETS: Dict[str, DatasetInfo] = {d.tag: d for d in (
 # tag (geometry, normalisation, classes) of the dataset it was drawn from.
 SAMPLES: Dict[str, DatasetInfo] = {d.kind: d for d in (
     replace(DATASETS['mnist'], kind='mnist-sample', display_name='MNIST (bundled sample)', train_samples=20_000,
-            test_samples=1_000, recipe='mnist_sample', bundled='mnist_sample.npz',
+            test_samples=1_000, recipe='mnist_sample', cpu_recipe=None, bundled='mnist_sample.npz',
             note='The 20,000 training and 1,000 test digits of MNIST that ship with timm-minimal: the first '
                  'digits of the original training and test files.'),
 )}
