@@ -11,6 +11,7 @@ import torch
 from timm_minimal.tools import benchmark as B
 from timm_minimal.tools.benchmark.cli import _dispatch
 from timm_minimal.tools.benchmark import training as T
+from timm_minimal.training.cpu_split import cpu_signature
 
 
 def _fake_runner(rows, calls=None):
@@ -133,6 +134,9 @@ def test_run_and_report(tmp_path, capsys, monkeypatch):
     md = out_md.read_text()
     assert md.startswith('## Trainer against the bare training step')
     assert f"torch {torch.__version__}" in md and 'python ' in md and 'date: ' in md
+    flags = cpu_signature()['flags']
+    assert results['environment']['flags'] == flags  # a CPU figure comes with the CPU's SIMD flags
+    assert f"- CPU flags: {flags or 'none of avx, amx, fma, sse4'}" in md
     assert f"| {row['ratio']:.2f} |" in md
     printed = capsys.readouterr().out
     assert printed.rstrip().endswith(md.rstrip().splitlines()[-1])  # the tables come last

@@ -53,6 +53,7 @@ from timm.data import resolve_model_data_config
 from timm.optim import create_optimizer_v2
 
 from ...models.paper import TABLE2
+from ...training.cpu_split import cpu_signature
 from ...models.vit_minimal import ARCHITECTURES
 from ..common import write_report
 from ...cli import OneLineParser, UsageError
@@ -319,24 +320,20 @@ def time_to_target(model: str, dataset: str, data_dir: str, output: Path, target
 # -- report ----------------------------------------------------------------------------------------
 
 def _cpu_name() -> str:
-    """The CPU model (from /proc/cpuinfo where there is one) and the cores this process may use."""
-    name = platform.processor() or platform.machine()
-    try:
-        with open('/proc/cpuinfo') as f:
-            name = next((ln.split(':', 1)[1].strip() for ln in f if ln.startswith('model name')), name)
-    except OSError:
-        pass
+    """The CPU model and the cores this process may use."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()
-    return f'{name}, {cores} cores'
+    return f"{cpu_signature()['cpu']}, {cores} cores"
 
 
 def environment(device: torch.device) -> Dict[str, str]:
-    """Device name, library versions and the date, for the report's header."""
+    """Device name (and a CPU's SIMD flags), library versions and the date, for the report's header."""
+    env = {}
     if device.type == 'cuda':
-        name = torch.cuda.get_device_name(device)
+        env['device'] = torch.cuda.get_device_name(device)
     else:
-        name = f'{_cpu_name()}, {torch.get_num_threads()} torch threads'
-    return dict(device=name, torch=torch.__version__, timm=timm.__version__, python=platform.python_version(),
+        env['device'] = f'{_cpu_name()}, {torch.get_num_threads()} torch threads'
+        env['flags'] = cpu_signature()['flags']
+    return dict(env, torch=torch.__version__, timm=timm.__version__, python=platform.python_version(),
                 date=datetime.now(timezone.utc).isoformat(timespec='seconds'))
 
 
@@ -373,6 +370,7 @@ def render_markdown(results: Dict[str, Any]) -> str:
     env, s = results['environment'], results['settings']
     lines = [f"## Trainer against the bare training step: {env['device']}", '',
              f"- device: {env['device']}",
+             *([f"- CPU flags: {env['flags'] or 'none of avx, amx, fma, sse4'}"] if 'flags' in env else []),
              f"- torch {env['torch']}, timm {env['timm']}, python {env['python']}",
              f"- date: {env['date']}",
              f"- command: `{results['command']}`",
