@@ -53,8 +53,8 @@ from timm.data import resolve_model_data_config
 from timm.optim import create_optimizer_v2
 
 from ...models.paper import TABLE2
-from ...training.cpu_split import cpu_signature
 from ...models.vit_minimal import ARCHITECTURES
+from ...training.cpu_split import cpu_signature
 from ..common import write_report
 from ...cli import OneLineParser, UsageError
 
