@@ -10,6 +10,7 @@ import timm
 import torch
 
 from timm_minimal.tools.deploy import export as ex
+from timm_minimal.training.cpu_split import cpu_signature
 
 ort = pytest.importorskip('onnxruntime', reason='the export extra is not installed: pip install -e ".[export]"')
 pytest.importorskip('onnxscript', reason='the export extra is not installed: pip install -e ".[export]"')
@@ -168,4 +169,7 @@ def test_deployment_benchmark_quick(tmp_path, capsys):
     assert results['environment']['onnxruntime'] == ort.__version__ and results['settings']['threads'] == 1
     text = md.read_text()
     assert '| `vit_minimal_qkonly_6x1.mnist` |' in text and 'smoke-test' in text
+    flags = cpu_signature()['flags']
+    assert results['environment']['flags'] == flags  # a CPU figure comes with the CPU's SIMD flags
+    assert f"- CPU flags: {flags or 'none of avx, amx, fma, sse4'}" in text
     assert deployment_benchmark.main(['--quick', '--threads', '0', '--out-md', '', '--out-json', '']) == 2

@@ -1,8 +1,8 @@
 """What the tools share beyond the command-line layer (``timm_minimal.cli``): the model a tool is pointed at by name,
-refused with the names allowed, and the writing of a benchmark's JSON and markdown report."""
+refused with the names allowed, the CPU a benchmark ran on, and the writing of a benchmark's JSON and markdown report."""
 import json
 import os
-from typing import Any, Dict, Optional, Type
+from typing import Any, Dict, List, Optional, Type
 
 import torch.nn as nn
 
@@ -70,3 +70,18 @@ def write_report(results: Dict[str, Any], text: str, out_json: Optional[str], ou
                 f.write(content)
     written = [p for p in (out_json, out_md) if p]
     print(('\nwrote ' + ', '.join(written) + '\n' if written else '\n') + '\n' + text, end='', flush=True)
+
+
+def cpu_environment() -> Dict[str, str]:
+    """This CPU for a benchmark report's header: ``device`` (model and the cores this process may use) and ``flags``
+    (its SIMD flags), from the one reading of the CPU that the trainer's process split uses."""
+    from ..training.cpu_split import cpu_signature
+    cpu = cpu_signature()
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()
+    return dict(device=f"{cpu['cpu']}, {cores} cores", flags=cpu['flags'])
+
+
+def cpu_flags_lines(env: Dict[str, Any]) -> List[str]:
+    """The report header's line naming the CPU's SIMD flags, where ``env`` has them (none for a GPU, or a report
+    written before they were recorded)."""
+    return [f"- CPU flags: {env['flags'] or 'none of avx, amx, fma, sse4'}"] if 'flags' in env else []

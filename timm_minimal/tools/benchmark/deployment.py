@@ -13,7 +13,6 @@ load falls on all three alike. The table gives the median and the 90th percentil
 Needs the ``export`` extra (``pip install -e ".[export]"``).
 """
 import argparse
-import os
 import platform
 import shlex
 import statistics
@@ -27,7 +26,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from ..common import write_report
+from ..common import cpu_environment, cpu_flags_lines, write_report
 from ...cli import OneLineParser
 from ..deploy.export import (FP32_FILE, INPUT_NAME, INT8_FILE, ExportError, MissingExtraError, VerificationError, export_model,
                      ort_session, require_export_extra, resolve_model)
@@ -110,24 +109,12 @@ def benchmark_model(name: str, config: DeploymentConfig, workdir: Path) -> Dict[
 
 # -- report ----------------------------------------------------------------------------------------
 
-def _cpu_name() -> str:
-    """The CPU model (from /proc/cpuinfo where there is one) and the cores this process may use."""
-    name = platform.processor() or platform.machine()
-    try:
-        with open('/proc/cpuinfo') as f:
-            name = next((ln.split(':', 1)[1].strip() for ln in f if ln.startswith('model name')), name)
-    except OSError:
-        pass
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()
-    return f'{name}, {cores} cores'
-
-
 def environment() -> Dict[str, str]:
-    """Device, library versions and the date, for the report's header."""
+    """Device (the CPU and its SIMD flags), library versions and the date, for the report's header."""
     import onnx
     import onnxruntime
     import timm
-    return dict(device=_cpu_name(), torch=torch.__version__, onnxruntime=onnxruntime.__version__,
+    return dict(cpu_environment(), torch=torch.__version__, onnxruntime=onnxruntime.__version__,
                 onnx=onnx.__version__, timm=timm.__version__, python=platform.python_version(),
                 date=datetime.now(timezone.utc).isoformat(timespec='seconds'))
 
@@ -166,6 +153,7 @@ def render_markdown(results: Dict[str, Any]) -> str:
     lines = [f"## Deployment: batch-1 CPU latency, torch eager against onnxruntime: {env['device']}", '',
              f"- device: {env['device']}; {s['threads']} thread(s) for every runtime (torch.set_num_threads, "
              f"onnxruntime intra-op threads)",
+             *cpu_flags_lines(env),
              f"- torch {env['torch']}, onnxruntime {env['onnxruntime']}, onnx {env['onnx']}, timm {env['timm']}, "
              f"python {env['python']}",
              f"- date: {env['date']}",

@@ -20,6 +20,7 @@ import torch
 from ...models.paper import BASELINE, arch_name
 from ...models.datasets import DATASETS
 from ...models.vit_minimal import ARCHITECTURES
+from ...training.cpu_split import cpu_signature
 from .measure import (TIMM_REF, ModelSpec, Runner, calibrate, count_flops, count_params, geometry, measure_rounds,
                       measure_throughput, parse_name)
 from .memory import MemoryServer, measure_memory
@@ -115,17 +116,8 @@ def select_models(patterns: Sequence[str]) -> List[str]:
 # -- the run ---------------------------------------------------------------------------------------
 
 def _environment(config: BenchmarkConfig, device: torch.device) -> Dict[str, Any]:
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open('/proc/cpuinfo') as f:
-            for line in f:
-                if line.startswith('model name'):
-                    cpu = line.split(':', 1)[1].strip()
-                    break
-    except OSError:
-        pass
     env = dict(
-        device=str(device), cpu=cpu, cpu_count=os.cpu_count(), threads=torch.get_num_threads(),
+        device=str(device), cpu=cpu_signature()['cpu'], cpu_count=os.cpu_count(), threads=torch.get_num_threads(),
         torch=torch.__version__, timm=timm.__version__, python=platform.python_version(),
         platform=platform.platform(terse=True), date=time.strftime('%Y-%m-%d'),
         dtype=f'autocast {config.amp_dtype}' if config.amp else 'float32',

@@ -54,8 +54,7 @@ from timm.optim import create_optimizer_v2
 
 from ...models.paper import TABLE2
 from ...models.vit_minimal import ARCHITECTURES
-from ...training.cpu_split import cpu_signature
-from ..common import write_report
+from ..common import cpu_environment, cpu_flags_lines, write_report
 from ...cli import OneLineParser, UsageError
 
 __all__ = [
@@ -306,33 +305,23 @@ def time_to_target(model: str, dataset: str, data_dir: str, output: Path, target
     rows = read_metrics(output)
     acc, elapsed = _field(rows, 'test_acc', output), _field(rows, 'elapsed', output)
     best = max(range(len(acc)), key=lambda i: acc[i])
-    readings = []
-    for target in targets:
-        hit = first_reaching(rows, target)
-        readings.append(TimeToTarget(
-            command=['timm_minimal.training.train', *args], target=target,
-            reached_epoch=int(hit['epoch']) if hit else None, elapsed=float(hit['elapsed']) if hit else None,
-            best_acc=acc[best], best_epoch=int(rows[best].get('epoch', best + 1)), final_acc=acc[-1],
-            epochs=len(rows), total_elapsed=elapsed[-1], test_acc=acc, elapsed_per_epoch=elapsed))
-    return readings
+    run = dict(command=['timm_minimal.training.train', *args], best_acc=acc[best],
+               best_epoch=int(rows[best].get('epoch', best + 1)), final_acc=acc[-1], epochs=len(rows),
+               total_elapsed=elapsed[-1], test_acc=acc, elapsed_per_epoch=elapsed)  # the same for every target
+    hits = [(target, first_reaching(rows, target)) for target in targets]
+    return [TimeToTarget(target=target, reached_epoch=int(hit['epoch']) if hit else None,
+                         elapsed=float(hit['elapsed']) if hit else None, **run) for target, hit in hits]
 
 
 # -- report ----------------------------------------------------------------------------------------
 
-def _cpu_name() -> str:
-    """The CPU model and the cores this process may use."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()
-    return f"{cpu_signature()['cpu']}, {cores} cores"
-
-
 def environment(device: torch.device) -> Dict[str, str]:
     """Device name (and a CPU's SIMD flags), library versions and the date, for the report's header."""
-    env = {}
     if device.type == 'cuda':
-        env['device'] = torch.cuda.get_device_name(device)
+        env = dict(device=torch.cuda.get_device_name(device))
     else:
-        env['device'] = f'{_cpu_name()}, {torch.get_num_threads()} torch threads'
-        env['flags'] = cpu_signature()['flags']
+        env = cpu_environment()
+        env['device'] += f', {torch.get_num_threads()} torch threads'
     return dict(env, torch=torch.__version__, timm=timm.__version__, python=platform.python_version(),
                 date=datetime.now(timezone.utc).isoformat(timespec='seconds'))
 
@@ -370,7 +359,7 @@ def render_markdown(results: Dict[str, Any]) -> str:
     env, s = results['environment'], results['settings']
     lines = [f"## Trainer against the bare training step: {env['device']}", '',
              f"- device: {env['device']}",
-             *([f"- CPU flags: {env['flags'] or 'none of avx, amx, fma, sse4'}"] if 'flags' in env else []),
+             *cpu_flags_lines(env),
              f"- torch {env['torch']}, timm {env['timm']}, python {env['python']}",
              f"- date: {env['date']}",
              f"- command: `{results['command']}`",
