@@ -16,10 +16,18 @@ name       what the layer computes (width N, per-head width d = N/H)    paramete
            semi-definite)
 =========  ===========================================================  ==================
 
+Each variant also knows its mimetic initialisation (``init_mimetic``, the model's ``weight_init='mimetic'``;
+Trockman and Kolter, "Mimetic Initialization of Self-Attention Layers", ICML 2023): the product of its query and
+key maps starts near ``alpha Z + beta I`` (Z a random matrix of unit spectral scale, so a token first attends
+mostly to itself) and the product of its value and output maps, where it has them, near ``alpha Z - beta I``.
+For ``qk`` and ``qkonly`` that product is the one matrix W_QK itself; ``sym`` and ``chol`` take the symmetric,
+positive semi-definite part, the only kind their W W^T can be.
+
 The block (``Block``) is attention + MLP, or attention alone ("no MLP", ``use_mlp=False``).
 All variants run on ``F.scaled_dot_product_attention``: ``sym`` and ``chol`` pass q as k,
 ``qk`` and ``qkonly`` pass the raw inputs as k, ``qkonly`` also as v.
 """
+from dataclasses import dataclass
 from typing import Dict, Optional, Tuple, Type
 
 import torch
@@ -31,7 +39,7 @@ from timm.layers import DropPath, Mlp, use_fused_attn
 
 __all__ = [
     'MinimalAttention', 'StdAttention', 'QKAttention', 'QKOnlyAttention', 'SymAttention', 'CholAttention',
-    'ATTENTION_LAYERS', 'get_attn_layer', 'Block', 'sincos_2d_pos_embed',
+    'ATTENTION_LAYERS', 'get_attn_layer', 'Block', 'sincos_2d_pos_embed', 'MimeticInit', 'mimetic_factors',
 ]
 
 
@@ -52,6 +60,41 @@ def sincos_2d_pos_embed(grid_h: int, grid_w: int, dim: int, temperature: float =
     grid = torch.stack([rows.flatten(), cols.flatten()], dim=1)  # (T, 2)
     angles = grid.unsqueeze(-1) * bands  # (T, 2, dim / 4)
     return torch.stack([angles.sin(), angles.cos()], dim=1).flatten(1).unsqueeze(0)
+
+
+@dataclass(frozen=True)
+class MimeticInit:
+    """The targets of a mimetic initialisation: W_Q W_K^T ~ qk_alpha Z + qk_beta I and W_V W_O ~ vo_alpha Z -
+    vo_beta I (Z: a random N x N matrix, entries of variance 1 / N)."""
+    qk_alpha: float = 0.7
+    qk_beta: float = 0.7
+    vo_alpha: float = 0.4
+    vo_beta: float = 0.4
+
+
+def _mimetic_target(dim: int, alpha: float, beta: float, symmetric: bool = False) -> torch.Tensor:
+    """``alpha Z + beta I`` (N x N); with ``symmetric`` its symmetric part with the negative eigenvalues cut to 0
+    (plus 1e-6 I), so that it is W W^T of some W."""
+    z = torch.randn(dim, dim) / dim ** 0.5
+    eye = torch.eye(dim)
+    if not symmetric:
+        return alpha * z + beta * eye
+    evals, evecs = torch.linalg.eigh(alpha * (z + z.t()) / 2 ** 0.5 + beta * eye)
+    return (evecs * evals.clamp(min=0)) @ evecs.t() + 1e-6 * eye
+
+
+def mimetic_factors(dim: int, alpha: float, beta: float, symmetric: bool = False
+                    ) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Two N x N matrices L, R with L @ R = ``alpha Z + beta I`` (``_mimetic_target``; R = L^T where
+    ``symmetric``), by SVD (or eigendecomposition) as Trockman and Kolter do; a head of width d takes d columns
+    of L and the same d rows of R."""
+    target = _mimetic_target(dim, alpha, beta, symmetric)
+    if symmetric:
+        evals, evecs = torch.linalg.eigh(target)
+        left = evecs * evals.clamp(min=0).sqrt()
+        return left, left.t()
+    u, sv, vh = torch.linalg.svd(target)
+    return u * sv.sqrt(), sv.sqrt()[:, None] * vh
 
 
 class MinimalAttention(nn.Module):
@@ -143,6 +186,18 @@ class MinimalAttention(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.attend(x)[0]
 
+    @torch.no_grad()
+    def init_mimetic(self, cfg: MimeticInit) -> None:
+        """Set the maps so that their products start at ``cfg``'s targets (the biases stay as they are)."""
+        raise NotImplementedError
+
+    @torch.no_grad()
+    def _init_value_output(self, v_weight: torch.Tensor, cfg: MimeticInit) -> None:
+        """W_V W_O ~ vo_alpha Z - vo_beta I: x W_V^T W_O^T for torch's (out, in) weights."""
+        left, right = mimetic_factors(self.dim, cfg.vo_alpha, -cfg.vo_beta)
+        v_weight.copy_(left.t())
+        self.proj.weight.copy_(right.t())
+
 
 class StdAttention(MinimalAttention):
     """The paper's "unchanged" attention: W_Q, W_K, W_V (one fused ``qkv``) and W_O (``proj``).
@@ -159,6 +214,14 @@ class StdAttention(MinimalAttention):
     def compute_qkv(self, x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         q, k, v = self.qkv(x).chunk(3, dim=-1)
         return self._heads(q), self._heads(k), self._heads(v)
+
+    @torch.no_grad()
+    def init_mimetic(self, cfg: MimeticInit) -> None:
+        w_q, w_k, w_v = self.qkv.weight.chunk(3, dim=0)
+        left, right = mimetic_factors(self.dim, cfg.qk_alpha, cfg.qk_beta)
+        w_q.copy_(left.t())  # scores x W_Q^T W_K x^T = x L R x^T
+        w_k.copy_(right)
+        self._init_value_output(w_v, cfg)
 
 
 class QKAttention(MinimalAttention):
@@ -179,6 +242,11 @@ class QKAttention(MinimalAttention):
     def compute_qkv(self, x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         return self._heads(self.w_qk(x)), self._heads(x), self._heads(self.v(x))
 
+    @torch.no_grad()
+    def init_mimetic(self, cfg: MimeticInit) -> None:
+        self.w_qk.weight.copy_(_mimetic_target(self.dim, cfg.qk_alpha, cfg.qk_beta).t())  # scores x W^T x^T
+        self._init_value_output(self.v.weight, cfg)
+
 
 class QKOnlyAttention(MinimalAttention):
     """W_QK only, W_V = W_O = identity: every output is a convex combination of the layer's inputs.
@@ -197,6 +265,10 @@ class QKOnlyAttention(MinimalAttention):
         x_heads = self._heads(x)
         return self._heads(self.w_qk(x)), x_heads, x_heads
 
+    @torch.no_grad()
+    def init_mimetic(self, cfg: MimeticInit) -> None:
+        self.w_qk.weight.copy_(_mimetic_target(self.dim, cfg.qk_alpha, cfg.qk_beta).t())  # no W_V, W_O to set
+
 
 class SymAttention(MinimalAttention):
     """Symmetric attention: the key map is the query map (W_K := W_Q), for any number of heads.
@@ -214,6 +286,13 @@ class SymAttention(MinimalAttention):
         q, v = self.qv(x).chunk(2, dim=-1)
         q = self._heads(q)
         return q, q, self._heads(v)
+
+    @torch.no_grad()
+    def init_mimetic(self, cfg: MimeticInit) -> None:
+        w_q, w_v = self.qv.weight.chunk(2, dim=0)
+        left, _ = mimetic_factors(self.dim, cfg.qk_alpha, cfg.qk_beta, symmetric=True)
+        w_q.copy_(left.t())  # scores x W_Q^T W_Q x^T = x L L^T x^T
+        self._init_value_output(w_v, cfg)
 
 
 class CholAttention(MinimalAttention):
@@ -251,6 +330,13 @@ class CholAttention(MinimalAttention):
     def compute_qkv(self, x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         q = self._heads(x @ self.factor())
         return q, q, self._heads(self.v(x))
+
+    @torch.no_grad()
+    def init_mimetic(self, cfg: MimeticInit) -> None:
+        target = _mimetic_target(self.dim, cfg.qk_alpha, cfg.qk_beta, symmetric=True)
+        factor = torch.linalg.cholesky(target)  # T T^T = target, T lower triangular
+        self.tril.copy_(factor[self.tril_indices[0].cpu(), self.tril_indices[1].cpu()])
+        self._init_value_output(self.v.weight, cfg)
 
 
 ATTENTION_LAYERS: Dict[str, Type[MinimalAttention]] = {

@@ -31,7 +31,7 @@ from timm.models._registry import get_pretrained_cfg
 from timm.models.vision_transformer import global_pool_nlc
 
 from .datasets import DATASETS
-from .layers import Block, CholAttention, get_attn_layer, sincos_2d_pos_embed
+from .layers import Block, CholAttention, MimeticInit, MinimalAttention, get_attn_layer, sincos_2d_pos_embed
 from .model_size import check_model_size
 from .pretrained import (  # noqa: F401  (HUB_ORG, WEIGHTS_DIR: where the weights are, also reachable here)
     HUB_ORG, WEIGHTS_DIR, _cfg, _weights, tag_geometry, weights_file_name,
@@ -45,6 +45,7 @@ _logger = logging.getLogger(__name__)
 
 
 PosEmbedType = Literal['sincos', 'learn', 'none']
+WeightInitType = Literal['', 'mimetic', 'skip']
 GlobalPoolType = Literal['', 'avg', 'max', 'token']
 
 
@@ -170,9 +171,11 @@ class VisionTransformerMinimal(nn.Module):
             proj_drop_rate: float = 0.,
             attn_drop_rate: float = 0.,
             drop_path_rate: float = 0.,
-            weight_init: Literal['', 'skip'] = '',
+            weight_init: WeightInitType = '',
             norm_layer: Type[nn.Module] = nn.LayerNorm,
             act_layer: Type[nn.Module] = nn.GELU,
+            device: Optional[Union[str, torch.device]] = None,
+            dtype: Optional[torch.dtype] = None,
     ) -> None:
         """
         Args:
@@ -197,9 +200,13 @@ class VisionTransformerMinimal(nn.Module):
             proj_drop_rate: Dropout after attention and MLP projections.
             attn_drop_rate: Dropout on the attention weights.
             drop_path_rate: Stochastic depth rate (linearly increasing over blocks).
-            weight_init: '' for timm's ViT initialisation, 'skip' to leave parameters as constructed.
+            weight_init: '' for timm's ViT initialisation, 'mimetic' for that with each attention layer's maps
+                set by ``init_mimetic`` (W_Q W_K^T near a multiple of the identity, W_V W_O near minus one),
+                'skip' to leave parameters as constructed.
             norm_layer: Normalisation layer.
             act_layer: MLP activation.
+            device: Where the parameters are made (timm's factory passes it).
+            dtype: The parameters' floating-point type (timm's factory passes it).
         """
         super().__init__()
         # The construction arguments, so that a config file can describe this model exactly.
@@ -262,11 +269,19 @@ class VisionTransformerMinimal(nn.Module):
 
         if weight_init != 'skip':
             self.init_weights(weight_init)
+        if device is not None or dtype is not None:
+            self.to(device=device, dtype=dtype)
 
-    def init_weights(self, mode: str = '') -> None:
-        """timm's ViT initialisation: truncated normal (std .02) weights, zero biases (``init_module``)."""
+    def init_weights(self, mode: WeightInitType = '') -> None:
+        """timm's ViT initialisation: truncated normal (std .02) weights, zero biases (``init_module``); with
+        ``mode='mimetic'`` each attention layer then sets its maps by ``init_mimetic``."""
+        _check_choice('weight_init', mode, WeightInitType)
         for module in self.modules():
             init_module(module)
+        if mode == 'mimetic':
+            for module in self.modules():
+                if isinstance(module, MinimalAttention):
+                    module.init_mimetic(MimeticInit())
 
     @torch.jit.ignore
     def init_non_persistent_buffers(self) -> None:
@@ -460,10 +475,10 @@ class VisionTransformerMinimal(nn.Module):
 
 
 # The keywords of VisionTransformerMinimal that describe a model (what a config file records): every
-# argument of its constructor but the initialisation switch and the layer classes.
+# argument of its constructor but the initialisation switch, the layer classes and where the parameters live.
 MODEL_KEYWORDS: Tuple[str, ...] = tuple(
     name for name in inspect.signature(VisionTransformerMinimal.__init__).parameters
-    if name not in ('self', 'weight_init', 'norm_layer', 'act_layer'))
+    if name not in ('self', 'weight_init', 'norm_layer', 'act_layer', 'device', 'dtype'))
 
 _WRAPPER_PREFIXES = ('module.', '_orig_mod.', 'timm_model.', 'vit_minimal.')
 

@@ -16,6 +16,7 @@ import yaml
 from ..cli import OneLineParser, UsageError, number
 from ..models.datasets import dataset_for_kind
 from .data import DatasetError, dataset_kind
+from .distill import DISTILL_TYPES
 
 # On a 2-core CPU a cold torch.compile of std_mlp_6x1 cost 27 s and made its trainer epochs 1.11x faster (the
 # median of three alternated runs, benchmarks/cpu_modes_trainer.md; 1.03x and 1.21x in single runs), which repays
@@ -101,6 +102,21 @@ def build_parser(suppress: bool = False) -> argparse.ArgumentParser:
     g.add_argument('--std', **_floats(kind=POSITIVE), **d(None), help='normalisation std (default: the model\'s)')
     g.add_argument('--interpolation', **d(None), help='resize interpolation (default: the model\'s)')
     g.add_argument('--crop-pct', type=number(float, 0, 1, above=True), **d(None), help='evaluation crop fraction (default: the model\'s)')
+
+    g = p.add_argument_group('distillation (timm.task: the teacher sees the same augmented batch, in eval mode)')
+    g.add_argument('--teacher', **d(None), metavar='NAME',
+                   help='distil from this pretrained model: a timm name, a zoo tag (vit_minimal_std_mlp_6x4.cifar10; '
+                        'untagged: the dataset\'s), local-dir:PATH or hf-hub:ORG/NAME; it must have the student\'s '
+                        'classes and input size')
+    g.add_argument('--distill-type', choices=DISTILL_TYPES, **d('soft'),
+                   help='soft: KL divergence of the softened logits (timm\'s LogitDistillationTask); hard: '
+                        'cross-entropy with the teacher\'s top class (DeiT); token: a distillation token, which '
+                        'the minimal transformers do not have')
+    g.add_argument('--distill-temperature', type=POSITIVE, **d(1.0), help='softmax temperature of soft distillation')
+    g.add_argument('--distill-weight', type=NON_NEGATIVE, **d(None),
+                   help="weight of the distillation loss (timm's: 1, or 1 - --distill-task-weight where only that is set)")
+    g.add_argument('--distill-task-weight', type=NON_NEGATIVE, **d(None),
+                   help="weight of the task loss (timm's: 1)")
 
     g = p.add_argument_group('optimisation')
     g.add_argument('--opt', **r(), help='timm optimizer name (create_optimizer_v2)')

@@ -147,6 +147,7 @@ class Run:
     model_config: Dict[str, Any]  # config.json of a checkpoint
     batches_per_epoch: int
     hooks: TrainHooks = field(default_factory=TrainHooks)
+    distill: Optional[nn.Module] = None  # timm's distillation task over ``model`` (training/distill.py), or None
     step_rng: bool = True  # whether the step draws random numbers (seed them per step)
     compiled: bool = False
     compile_checked: bool = False  # the first step ran: later errors are the model's, not the compiler's
@@ -177,6 +178,8 @@ class Run:
         self.accelerator.print(f'WARNING: torch.compile failed ({type(error).__name__}: {str(error).strip()[:300]}); '
                                f'training without compilation (pass --no-compile to skip the attempt).', flush=True)
         self.model = getattr(self.model, '_orig_mod', self.model)
+        if self.distill is not None:
+            self.distill.trainable_module = self.model
         self.compiled = False
         self.optimizer.zero_grad(set_to_none=True)
 
@@ -195,8 +198,12 @@ def _forward_backward(run: Run, x: torch.Tensor, y: torch.Tensor):
     target = y
     if run.mixup_fn is not None:
         x, target = run.mixup_fn(x, y)
-    output = run.model(x)
-    loss = run.loss_fn(output.float(), target)
+    if run.distill is not None:  # timm's distillation task: the student's loss with the teacher's
+        result = run.distill(x, target)
+        output, loss = result['output'], result['loss']
+    else:
+        output = run.model(x)
+        loss = run.loss_fn(output.float(), target)
     run.accelerator.backward(loss)
     return output, loss
 

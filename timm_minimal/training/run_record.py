@@ -75,6 +75,7 @@ class RunRecord:
     data_config: Dict[str, Any] = field(default_factory=dict)
     recipe: Optional[str] = None
     recipe_values: Optional[Dict[str, Any]] = None
+    teacher: Optional[Dict[str, Any]] = None  # a distilled run's teacher (training/distill.py TeacherInfo)
     args: Dict[str, Any] = field(default_factory=dict)
     distributed: Dict[str, Any] = field(default_factory=dict)
     updates_per_epoch: Optional[int] = None

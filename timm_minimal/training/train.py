@@ -60,6 +60,7 @@ from .engine import (
     Diverged, FiniteGuard, LoopConfig, Run, TrainHooks, TrainState, check_finite, epoch_row, evaluate, save_checkpoint,
     train_one_epoch, weights_hash,
 )
+from .distill import Bf16Teacher, TeacherInfo, build_distillation, build_teacher
 from .files import FolderBusy, describe_write_error, is_disk_full
 from .run_folder import RunFolder
 from .run_record import Launch, RunRecord
@@ -475,6 +476,7 @@ def write_run_record(run: Run, state: TrainState, info: Dict[str, Any], last_dir
             num_params=info['num_params'], num_classes=run.model_config['num_classes'], dataset=info['dataset'],
             data_config={k: (list(v) if isinstance(v, tuple) else v) for k, v in info['data_cfg'].items()},
             recipe=info['provenance'].get('recipe', args.recipe), recipe_values=info['provenance'].get('recipe_values'),
+            teacher=info.get('teacher'),
             args=saved_args,
             distributed=dict(num_processes=run.world, global_batch_size=args.batch_size,
                              per_process_batch_size=args.batch_size // run.world,
@@ -547,15 +549,23 @@ def _assemble(args: argparse.Namespace, accelerator: Any, folder: RunFolder, las
     data_path = build_data_path(args, data, data_cfg, accelerator, batches_per_epoch)
     optimizer, scheduler = build_optimization(args, model, updates_per_epoch, accelerator.device)
     loss_fn, mixup_fn = build_loss(args, data.num_classes, args.batch_size // world)
+    teacher = None
+    if args.teacher:  # built (and refused where it does not fit) before the student trains a step
+        name = args.teacher if ':' in args.teacher else resolve_model_name(args.teacher, data)
+        teacher = build_teacher(name, data.num_classes, data_cfg['input_size'], accelerator.device,
+                                bf16=teacher_bf16(name, accelerator))
     prepared, optimizer = accelerator.prepare(model, optimizer)
     unwrapped = accelerator.unwrap_model(prepared)
     compiled = default_compile(args, accelerator.device.type, n_train)
     train_model = torch.compile(prepared, mode=compile_mode(args, accelerator), dynamic=False) if compiled else prepared
+    distill = None if teacher is None else build_distillation(
+        train_model, teacher, loss_fn, args.distill_type, args.distill_temperature, args.distill_weight,
+        args.distill_task_weight, data_cfg['mean'], data_cfg['std'], accelerator.device)
     ema = ModelEmaV3(unwrapped, decay=args.model_ema_decay, use_warmup=args.model_ema_warmup) if args.model_ema else None
     run = Run(args=args, loop=LoopConfig.from_args(args), accelerator=accelerator, model=train_model,
               unwrapped=unwrapped, optimizer=optimizer, scheduler=scheduler, ema=ema, data=data_path, loss_fn=loss_fn, mixup_fn=mixup_fn, folder=folder,
               model_name=model_name, model_config=model_config(unwrapped, model_name, model_kwargs, data, data_cfg),
-              batches_per_epoch=batches_per_epoch, hooks=hooks, compiled=compiled)
+              batches_per_epoch=batches_per_epoch, hooks=hooks, compiled=compiled, distill=distill)
     state = TrainState()
     if last_dir is not None:
         restore(run, state, last_dir)
@@ -567,6 +577,8 @@ def _assemble(args: argparse.Namespace, accelerator: Any, folder: RunFolder, las
                 dataset=dict(data.describe(), train_samples_used=n_train,
                              eval_samples_used=len(data.eval) if args.eval_subset is None
                              else min(args.eval_subset, dataset_len(data.eval) or args.eval_subset)))
+    if distill is not None:
+        info['teacher'] = teacher_info(run, distill, name, teacher)
     accelerator.print(
         f'{model_name}: {info["num_params"]:,} parameters; {data.name}: {n_train:,} train / '
         f'{info["dataset"]["eval_samples_used"]:,} {data.eval_split} images, {data.num_classes} classes; {world} '
@@ -574,6 +586,27 @@ def _assemble(args: argparse.Namespace, accelerator: Any, folder: RunFolder, las
         f'{args.grad_accum_steps}, {updates_per_epoch} updates/epoch, {data_path.name} data path, mixed precision '
         f'{accelerator.mixed_precision}, {"compiled" if compiled else "eager"}.')
     return run, state, info, last_dir
+
+
+def teacher_info(run: Run, distill: nn.Module, name: str, teacher: nn.Module) -> Dict[str, Any]:
+    """What the run records of its teacher, with the teacher's accuracy on the run's evaluation split."""
+    task = getattr(distill, 'task', distill)
+    acc = evaluate(run, teacher)['acc']
+    run.accelerator.print(f'Teacher {name}: {acc:.2f}% on the evaluation split; {run.args.distill_type} '
+                          f'distillation, weights task {task.task_loss_weight:g} / distillation '
+                          f'{task.distill_loss_weight:g}, temperature {task.temperature:g}.')
+    return TeacherInfo(name=name, precision='bf16' if isinstance(teacher, Bf16Teacher) else 'fp32',
+                       distill_type=run.args.distill_type, temperature=task.temperature,
+                       distill_weight=task.distill_loss_weight, task_weight=task.task_loss_weight,
+                       num_params=sum(p.numel() for p in teacher.parameters()), test_acc=acc).to_dict()
+
+
+def teacher_bf16(name: str, accelerator: Any) -> bool:
+    """Whether the teacher infers in bf16: where the run itself does, and on the CPU where the run's own rule says
+    bf16 pays for that model (``cpu_bf16_pays``: a minimal transformer with an MLP, a CPU with native bf16)."""
+    if accelerator.mixed_precision == 'bf16':
+        return True
+    return accelerator.device.type == 'cpu' and cpu_bf16_pays(name.split(':')[-1].split('/')[-1])
 
 
 def train(args: argparse.Namespace, provenance: Optional[Dict[str, Any]] = None,

@@ -40,7 +40,7 @@ def _run_dir(runs_dir: Path, row: PaperRow) -> Path:
     return runs_dir / row.model
 
 
-def _thread_env(jobs: int) -> Optional[Dict[str, str]]:
+def thread_env(jobs: int) -> Optional[Dict[str, str]]:
     """With several runs at once, split this machine's CPU cores among them (unless OMP_NUM_THREADS is set)."""
     if jobs == 1 or 'OMP_NUM_THREADS' in os.environ:
         return None
@@ -101,7 +101,7 @@ def train_command(row: PaperRow, args: argparse.Namespace, extra: Sequence[str])
             argv += ['--recipe', args.recipe]
         argv += list(extra)
     log = Path(args.runs_dir) / 'logs' / f'{row.model}.log'
-    return Command(row.model, argv, log, env=_thread_env(args.jobs))
+    return Command(row.model, argv, log, env=thread_env(args.jobs))
 
 
 def train_rows(rows: Sequence[PaperRow], args: argparse.Namespace, extra: Sequence[str]) -> List[CommandResult]:

@@ -1,0 +1,179 @@
+"""Beyond the paper: each architecture trained as well as it can be, variant against variant at one budget.
+
+    python -m timm_minimal.tools.paper.beyond --data-dir ../shared/data --runs-dir ../runs/beyond --jobs 2
+    python -m timm_minimal.tools.paper.beyond --runs-dir ../runs/beyond --report-only --output results/beyond_pilots.md
+
+A variant is a model and the trainer options that change its recipe: mimetic initialisation
+(``--model-kwargs weight_init=mimetic``), distillation from the zoo's best MLP model (``--teacher``, with label
+smoothing off: the teacher's soft targets take its place), stronger augmentation for the models that overfit
+(mixup, cutmix, random erasing and the GPU recipe's zoom and 4-px shift, all on the device data path; RandAugment is
+a per-image transform of the loader path, which trains several times slower on a CPU, so the pilots leave it out).
+Every variant starts from the dataset's recipe (``--recipe``, default CIFAR-10's CPU recipe) at one budget, seed 0.
+
+Each variant trains once into ``<runs-dir>/<name>/`` (a finished run is reused, an interrupted one resumed), up to
+``--jobs`` at a time with the cores split among them. The report lists, per variant, the test accuracy of the last
+epoch (no checkpoint is chosen on the test split), the best epoch's for reference, and the last epoch's training
+accuracy, which tells underfitting from overfitting.
+"""
+import argparse
+import json
+import shlex
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence
+
+from ...cli import HelpFormatter, OneLineParser, UsageError, command, positive_int
+from ...training.run_folder import RunFolder
+from .grid import thread_env
+from .pool import Command, run_commands, say
+
+__all__ = ['Variant', 'PILOTS', 'variant_command', 'collect', 'write_report', 'main']
+
+TEACHER = 'vit_minimal_std_mlp_6x4.cifar10'  # the zoo's best CIFAR-10 model (79.34%, its card)
+MIMETIC = ('--model-kwargs', 'weight_init=mimetic')
+DISTILLED = ('--teacher', TEACHER, '--smoothing', '0')
+STRONG_AUG = ('--mixup', '0.8', '--cutmix', '1.0', '--reprob', '0.25', '--scale', '0.81', '1.21',
+              '--translate', '0.125')
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One pilot: a name (its run folder), the model and the options that change the recipe."""
+    name: str
+    model: str
+    options: Sequence[str] = ()
+    what: str = 'the recipe as it is'
+
+
+def _family(model: str, arch: str) -> List[Variant]:
+    return [Variant(f'{arch}-plain', model), Variant(f'{arch}-mimetic', model, MIMETIC, 'mimetic initialisation'),
+            Variant(f'{arch}-kd', model, DISTILLED, f'distilled from {TEACHER}, no label smoothing'),
+            Variant(f'{arch}-mimetic-kd', model, MIMETIC + DISTILLED, 'mimetic initialisation and distillation')]
+
+
+# In the order they run: the questions that decide the most first.
+_SYM, _QK = _family('vit_minimal_sym_6x4.cifar10', 'sym_6x4'), _family('vit_minimal_qk_6x1.cifar10', 'qk_6x1')
+PILOTS: List[Variant] = [
+    _SYM[1], _SYM[2], _SYM[0],
+    Variant('std_mlp_6x4-strong', 'vit_minimal_std_mlp_6x4.cifar10', STRONG_AUG,
+            'mixup 0.8, cutmix 1.0, random erasing 0.25, zoom +-10%, 4-px shift'),
+    _SYM[3], _QK[1], _QK[2], _QK[0],
+    Variant('std_mlp_6x4-plain', 'vit_minimal_std_mlp_6x4.cifar10'), _QK[3],
+]
+
+
+def variant_command(v: Variant, args: argparse.Namespace) -> Optional[Command]:
+    """The trainer command of a variant (a resume where its folder holds a run); None when it finished."""
+    folder = RunFolder(Path(args.runs_dir) / v.name)
+    if folder.is_run() and folder.status == 'finished' and len(folder.read_metrics()) >= args.epochs:
+        say(f'[beyond] {v.name}: finished run in {folder}, reused')
+        return None
+    argv = [sys.executable, '-m', 'timm_minimal.training.train']
+    if folder.args_file.is_file():
+        argv += ['--resume', str(folder)]
+    else:
+        if folder.path.exists() and not folder.is_empty():
+            raise UsageError(f'{folder.path} holds files that are not a run of this tool; move them away or choose '
+                             f'another --runs-dir. Nothing was trained.')
+        argv += ['--model', v.model, '--dataset', 'cifar10', '--recipe', args.recipe, '--epochs', str(args.epochs),
+                 '--seed', '0', '--output', str(folder), '--no-progress', '--cpu-processes', '1', *v.options]
+        if args.data_dir:
+            argv += ['--data-dir', args.data_dir]
+    return Command(v.name, argv, Path(args.runs_dir) / 'logs' / f'{v.name}.log', env=thread_env(args.jobs))
+
+
+def collect(variants: Sequence[Variant], runs_dir: Path) -> List[Dict[str, Any]]:
+    """One row per variant with a run: its last epoch, its best epoch, its teacher and its wall time."""
+    rows = []
+    for v in variants:
+        folder = RunFolder(runs_dir / v.name)
+        if not folder.is_run():
+            continue
+        record, metrics = folder.read_record(), folder.read_metrics()
+        if not metrics:
+            continue
+        last = metrics[-1]
+        best = max(metrics, key=lambda m: m['test_acc'])
+        rows.append(dict(name=v.name, model=v.model, what=v.what, options=list(v.options), params=record.num_params,
+                         status=record.status, epochs=last['epoch'], planned_epochs=record.args.get('epochs'),
+                         test_acc=last['test_acc'], train_acc=last['train_acc'], best_test_acc=best['test_acc'],
+                         best_epoch=best['epoch'], teacher=record.teacher,
+                         wall_time=sum(m['epoch_time'] for m in metrics), threads=record.last_launch.torch_threads,
+                         device=record.last_launch.device_name))
+    return rows
+
+
+def write_report(rows: Sequence[Dict[str, Any]], path: Path, command_line: str, cpu: str) -> None:
+    lines = [
+        '# Beyond the paper: CIFAR-10 pilots', '',
+        f'Command: `{command_line}`', '',
+        f'Every run: the `cifar10_cpu` recipe (AdamW, lr 6e-3, cosine) at the budget shown, seed 0, one process of one '
+        f'thread beside one other run, on {cpu}. Test accuracy is that of the last epoch on the full CIFAR-10 test '
+        f'split; the best epoch is shown for reference only (no checkpoint was chosen on the test split). Train '
+        f'accuracy is measured on the augmented batches of the last epoch (with mixup and cutmix: against each '
+        f'image\'s own label, so it reads low).', '',
+        '| pilot | model | parameters | what changes | epochs | train acc % | test acc % (last) | best test % (epoch) '
+        '| wall time (s) |',
+        '|---|---|---:|---|---:|---:|---:|---:|---:|',
+    ]
+    for r in rows:
+        done = f'{r["epochs"]}' + ('' if r['status'] == 'finished' else f' of {r["planned_epochs"]} (running)')
+        lines.append(f'| {r["name"]} | `{r["model"]}` | {r["params"]:,} | {r["what"]} | {done} | {r["train_acc"]:.2f} '
+                     f'| {r["test_acc"]:.2f} | {r["best_test_acc"]:.2f} ({r["best_epoch"]}) | {r["wall_time"]:,.0f} |')
+    teachers = {r['teacher']['name']: r['teacher'] for r in rows if r.get('teacher')}
+    for name, t in teachers.items():
+        lines += ['', f'Teacher `{name}` ({t["num_params"]:,} parameters): {t["test_acc"]:.2f}% on the test split as '
+                      f'the runs measured it ({t["precision"]} inference), {t["distill_type"]} distillation at '
+                      f'temperature {t["temperature"]:g}, loss weights task {t["task_weight"]:g} / distillation '
+                      f'{t["distill_weight"]:g}.']
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text('\n'.join(lines) + '\n')
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = OneLineParser(prog='python -m timm_minimal.tools.paper.beyond', description=__doc__.split('\n\n')[0],
+                      formatter_class=HelpFormatter)
+    p.add_argument('--runs-dir', default='runs/beyond', help='one run folder per pilot: <runs-dir>/<pilot>')
+    p.add_argument('--data-dir', default=None, help='dataset root passed to the trainer')
+    p.add_argument('--recipe', default='cifar10_cpu', help='the recipe every pilot starts from')
+    p.add_argument('--epochs', type=positive_int, default=36, help='the budget of every pilot')
+    p.add_argument('--jobs', type=positive_int, default=1, help='pilots at the same time, the cores split among them')
+    p.add_argument('--only', nargs='+', metavar='PILOT', help=f'only these pilots ({", ".join(v.name for v in PILOTS)})')
+    p.add_argument('--output', default='runs/beyond/pilots.md', help='markdown report')
+    p.add_argument('--json', default=None, help='machine-readable rows (default: --output with .json)')
+    p.add_argument('--report-only', action='store_true', help='train nothing; write the report from the run folders')
+    p.add_argument('--dry-run', action='store_true', help='print the training commands only')
+    return p
+
+
+@command('beyond')
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(argv)
+    chosen = [v for v in PILOTS if not args.only or v.name in args.only]
+    unknown = sorted(set(args.only or ()) - {v.name for v in PILOTS})
+    if unknown:
+        raise UsageError(f'unknown pilot(s) {", ".join(unknown)}; choose from {", ".join(v.name for v in PILOTS)}')
+    failed = []
+    if not args.report_only:
+        commands = [c for c in (variant_command(v, args) for v in chosen) if c is not None]
+        if args.dry_run:
+            for c in commands:
+                say(f'[beyond] {c.name}: {shlex.join(c.argv)}')
+            return 0
+        failed = [r for r in run_commands(commands, jobs=args.jobs, prefix='[beyond] ') if r.returncode != 0]
+    from ..common import cpu_environment
+    rows = collect(chosen, Path(args.runs_dir))
+    cpu = cpu_environment()
+    cpu_text = f'{cpu["device"]} (CPU flags: {cpu["flags"]})'
+    write_report(rows, Path(args.output), 'python -m timm_minimal.tools.paper.beyond ' + shlex.join(
+        [a for a in argv if a not in ('--report-only', '--dry-run')]), cpu_text)
+    json_path = Path(args.json) if args.json else Path(args.output).with_suffix('.json')
+    json_path.write_text(json.dumps(rows, indent=2) + '\n')
+    say(f'[beyond] wrote {args.output}, {json_path}')
+    return 1 if failed else 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

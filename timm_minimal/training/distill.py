@@ -1,0 +1,139 @@
+"""Knowledge distillation in the trainer, through timm's task API (``timm.task``).
+
+``--teacher NAME`` names any model ``timm.create_model(NAME, pretrained=True)`` builds: a timm name, a zoo tag
+(``vit_minimal_std_mlp_6x4.cifar10``), ``local-dir:PATH`` or ``hf-hub:ORG/NAME``. The teacher is wrapped in
+timm's ``DistillationTeacher`` (eval mode, no gradients) and runs on the same augmented (and mixed) batch as the
+student, inside timm's ``LogitDistillationTask``:
+
+- ``--distill-type soft`` (default): timm's ``LogitDistillationTask`` as it is: task loss x ``--distill-task-weight``
+  + KL(student || teacher) at ``--distill-temperature`` x T^2 x ``--distill-weight``;
+- ``--distill-type hard``: DeiT's hard distillation, cross-entropy with the teacher's argmax in place of the KL
+  term. timm has it only in ``TokenDistillationTask``, which needs a distillation token; ``HardLogitDistillation``
+  below is timm's logit task with that one term changed;
+- ``--distill-type token``: timm's ``TokenDistillationTask`` needs a student with a distillation token (DeiT's
+  ``forward_head`` returning two logits); the minimal transformers have none, so such a run is refused in one
+  line.
+
+A teacher whose class count or input geometry differs from the student's is refused in one line before training.
+"""
+from dataclasses import dataclass
+from typing import Any, Dict, Optional, Sequence
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from ..cli import UsageError
+
+__all__ = ['DISTILL_TYPES', 'TeacherInfo', 'HardLogitDistillation', 'build_teacher', 'build_distillation']
+
+DISTILL_TYPES = ('soft', 'hard', 'token')
+
+
+@dataclass(frozen=True)
+class TeacherInfo:
+    """What a run records of its teacher (``run.json``, the card)."""
+    name: str
+    precision: str  # the teacher's forward: fp32, or bf16 autocast
+    distill_type: str
+    temperature: float
+    distill_weight: float
+    task_weight: float
+    num_params: int
+    test_acc: Optional[float] = None  # on the run's evaluation split, measured at the start of the run
+
+    def to_dict(self) -> Dict[str, Any]:
+        return dict(self.__dict__)
+
+
+class HardLogitDistillation(nn.Module):
+    """DeiT's hard distillation on the logits: ``task_weight`` x the task loss + ``distill_weight`` x
+    cross-entropy with the teacher's top class. The rest (teacher wrapping, normalisation, weights) is timm's
+    ``LogitDistillationTask``, which this wraps."""
+
+    def __init__(self, task: nn.Module) -> None:
+        super().__init__()
+        self.task = task
+
+    @property
+    def trainable_module(self) -> nn.Module:
+        return self.task.trainable_module
+
+    @trainable_module.setter
+    def trainable_module(self, module: nn.Module) -> None:
+        self.task.trainable_module = module
+
+    @property
+    def teacher(self) -> nn.Module:
+        return self.task.teacher
+
+    def forward(self, input: torch.Tensor, target: torch.Tensor) -> Dict[str, torch.Tensor]:
+        t = self.task
+        student_logits = t.trainable_module(input)
+        task_loss = t.criterion(student_logits, target)
+        with torch.no_grad():
+            teacher_logits = t.teacher(t.teacher.normalize_input(input, t.student_mean, t.student_std))
+        kd_loss = F.cross_entropy(student_logits, teacher_logits.argmax(dim=-1))
+        loss = t.task_loss_weight * task_loss + t.distill_loss_weight * kd_loss
+        return dict(loss=loss, output=student_logits, task_loss=task_loss, kd_loss=kd_loss)
+
+
+class Bf16Teacher(nn.Module):
+    """A teacher that runs in bf16 autocast and returns float32 logits: the teacher only infers, and on a GPU or a
+    CPU with native bf16 that halves its share of the step (its ``pretrained_cfg`` and ``num_classes`` are the
+    model's, so timm's ``DistillationTeacher`` normalises for it as for the model)."""
+
+    def __init__(self, model: nn.Module, device_type: str) -> None:
+        super().__init__()
+        self.model = model
+        self.device_type = device_type
+        self.pretrained_cfg = getattr(model, 'pretrained_cfg', None) or {}
+        self.num_classes = getattr(model, 'num_classes', None)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.autocast(self.device_type, dtype=torch.bfloat16):
+            return self.model(x).float()
+
+
+def build_teacher(name: str, num_classes: int, input_size: Sequence[int], device: torch.device,
+                  bf16: bool = False) -> nn.Module:
+    """The teacher model (pretrained, eval mode, frozen, on ``device``, in bf16 autocast with ``bf16``);
+    ``UsageError`` in one line where it cannot be built or does not fit the student's classes and input geometry."""
+    import timm
+    try:
+        model = timm.create_model(name, pretrained=True)
+    except Exception as e:  # noqa: BLE001 (an unknown name, no weights, an unreadable file or Hub repository)
+        raise UsageError(f'--teacher {name}: cannot build it with pretrained weights ({str(e).strip()[:300]}); '
+                         f'name a timm model with weights, a zoo tag such as vit_minimal_std_mlp_6x4.cifar10, '
+                         f'local-dir:PATH or hf-hub:ORG/NAME.') from None
+    teacher_classes = getattr(model, 'num_classes', None)
+    if teacher_classes != num_classes:
+        raise UsageError(f'--teacher {name} predicts {teacher_classes} classes, the student {num_classes}: a teacher '
+                         f'must have the student\'s classes.')
+    cfg = getattr(model, 'pretrained_cfg', None) or {}
+    teacher_size = tuple(cfg.get('input_size') or ())
+    if teacher_size and teacher_size != tuple(input_size):
+        raise UsageError(f'--teacher {name} takes inputs of {"x".join(map(str, teacher_size))}, the student '
+                         f'{"x".join(map(str, input_size))}: a teacher must see the student\'s batch as it is.')
+    for p in model.parameters():
+        p.requires_grad_(False)
+    model = model.to(device).eval()
+    return Bf16Teacher(model, device.type).eval() if bf16 else model
+
+
+def build_distillation(student: nn.Module, teacher: nn.Module, criterion: nn.Module, distill_type: str,
+                       temperature: float, distill_weight: float, task_weight: float, mean: Sequence[float],
+                       std: Sequence[float], device: torch.device) -> nn.Module:
+    """timm's ``LogitDistillationTask`` (or ``HardLogitDistillation``) over ``student``; called with (input, target)
+    it returns ``loss`` and ``output``. ``mean`` and ``std``: how the student's batch is normalised."""
+    from timm.task import DistillationTeacher, LogitDistillationTask
+    if distill_type == 'token':
+        raise UsageError('--distill-type token needs a student with a distillation token (DeiT\'s, for timm\'s '
+                         'TokenDistillationTask); the minimal transformers have none: use --distill-type soft or hard.')
+    task = LogitDistillationTask(student, DistillationTeacher(teacher), criterion=criterion, distill_loss_weight=distill_weight,
+                        task_loss_weight=task_weight, temperature=temperature, device=device, verbose=False)
+    # the student's batch is normalised by the run's data config (which --mean/--std can change), not by the
+    # student's pretrained cfg, which timm's task reads
+    task.student_mean = torch.tensor(mean, device=device).view(1, -1, 1, 1)
+    task.student_std = torch.tensor(std, device=device).view(1, -1, 1, 1)
+    return HardLogitDistillation(task) if distill_type == 'hard' else task
