@@ -1,0 +1,163 @@
+"""Beyond the paper's recipe: timm's factory keywords, the mimetic initialisation of every attention variant, and
+distillation in the trainer through timm's task API (``timm_minimal.training.distill``)."""
+import json
+
+import pytest
+import torch
+import torch.nn.functional as F
+import timm
+from timm.task import LogitDistillationTask
+
+import timm_minimal  # noqa: F401
+from timm_minimal.models.layers import ATTENTION_LAYERS, MimeticInit
+from timm_minimal.training.distill import build_distillation, build_teacher
+
+from test_train import BASE, assert_same_run, run_inprocess, run_killed, weights
+
+torch.set_num_threads(1)
+
+# a small student, a zoo teacher (MNIST geometry); 384 digits in batches of 32: 12 updates an epoch
+KD_ARGS = BASE + ['--model', 'vit_minimal_sym_6x1', '--model-kwargs', 'depth=2', '--eval-subset', '200',
+                  '--teacher', 'vit_minimal_std_mlp_6x1', '--checkpoint-interval', '4']
+
+
+@pytest.fixture(scope='module')
+def data(mnist_dir):
+    return ['--data-dir', mnist_dir]
+
+
+def test_timm_factory_keywords_device_and_dtype():
+    model = timm.create_model('vit_minimal_std_mlp_6x4.cifar10', pretrained=True, device='cpu', dtype=torch.float64)
+    assert {p.dtype for p in model.parameters()} == {torch.float64}
+    assert model(torch.zeros(1, 3, 32, 32, dtype=torch.float64)).dtype == torch.float64
+    # timm's own distillation task builds a vit_minimal teacher by name (it passes device and dtype)
+    student = timm.create_model('vit_minimal_sym_6x4.cifar10')
+    task = LogitDistillationTask(student, 'vit_minimal_std_mlp_6x4.cifar10', criterion=torch.nn.CrossEntropyLoss(),
+                                 verbose=False)
+    out = task(torch.randn(2, 3, 32, 32), torch.tensor([0, 1]))
+    assert torch.isfinite(out['loss'])
+
+
+def _products(attn):
+    """(W_Q W_K^T, W_V W_O) of an attention layer at initialisation, in the x W convention (None where absent)."""
+    if hasattr(attn, 'qkv'):
+        w_q, w_k, w_v = attn.qkv.weight.chunk(3)
+        return w_q.t() @ w_k, w_v.t() @ attn.proj.weight.t()
+    if hasattr(attn, 'qv'):
+        w_q, w_v = attn.qv.weight.chunk(2)
+        return w_q.t() @ w_q, w_v.t() @ attn.proj.weight.t()
+    if hasattr(attn, 'tril'):
+        return attn.w_qk(), attn.v.weight.t() @ attn.proj.weight.t()
+    vo = attn.v.weight.t() @ attn.proj.weight.t() if hasattr(attn, 'v') else None
+    return attn.w_qk.weight.t(), vo
+
+
+@pytest.mark.parametrize('attn_type, heads', [(name, 1) for name in ATTENTION_LAYERS] + [
+    (name, 4) for name, layer in ATTENTION_LAYERS.items() if not layer.single_head_only])
+def test_mimetic_initialisation_sets_the_products(attn_type, heads):
+    cfg = MimeticInit()
+    torch.manual_seed(0)
+    plain = timm.create_model(f'vit_minimal_{attn_type}_6x{heads}')
+    torch.manual_seed(0)
+    mimetic = timm.create_model(plain.default_cfg['architecture'], weight_init='mimetic')
+    for blk_plain, blk in zip(plain.blocks, mimetic.blocks):
+        qk, vo = _products(blk.attn)
+        qk_plain, _ = _products(blk_plain.attn)
+        assert abs(qk.diagonal().mean() - cfg.qk_beta) < 0.15, 'W_Q W_K^T starts near qk_beta I'
+        assert abs(qk_plain.diagonal().mean()) < 0.05, 'timm\'s initialisation has no identity in it'
+        off = qk - torch.diag(qk.diagonal())
+        assert off.abs().mean() < 0.2
+        if attn_type in ('sym', 'chol'):  # W W^T: symmetric positive semi-definite
+            assert torch.allclose(qk, qk.t(), atol=1e-5)
+            assert torch.linalg.eigvalsh((qk + qk.t()) / 2).min() > -1e-4
+        if vo is not None:
+            assert abs(vo.diagonal().mean() + cfg.vo_beta) < 0.1, 'W_V W_O starts near -vo_beta I'
+    assert torch.isfinite(mimetic(torch.randn(2, 1, 28, 28))).all()
+
+
+def test_mimetic_changes_only_the_starting_point():
+    model = timm.create_model('vit_minimal_sym_6x4.cifar10', pretrained=True)
+    mimetic = timm.create_model('vit_minimal_sym_6x4.cifar10', pretrained=True, weight_init='mimetic')
+    x = torch.randn(4, 3, 32, 32)
+    assert torch.equal(model.eval()(x), mimetic.eval()(x))
+    with pytest.raises(ValueError, match="weight_init 'jax'"):
+        timm.create_model('vit_minimal_sym_6x4', weight_init='jax')
+
+
+def _task(distill_type, weight=None, task_weight=None, temperature=2.0):
+    torch.manual_seed(0)
+    student = timm.create_model('vit_minimal_sym_6x1.mnist', depth=1)
+    teacher = build_teacher('vit_minimal_std_mlp_6x1.mnist', 10, (1, 28, 28), torch.device('cpu'))
+    task = build_distillation(student, teacher, torch.nn.CrossEntropyLoss(), distill_type, temperature, weight,
+                              task_weight, (0.1307,), (0.3081,), torch.device('cpu'))
+    return student, teacher, task
+
+
+def test_the_soft_loss_is_timms_and_the_teacher_learns_nothing():
+    student, teacher, task = _task('soft', weight=0.7, task_weight=0.3)
+    assert isinstance(task, LogitDistillationTask)
+    before = {k: v.clone() for k, v in teacher.state_dict().items()}
+    x, y = torch.randn(8, 1, 28, 28), torch.randint(0, 10, (8,))
+    out = task(x, y)
+    s, t = student(x), teacher(x)
+    kd = F.kl_div(F.log_softmax(s / 2, -1), F.log_softmax(t / 2, -1), reduction='batchmean', log_target=True) * 4
+    assert torch.allclose(out['loss'], 0.3 * F.cross_entropy(s, y) + 0.7 * kd, atol=1e-6)
+    out['loss'].backward()
+    assert all(p.grad is None and not p.requires_grad for p in teacher.parameters())
+    assert any(p.grad is not None for p in student.parameters())
+    assert not teacher.training
+    assert all(torch.equal(before[k], v) for k, v in teacher.state_dict().items())
+
+
+def test_the_hard_loss_takes_the_teachers_top_class():
+    student, teacher, task = _task('hard')
+    x, y = torch.randn(8, 1, 28, 28), torch.randint(0, 10, (8,))
+    out = task(x, y)
+    s, t = student(x), teacher(x)
+    assert torch.allclose(out['loss'], F.cross_entropy(s, y) + F.cross_entropy(s, t.argmax(-1)), atol=1e-6)
+
+
+def test_a_distilled_run_records_its_teacher(data, tmp_path):
+    out = tmp_path / 'run'
+    assert run_inprocess(KD_ARGS + data + ['--epochs', '1', '--output', out]) == 0
+    run = json.loads((out / 'run.json').read_text())
+    teacher = run['teacher']
+    assert teacher['name'] == 'vit_minimal_std_mlp_6x1.mnist' and teacher['distill_type'] == 'soft'
+    assert 90 < teacher['test_acc'] <= 100  # measured on the run's 200 evaluation digits
+    assert run['args']['teacher'] == 'vit_minimal_std_mlp_6x1'
+
+
+@pytest.mark.slow
+def test_resume_with_a_teacher_is_bit_exact(data, tmp_path):
+    reference, out = tmp_path / 'reference', tmp_path / 'run'
+    assert run_inprocess(KD_ARGS + data + ['--output', reference]) == 0
+    killed = run_killed(KD_ARGS + data + ['--output', out], at_update=18)
+    assert killed.returncode == -9, killed.stderr
+    assert run_inprocess(['--resume', out]) == 0
+    assert_same_run(reference, out)
+    assert weights(out).keys() == weights(reference).keys()
+
+
+@pytest.mark.parametrize('extra, message', [
+    (['--teacher', 'vit_minimal_std_mlp_6x4.cifar10'], 'takes inputs of 3x32x32, the student 1x28x28'),
+    (['--teacher', 'vit_minimal_std_mlp_6x1.in1k'], 'cannot build it with pretrained weights'),
+    (['--teacher', 'vit_minimal_std_mlp_6x1', '--distill-type', 'token'], 'needs a student with a distillation token'),
+    (['--teacher', 'no_such_model'], "Unknown model 'no_such_model'"),
+])
+def test_a_teacher_that_does_not_fit_is_refused_in_one_line(extra, message, data, tmp_path, capsys):
+    argv = BASE + data + ['--model', 'vit_minimal_sym_6x1', '--output', tmp_path / 'run'] + extra
+    assert run_inprocess(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and 'Traceback' not in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / 'run').exists()
+
+
+def test_a_teacher_with_other_classes_is_refused(data, tmp_path, capsys):
+    from timm.models import save_for_hf
+    five = timm.create_model('vit_minimal_std_mlp_6x1.mnist', num_classes=5)
+    save_for_hf(five, tmp_path / 'five')
+    argv = BASE + data + ['--model', 'vit_minimal_sym_6x1', '--output', tmp_path / 'run',
+                          '--teacher', f'local-dir:{tmp_path / "five"}']
+    assert run_inprocess(argv) == 2
+    err = capsys.readouterr().err
+    assert 'predicts 5 classes, the student 10' in err and 'Traceback' not in err
