@@ -7,6 +7,7 @@ import pytest
 import torch
 import yaml
 
+from timm_minimal.cli import UsageError
 from timm_minimal.training import cpu_split
 from timm_minimal.training import train as train_mod
 
@@ -17,9 +18,13 @@ def test_the_budget_is_the_affinity_capped_by_omp_num_threads(monkeypatch):
     monkeypatch.setattr(cpu_split.os, 'sched_getaffinity', lambda pid: {0, 1, 2, 3}, raising=False)
     monkeypatch.delenv('OMP_NUM_THREADS', raising=False)
     assert cpu_split.core_budget() == 4
-    for omp, budget in (('2', 2), ('1', 1), ('16', 4), ('x', 4)):
+    for omp, budget in (('2', 2), ('1', 1), ('16', 4), ('', 4)):
         monkeypatch.setenv('OMP_NUM_THREADS', omp)
         assert cpu_split.core_budget() == budget
+    for bad in ('x', '0', '9' * 400):  # read as the options are: one line naming the variable
+        monkeypatch.setenv('OMP_NUM_THREADS', bad)
+        with pytest.raises(UsageError, match='the environment variable OMP_NUM_THREADS must be an integer'):
+            cpu_split.core_budget()
 
 
 def test_under_reproduce_jobs_processes_times_threads_never_exceed_the_cores(monkeypatch, tmp_path):
@@ -31,7 +36,7 @@ def test_under_reproduce_jobs_processes_times_threads_never_exceed_the_cores(mon
         monkeypatch.setattr(cpu_split.os, 'sched_getaffinity', lambda pid, c=cores: set(range(c)), raising=False)
         for jobs in (1, 2, cores):
             monkeypatch.delenv('OMP_NUM_THREADS', raising=False)  # as reproduce starts
-            env = grid._thread_env(jobs) or {}
+            env = grid.thread_env(jobs) or {}
             monkeypatch.setenv('OMP_NUM_THREADS', env.get('OMP_NUM_THREADS', str(cores)))
             budget = cpu_split.core_budget()
             measured = []

@@ -206,7 +206,8 @@ def write_fake_run(folder: RunFolder, status: str, epochs: int) -> None:
     folder.prepare()
     folder.write_args(dict(model=folder.path.name, output=str(folder.path), epochs=epochs))
     folder.write_record(RunRecord(model=folder.path.name, status=status, launches=[Launch(device='cpu')]))
-    folder.write_metrics([dict(epoch=e + 1, test_acc=50.0) for e in range(epochs)])
+    folder.write_metrics([dict(epoch=e + 1, train_loss=1.0, train_acc=50.0, test_loss=1.0, test_acc=50.0, epoch_time=1.0)
+                          for e in range(epochs)])
 
 
 def test_dry_run_with_jobs_reuses_finished_resumes_interrupted_and_starts_nothing(tmp_path, monkeypatch, capsys):

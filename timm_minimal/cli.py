@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Callable, NoReturn, Optional, Sequence, Union
 
-__all__ = ['UsageError', 'Failure', 'OneLineParser', 'HelpFormatter', 'number', 'positive_int', 'positive_float',
+__all__ = ['UsageError', 'Failure', 'OneLineParser', 'HelpFormatter', 'number', 'INT_LIMIT', 'env_number', 'positive_int', 'positive_float',
            'non_negative_int', 'non_negative_float', 'probability', 'is_disk_full', 'describe_os_error', 'command',
            'EXIT_FAILURE', 'EXIT_USAGE', 'EXIT_DIVERGED']
 
@@ -96,33 +96,72 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
         return text
 
 
+INT_LIMIT = 2 ** 63 - 1  # the largest integer any option takes (torch's int64): far beyond every real count
+
+
+def _shown(text: object) -> str:
+    """A value as an error message shows it: a very long one cut, with its length."""
+    s = repr(text)
+    return s if len(s) <= 40 else f'{s[:16]}...{s[-6:]} ({len(s)} characters)'
+
+
 def number(kind: type = int, low: Optional[float] = None, high: Optional[float] = None, above: bool = False,
            below: bool = False):
     """An argparse type for a finite ``kind`` (int or float) of at least ``low`` (above it with ``above``) and at
-    most ``high`` (below it with ``below``). The same function checks recipes and ``args.yaml`` (``check_value``
-    in the trainer), so a value is refused alike wherever it comes from; the error names the range."""
+    most ``high`` (below it with ``below``); an integer also at most ``INT_LIMIT``. Integers are compared as
+    integers (never through ``float``, which overflows past 1e308), and inf and NaN are refused by name. The same
+    function checks recipes, ``args.yaml``, the environment and JSON records, so a value is refused alike wherever
+    it comes from; the error names the range."""
     noun = 'an integer' if kind is int else 'a finite number'
     show = lambda v: f'{v:,}' if isinstance(v, int) else f'{v:g}'  # noqa: E731
     bounds = [f'{"above" if above else "of at least"} {show(low)}' if low is not None else '',
               f'{"below" if below else "at most"} {show(high)}' if high is not None else '']
-    wanted = f'{noun} ' + ' and '.join(b for b in bounds if b)
+    wanted = (f'{noun} ' + ' and '.join(b for b in bounds if b)).strip()
+    limit = (high if high is not None and high < INT_LIMIT else INT_LIMIT) if kind is int else high
 
     def parse(text: Union[str, int, float]):
-        try:
-            value = kind(text)
-            if kind is int and isinstance(text, float):
-                value = None if not text.is_integer() else value
-        except (ValueError, OverflowError):
-            value = None
-        ok = value is not None and math.isfinite(value) \
-            and (low is None or (value > low if above else value >= low)) \
-            and (high is None or (value < high if below else value <= high))
+        value = _convert(kind, text)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f'must be {wanted}, got {_shown(text)} ({"NaN" if value != value else "infinite"})')
+        ok = value is not None and (low is None or (value > low if above else value >= low)) \
+            and (limit is None or (value < limit if below and limit == high else value <= limit))
         if not ok:
-            raise argparse.ArgumentTypeError(f'must be {wanted.strip()}, got {text!r}')
+            too_big = kind is int and value is not None and high is None and value > INT_LIMIT
+            raise argparse.ArgumentTypeError(f'must be {wanted}' + (f' (at most {INT_LIMIT:,})' if too_big else '')
+                                             + f', got {_shown(text)}')
         return value
     parse.__name__ = kind.__name__  # argparse names the type in its own messages
-    parse.wanted = wanted.strip()
+    parse.wanted = wanted
     return parse
+
+
+def _convert(kind: type, text: Union[str, int, float]) -> Union[int, float, None]:
+    """``text`` as ``kind``, or None where it is not one: a float for an int only where it is whole, and a string
+    for an int only in decimal digits (so '1e3' and 'nan' are not integers)."""
+    if isinstance(text, bool):
+        return None
+    try:
+        if kind is int:
+            if isinstance(text, float):
+                return int(text) if math.isfinite(text) and text.is_integer() else None
+            return int(text)
+        return float(text)
+    except (ValueError, OverflowError, TypeError):
+        return None
+
+
+def env_number(name: str, kind: type, default: Union[int, float, None], low: Optional[float] = None,
+               high: Optional[float] = None) -> Union[int, float, None]:
+    """An environment variable read as a number of ``kind`` within [low, high], as an option's value is; unset or
+    empty: ``default``; anything else: ``UsageError`` naming the variable and what it may be."""
+    import os
+    text = os.environ.get(name, '').strip()
+    if not text:
+        return default
+    try:
+        return number(kind, low, high)(text)
+    except argparse.ArgumentTypeError as e:
+        raise UsageError(f'the environment variable {name} {e}; unset it or give it such a value.') from None
 
 
 positive_int = number(int, 1)

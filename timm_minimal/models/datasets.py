@@ -12,10 +12,13 @@ from typing import Dict, List, Optional, Tuple
 
 from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 
-__all__ = ['DatasetInfo', 'DATASETS', 'SAMPLES', 'dataset_for_kind', 'tag_for_kind', 'channel_stats', 'MNIST_CLASSES',
+__all__ = ['MIN_CROP_PCT', 'DatasetInfo', 'DATASETS', 'SAMPLES', 'dataset_for_kind', 'tag_for_kind', 'channel_stats', 'MNIST_CLASSES',
            'CIFAR10_CLASSES']
 
 MNIST_CLASSES = tuple('0123456789')
+# The smallest centre-crop fraction any path takes (the image processor, the trainer, evaluate): images are resized to
+# size / crop_pct before the crop, so a tiny fraction asks for a huge image (1e-6 of 28 px: 28 million px a side).
+MIN_CROP_PCT = 0.1
 CIFAR10_CLASSES = ('airplane', 'automobile', 'bird', 'cat', 'deer', 'dog', 'frog', 'horse', 'ship', 'truck')
 
 

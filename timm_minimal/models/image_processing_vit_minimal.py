@@ -16,7 +16,7 @@ from PIL import Image
 
 from transformers.image_processing_utils import BaseImageProcessor, BatchFeature
 
-from .datasets import channel_stats
+from .datasets import MIN_CROP_PCT, channel_stats
 from .images import CHANNEL_MODES, array_to_image, check_image_size, convert_image, image_mode
 
 __all__ = ['VitMinimalImageProcessor']
@@ -59,8 +59,9 @@ class VitMinimalImageProcessor(BaseImageProcessor):
         size = {'height': 28, 'width': 28} if size is None else dict(size)
         if set(size) != {'height', 'width'} or min(size.values()) < 1:
             raise ValueError(f'size must be {{"height": H, "width": W}} with positive H, W, got {size}.')
-        if not 0 < crop_pct <= 1:
-            raise ValueError(f'crop_pct must be in (0, 1], got {crop_pct}.')
+        if isinstance(crop_pct, bool) or not isinstance(crop_pct, (int, float)) or not MIN_CROP_PCT <= crop_pct <= 1:
+            raise ValueError(f'crop_pct must be a number from {MIN_CROP_PCT} to 1 (images are resized to size / '
+                             f'crop_pct, then centre-cropped), got {crop_pct!r}.')
         if crop_mode not in CROP_MODES:
             raise ValueError(f"Unknown crop_mode '{crop_mode}'; choose one of {', '.join(CROP_MODES)}.")
         if interpolation not in INTERPOLATIONS:

@@ -8,6 +8,7 @@ dominates the count. ``TIMM_MINIMAL_MAX_PARAMS`` and ``TIMM_MINIMAL_MAX_ACTIVATI
 
 This module imports nothing: it travels with a checkpoint's remote code.
 """
+import math
 import os
 from typing import Any, Dict, Tuple, Union
 
@@ -46,13 +47,23 @@ def size_terms(img_size: Union[int, Tuple[int, int]] = 28, patch_size: Union[int
 
 
 def _limit(name: str, default: int) -> int:
-    text = os.environ.get(name)
-    if text is None:
+    """A limit from the environment: a positive whole number, read as an integer where it is written as one (so a
+    400-digit value is compared exactly) and otherwise as a finite float such as 2e9; ValueError naming the
+    variable for anything else (inf, nan, 1.5, 0, words)."""
+    text = (os.environ.get(name) or '').strip()
+    if not text:
         return default
     try:
-        value = int(float(text))
+        value = int(text)
     except ValueError:
-        raise ValueError(f'{name}={text!r} must be a number of values.') from None
+        try:
+            f = float(text)
+        except ValueError:
+            f = math.nan
+        value = int(f) if math.isfinite(f) and f.is_integer() else None
+    if value is None or value < 1:
+        raise ValueError(f'the environment variable {name}={text[:40]!r} must be a positive whole number of values '
+                         f'(e.g. 2e9); unset it for the default {default:,}.')
     return value
 
 

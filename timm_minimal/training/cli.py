@@ -14,7 +14,7 @@ from typing import Any, Dict, Optional, Sequence, Tuple
 import yaml
 
 from ..cli import OneLineParser, UsageError, number
-from ..models.datasets import dataset_for_kind
+from ..models.datasets import MIN_CROP_PCT, dataset_for_kind
 from .data import DatasetError, dataset_kind
 from .distill import DISTILL_TYPES
 
@@ -43,6 +43,7 @@ POSITIVE, NON_NEGATIVE, FRACTION = number(float, 0, above=True), number(float, 0
 BELOW_ONE = number(float, 0, 1, below=True)  # a rate that must leave something: dropout, smoothing
 DEGREES = number(float, 0, 180)
 MAX_CLASSES = 1_000_000
+MAX_ERASE_COUNT = 64  # rectangles per image: timm's RandomErasing draws each, so a huge count never ends a batch
 
 
 def build_parser(suppress: bool = False) -> argparse.ArgumentParser:
@@ -101,7 +102,7 @@ def build_parser(suppress: bool = False) -> argparse.ArgumentParser:
     g.add_argument('--mean', **_floats(), **d(None), help='normalisation mean (default: the model\'s)')
     g.add_argument('--std', **_floats(kind=POSITIVE), **d(None), help='normalisation std (default: the model\'s)')
     g.add_argument('--interpolation', **d(None), help='resize interpolation (default: the model\'s)')
-    g.add_argument('--crop-pct', type=number(float, 0, 1, above=True), **d(None), help='evaluation crop fraction (default: the model\'s)')
+    g.add_argument('--crop-pct', type=number(float, MIN_CROP_PCT, 1), **d(None), help='evaluation crop fraction (default: the model\'s)')
 
     g = p.add_argument_group('distillation (timm.task: the teacher sees the same augmented batch, in eval mode)')
     g.add_argument('--teacher', **d(None), metavar='NAME',
@@ -159,7 +160,7 @@ def build_parser(suppress: bool = False) -> argparse.ArgumentParser:
     g.add_argument('--train-interpolation', **d(None))
     g.add_argument('--reprob', type=FRACTION, **r(), help='random erasing probability')
     g.add_argument('--remode', **d('pixel'))
-    g.add_argument('--recount', type=SIZE, **d(1))
+    g.add_argument('--recount', type=number(int, 1, MAX_ERASE_COUNT), **d(1), help='random erasing: at most this many rectangles per image')
     g.add_argument('--mixup', type=NON_NEGATIVE, **r(), help='mixup alpha (0: off)')
     g.add_argument('--cutmix', type=NON_NEGATIVE, **r(), help='cutmix alpha (0: off)')
     g.add_argument('--cutmix-minmax', **_floats(2, number(float, 0, 1, above=True)), **d(None))

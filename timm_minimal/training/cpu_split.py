@@ -22,25 +22,25 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 import torch
+
+from ..cli import env_number
 
 __all__ = ['SPLIT_MIN_IMAGES', 'core_budget', 'cpu_signature', 'bare_step_rate', 'measure', 'decide', 'split_command']
 
 SPLIT_MIN_IMAGES = 500_000  # a shorter run (the tests, the demo) stays one process: a split costs seconds to start
 PROBE_SECONDS = 6.0  # timed, after PROBE_WARMUP steps: a 3 s probe measured one process at 0.6x its rate
 PROBE_WARMUP = 5
+PROBE_TIMEOUT = 120.0  # seconds for all the probes of one candidate together
 MARGIN = 1.05  # a split must be measured this much faster: a tie keeps the simpler single process
 
 
 def core_budget() -> int:
     """The cores this run may use: its CPU affinity, capped by ``OMP_NUM_THREADS`` where that is set."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else (os.cpu_count() or 1)
-    try:
-        threads = int(os.environ.get('OMP_NUM_THREADS', cores))
-    except ValueError:
-        threads = cores
+    threads = env_number('OMP_NUM_THREADS', int, cores, low=1)
     return max(1, min(cores, threads))
 
 
@@ -84,20 +84,49 @@ def bare_step_rate(model: str, batch: int, threads: int, seconds: float, warmup:
 
 def measure(model: str, batch: int, processes: int, threads: int, seconds: float = PROBE_SECONDS) -> float:
     """Images per second of ``processes`` concurrent processes of ``threads`` threads, each stepping its share of
-    the global ``batch``: what a run of that split trains, summed."""
+    the global ``batch``: what a run of that split trains, summed. No probe outlives this call: on a failure or a
+    timeout of one, every one is ended."""
     code = (f'from timm_minimal.training.cpu_split import bare_step_rate; '
             f'print(bare_step_rate({model!r}, {max(1, batch // processes)}, {threads}, {seconds}))')
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
-    procs = [subprocess.Popen([sys.executable, '-c', code], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                              env=env) for _ in range(processes)]
-    rates = [float(p.communicate(timeout=300)[0].split()[-1]) for p in procs]
-    if any(p.returncode for p in procs):
-        raise RuntimeError(f'the measurement of {processes} x {threads} failed')
-    return sum(rates)
+    procs: List[subprocess.Popen] = []
+    try:
+        for _ in range(processes):
+            procs.append(subprocess.Popen([sys.executable, '-c', code], stdout=subprocess.PIPE,
+                                          stderr=subprocess.DEVNULL, text=True, env=env))
+        deadline = time.monotonic() + PROBE_TIMEOUT
+        outputs = [p.communicate(timeout=max(1.0, deadline - time.monotonic()))[0] for p in procs]
+        if any(p.returncode for p in procs):
+            raise RuntimeError(f'the measurement of {processes} x {threads} failed')
+        return sum(float(out.split()[-1]) for out in outputs)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
 
 
 def _candidates(budget: int) -> List[int]:
     return [1] if budget < 2 else [1, budget]
+
+
+def read_cache(path: Path, say=print) -> Dict[str, Dict[str, Any]]:
+    """The decisions kept in ``path``, each checked (an object with a whole ``processes`` of at least 1); a file that
+    is not such a record is set aside with a one-line warning and measured anew (it is this module's own derived
+    file: it is never trusted as it is)."""
+    if not path.is_file():
+        return {}
+    try:
+        known = json.loads(path.read_text())
+        if not isinstance(known, dict):
+            raise ValueError('not a JSON object')
+        for key, entry in known.items():
+            if not isinstance(entry, dict) or type(entry.get('processes')) is not int or entry['processes'] < 1:
+                raise ValueError(f'entry {key} has no whole "processes" of at least 1')
+        return known
+    except (OSError, ValueError) as e:
+        say(f'WARNING: {path} is not a record of CPU measurements ({str(e)[:120]}); measuring again.')
+        return {}
 
 
 def decide(model: str, batch: int, cache_dir: Path, budget: Optional[int] = None, say=print) -> int:
@@ -110,12 +139,10 @@ def decide(model: str, batch: int, cache_dir: Path, budget: Optional[int] = None
     key = hashlib.sha256(json.dumps(dict(cpu_signature(), model=model, batch=batch, budget=budget),
                                     sort_keys=True).encode()).hexdigest()[:16]
     path = Path(cache_dir) / 'cpu_split.json'
-    try:
-        known = json.loads(path.read_text()) if path.is_file() else {}
-    except (OSError, ValueError):
-        known = {}
-    if key in known:
-        return int(known[key]['processes'])
+    known = read_cache(path, say)
+    cached = known.get(key)
+    if cached is not None and cached['processes'] in candidates:
+        return cached['processes']
     say(f'Measuring once on this CPU whether {model} at batch {batch} trains faster as {budget} processes than as '
         f'one ({len(candidates) * (PROBE_SECONDS + 8):.0f} s or so) ...')
     try:

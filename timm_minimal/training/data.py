@@ -25,6 +25,7 @@ resumed in the middle of an epoch sees exactly the batches an uninterrupted run 
 import gzip
 import hashlib
 import logging
+import math
 import os
 import shutil
 import tarfile
@@ -534,6 +535,22 @@ def subset(ds: Dataset, n: Optional[int], seed: int) -> Dataset:
 
 # -- transforms ------------------------------------------------------------------------------------
 
+def check_decode_size(input_size: Sequence[int], crop_pct: float) -> None:
+    """``DatasetError`` unless ``crop_pct`` is within [MIN_CROP_PCT, 1] and the size images are resized to before the
+    centre crop (input size / crop_pct) is within the image limits (``check_image_size``): bounds on what every image
+    of a split is decoded at, checked before the first one is."""
+    from ..models.datasets import MIN_CROP_PCT
+    from ..models.images import check_image_size
+    if isinstance(crop_pct, bool) or not isinstance(crop_pct, (int, float)) or not MIN_CROP_PCT <= crop_pct <= 1:
+        raise DatasetError(f'crop_pct must be a number from {MIN_CROP_PCT} to 1, got {crop_pct!r}.')
+    h, w = (math.ceil(int(v) / crop_pct) for v in input_size[1:])
+    try:
+        check_image_size(w, h, what=f'the size images are resized to (input size {input_size[1]}x{input_size[2]} / '
+                                    f'crop_pct {crop_pct:g})')
+    except ValueError as e:
+        raise DatasetError(str(e)) from None
+
+
 def build_transforms(
         input_size: Tuple[int, int, int],
         mean: Sequence[float],
@@ -559,6 +576,7 @@ def build_transforms(
     """
     from timm.data import create_transform
     from torchvision import transforms
+    check_decode_size(input_size, crop_pct)
     train_tf = create_transform(
         input_size, is_training=True, no_aug=no_aug, scale=tuple(scale) if scale else None,
         ratio=tuple(ratio) if ratio else None, hflip=hflip, vflip=vflip,

@@ -31,7 +31,7 @@ from .seeding import epoch_order
 
 _logger = logging.getLogger(__name__)
 
-__all__ = ['DeviceDataPath', 'dataset_bytes', 'images_to_array', 'device_budget_bytes']
+__all__ = ['DeviceDataPath', 'dataset_bytes', 'images_to_array', 'device_budget_bytes', 'read_cache', 'MAX_DECODED_BYTES']
 
 Batch = Tuple[torch.Tensor, torch.Tensor]
 
@@ -76,25 +76,59 @@ def _transform_all(ds: Dataset, transform: Any, img_mode: str) -> Tuple[np.ndarr
     return np.stack(images), np.asarray(labels, dtype=np.int64)
 
 
+MAX_DECODED_BYTES = 8 * 2 ** 30  # the largest split decoded into memory at once (uint8 at the input size)
+
+
 def images_to_array(ds: Dataset, transform: Any, input_size: Sequence[int], img_mode: str,
                     cache: Optional[Path] = None) -> Tuple[np.ndarray, np.ndarray]:
     """A dataset of (PIL image, label) as uint8 (N, C, H, W) images at the input size and int64 labels.
 
     ``transform`` is the deterministic evaluation transform ending in a uint8 tensor; ``cache`` an
-    .npz file that keeps the result between runs.
+    .npz file that keeps the result between runs. A split that would take more than ``MAX_DECODED_BYTES`` at the
+    input size is refused (``DatasetError``) before any image is decoded.
     """
     fast = _array_fast_path(ds, input_size)
     if fast is not None:
         return fast
+    size = dataset_bytes(len(ds), input_size)
+    if size > MAX_DECODED_BYTES:
+        from .data import DatasetError
+        raise DatasetError(f'{len(ds):,} images at the input size {"x".join(map(str, input_size))} would take '
+                           f'{size / 2 ** 30:,.1f} GiB decoded, more than the {MAX_DECODED_BYTES / 2 ** 30:g} GiB '
+                           f'allowed: check the model\'s input size (its img_size).')
     if cache is not None and cache.is_file():
-        with np.load(cache) as d:
-            return d['images'], d['labels']
+        cached = read_cache(cache, len(ds), input_size, getattr(ds, 'classes', None))
+        if cached is not None:
+            return cached
     images, labels = _transform_all(ds, transform, img_mode)
     if cache is not None:
         from .checkpoint import write_file_atomic
         cache.parent.mkdir(parents=True, exist_ok=True)
         write_file_atomic(cache, lambda tmp: np.savez(tmp, images=images, labels=labels), suffix='.tmp.npz')
     return images, labels
+
+
+def read_cache(cache: Path, num_samples: int, input_size: Sequence[int],
+               classes: Optional[Sequence[Any]]) -> Optional[Tuple[np.ndarray, np.ndarray]]:
+    """The arrays kept in ``cache`` where they are what this module writes: uint8 images (N, C, H, W) at the input
+    size and int64 labels in the class range, N the dataset's size, read without unpickling. Else None, with a
+    one-line warning: the cache is this module's derived file, and the caller decodes the images anew."""
+    try:
+        with np.load(cache, allow_pickle=False) as d:
+            images, labels = d['images'], d['labels']
+        wanted = (num_samples, *map(int, input_size))
+        problem = ('the images are not uint8' if images.dtype != np.uint8 else
+                   f'the images are {images.shape}, not {wanted}' if images.shape != wanted else
+                   'the labels are not one integer per image' if labels.dtype.kind not in 'iu'
+                   or labels.shape != (num_samples,) else
+                   'a label is out of range' if len(labels) and (labels.min() < 0 or (
+                       classes is not None and labels.max() >= len(classes))) else None)
+    except Exception as e:  # noqa: BLE001 (a truncated zip, a pickled array, a missing key: any bad file)
+        problem = f'{type(e).__name__}: {str(e)[:100]}'
+    if problem is None:
+        return images, labels.astype(np.int64)
+    _logger.warning(f'WARNING: the decoded-image cache {cache} is not usable ({problem}); decoding the images anew.')
+    return None
 
 
 def cache_file(cache_dir: Path, content: str, split: str, input_size: Sequence[int], img_mode: str,

@@ -17,7 +17,7 @@ from typing import Any, List, Sequence, Tuple
 from PIL import Image
 from torch.utils.data import Dataset
 
-from ..models.images import convert_image
+from ..models.images import check_image_size, convert_image
 
 __all__ = ['DatasetError', 'IMAGE_EXTENSIONS', 'FolderScan', 'scan_split', 'folder_classes', 'FolderDataset']
 
@@ -99,6 +99,7 @@ class FolderDataset(Dataset):
         path, label = self.samples[index]
         try:
             with Image.open(path) as im:
+                check_image_size(*im.size, what=f'image {path}')  # from the header, before anything is decoded
                 im.load()
                 return convert_image(im, self.img_mode), label
         except (OSError, ValueError, Image.DecompressionBombError) as e:

@@ -14,18 +14,48 @@ Every file is written atomically (temporary file, then rename). The trainer writ
 class; ``timm_minimal.tools.paper.reproduce`` and ``timm_minimal.tools.hub.publish`` read through it.
 """
 import json
+import math
 import os
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 import yaml
 
+from ..cli import INT_LIMIT
 from . import checkpoint as ckpt
 from .files import FolderLock, missing_folders, remove_empty
 from .run_record import RUN_FORMAT, RunRecord
 
 __all__ = ['RunFolder', 'RUN_FORMAT']
 LOCK_FILE = '.lock'  # held by the training process that writes the folder
+
+
+# The numbers of a metrics.jsonl row (engine.epoch_row) and their ranges: every reader gets them checked here.
+METRIC_RANGES: Dict[str, Tuple[type, float, float]] = {
+    'epoch': (int, 1, INT_LIMIT), 'update': (int, 0, INT_LIMIT), 'train_samples': (int, 0, INT_LIMIT),
+    'test_samples': (int, 0, INT_LIMIT), 'train_loss': (float, 0, math.inf), 'test_loss': (float, 0, math.inf),
+    'train_acc': (float, 0, 100), 'test_acc': (float, 0, 100), 'test_acc5': (float, 0, 100),
+    'ema_test_loss': (float, 0, math.inf), 'ema_test_acc': (float, 0, 100), 'lr': (float, 0, math.inf),
+    'throughput': (float, 0, math.inf), 'epoch_time': (float, 0, math.inf), 'train_time': (float, 0, math.inf),
+    'eval_time': (float, 0, math.inf), 'elapsed': (float, 0, math.inf),
+}
+REQUIRED_METRICS = ('epoch', 'train_loss', 'train_acc', 'test_loss', 'test_acc', 'epoch_time')
+
+
+def check_metrics_row(row: Dict[str, Any], where: str) -> None:
+    """ValueError naming ``where`` and the key unless every known number of ``row`` is a finite number of its kind
+    within its range and the keys every report reads are there."""
+    missing = [k for k in REQUIRED_METRICS if k not in row]
+    if missing:
+        raise ValueError(f'{where} lacks {", ".join(missing)}')
+    for key, (kind, low, high) in METRIC_RANGES.items():
+        if key not in row:
+            continue
+        value = row[key]
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and (kind is float or isinstance(value, int))
+        if not ok or not math.isfinite(value) or not low <= value <= high:
+            wanted = f'{"an integer" if kind is int else "a finite number"} from {low:g} to {high:g}'
+            raise ValueError(f'{where}: {key} must be {wanted}, got {value!r}')
 
 
 class RunFolder:
@@ -155,6 +185,7 @@ class RunFolder:
                 raise ValueError(f'{self.metrics_file} line {number} is not a JSON record ({e})') from e
             if not isinstance(row, dict):
                 raise ValueError(f'{self.metrics_file} line {number} is not a JSON object')
+            check_metrics_row(row, f'{self.metrics_file} line {number}')
             rows.append(row)
         return rows
 

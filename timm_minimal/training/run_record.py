@@ -13,17 +13,53 @@ Two rules settle what a report states about a run that was resumed:
 """
 import dataclasses
 import json
+import math
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 __all__ = ['Launch', 'RunRecord', 'RUN_FORMAT']
 
 RUN_FORMAT = 'timm-minimal-run/1'
 
 
+def _json_types(annotation: Any) -> Tuple[type, ...]:
+    """The JSON value types a field's annotation admits (None for Optional), e.g. (int,) for ``int``."""
+    if annotation is Any:
+        return (object,)
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is Union:
+        return tuple(t for a in args for t in _json_types(a))
+    if annotation is type(None):
+        return (type(None),)
+    if origin in (dict, list):
+        return (origin,)
+    if annotation is float:
+        return (int, float)
+    return (annotation,)
+
+
+def _check_types(cls: type, data: Dict[str, Any]) -> None:
+    """TypeError naming the key unless every field ``cls`` knows has a value of its annotated type (a bool is no
+    number; a float must be finite)."""
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        if f.name == 'extra' or f.name not in data or f.name == 'launches':
+            continue
+        value, allowed = data[f.name], _json_types(hints[f.name])
+        ok = isinstance(value, allowed) and not (isinstance(value, bool) and bool not in allowed)
+        if ok and isinstance(value, float) and not math.isfinite(value):
+            ok = False
+        if not ok:
+            names = ' or '.join('null' if t is type(None) else t.__name__ for t in allowed)
+            raise TypeError(f'"{f.name}" must be {names}, got {value!r}'[:200])
+
+
 def _split(cls: type, data: Dict[str, Any]) -> Dict[str, Any]:
-    """``data`` as keyword arguments of the dataclass ``cls``; keys it does not know go to ``extra``."""
+    """``data`` as keyword arguments of the dataclass ``cls`` (each of the type it declares); keys it does not know
+    go to ``extra``."""
+    _check_types(cls, data)
     names = {f.name for f in dataclasses.fields(cls)} - {'extra'}
     return dict({k: v for k, v in data.items() if k in names}, extra={k: v for k, v in data.items() if k not in names})
 

@@ -47,7 +47,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from ..cli import EXIT_DIVERGED, EXIT_FAILURE, EXIT_USAGE, Failure, command
+from ..cli import EXIT_DIVERGED, EXIT_FAILURE, EXIT_USAGE, Failure, command, env_number
 from ..models.datasets import DATASETS, channel_stats, dataset_for_kind
 from ..models.images import convert_image, image_mode
 from . import checkpoint as ckpt
@@ -202,7 +202,7 @@ def make_accelerator(args: argparse.Namespace):
     has_gpu = torch.cuda.is_available() or (hasattr(torch, 'xpu') and torch.xpu.is_available())
     # several processes without a GPU (torchrun, accelerate launch on a CPU machine): accelerate only
     # sets up CPU data parallelism (gloo) when told to use the CPU
-    multi_cpu = not has_gpu and int(os.environ.get('WORLD_SIZE', '1')) > 1
+    multi_cpu = not has_gpu and env_number('WORLD_SIZE', int, 1, low=1) > 1
     precision = args.mixed_precision
     if precision is None and 'ACCELERATE_MIXED_PRECISION' not in os.environ:
         if torch.cuda.is_available() and not args.cpu:
@@ -684,10 +684,11 @@ def _finish(run: Run, state: TrainState, status: str, message: Optional[str], la
         return {}
 
 
-def cpu_processes(args: argparse.Namespace) -> int:
+def cpu_processes(args: argparse.Namespace, explicit: bool = True) -> int:
     """How many processes this run trains as: 1 on a GPU, inside a launched process group or for a short run;
     else ``--cpu-processes`` or, unset, what ``cpu_split.decide`` measured on this machine. The count is kept in
-    ``args`` (and so in ``args.yaml``): a resumed run keeps it."""
+    ``args`` (and so in ``args.yaml``): a resumed run keeps it, on fewer cores too (said), unless ``explicit`` (given on
+    this command line) asks for another. A count above the core budget is refused otherwise."""
     from .cpu_split import SPLIT_MIN_IMAGES, core_budget, decide
     from .data import default_cache_dir
     if 'WORLD_SIZE' in os.environ or not trains_on_cpu(vars(args)):
@@ -698,6 +699,13 @@ def cpu_processes(args: argparse.Namespace) -> int:
         long_run = args.epochs * images >= SPLIT_MIN_IMAGES and core_budget() > 1
         args.cpu_processes = decide(_model_for_probe(args), args.batch_size,
                                     Path(args.cache_dir) if args.cache_dir else default_cache_dir()) if long_run else 1
+    budget = core_budget()
+    if args.cpu_processes > budget:
+        if args.resume is None or explicit:
+            raise UsageError(f'--cpu-processes {args.cpu_processes} is more than the {budget} core(s) this run may use '
+                             f'(its CPU affinity, capped by OMP_NUM_THREADS); give at most {budget}.')
+        print(f'The resumed run trained as {args.cpu_processes} processes; this machine gives it {budget} core(s), so '
+              f'they share them (slower, the same training). --cpu-processes {budget} changes the split.', flush=True)
     return args.cpu_processes
 
 
@@ -739,7 +747,7 @@ SPLIT_STATUS_ENV = 'TIMM_MINIMAL_SPLIT_STATUS'
 def _exit(status: int) -> None:
     """Exit with ``status``; the main process of a split run also leaves it where ``run_split`` reads it."""
     path = os.environ.get(SPLIT_STATUS_ENV)
-    if path and os.environ.get('RANK', '0') == '0':
+    if path and os.environ.get('RANK', '0') == '0':  # set by torchrun; compared as text, never parsed
         Path(path).write_text(f'{status}\n')
     sys.exit(status)
 
@@ -749,7 +757,7 @@ def main(argv: Optional[Sequence[str]] = None, hooks: Optional[TrainHooks] = Non
     logging.basicConfig(level=logging.WARNING, format='%(message)s')
     try:
         args, provenance = parse_args(argv)
-        processes = cpu_processes(args)
+        processes = cpu_processes(args, explicit='cpu_processes' in provenance['explicit'])
         if processes > 1:
             return run_split(args, list(sys.argv[1:] if argv is None else argv), processes)
         train(args, provenance, argv, hooks)

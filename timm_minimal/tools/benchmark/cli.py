@@ -14,12 +14,13 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ...models.datasets import DATASETS
 from .report import render_report, summary_lines
-from ...cli import OneLineParser, command
+from ...cli import OneLineParser, command, non_negative_int, positive_float, positive_int
 from .suite import BenchmarkConfig, run_benchmark, select_models
 
 
 def _csv_ints(text: str) -> Tuple[int, ...]:
-    return tuple(int(v) for v in text.split(',') if v.strip())
+    """Comma-separated positive integers, each checked as ``--batch-size`` is."""
+    return tuple(positive_int(v.strip()) for v in text.split(',') if v.strip())
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -41,13 +42,13 @@ def _add_run_options(p: argparse.ArgumentParser, d: BenchmarkConfig) -> None:
                    help=f'glob(s) over the registered names (default {" ".join(d.models)}); the std_mlp baseline '
                         'of each depth is always added')
     p.add_argument('--dataset', default=d.dataset, choices=sorted(DATASETS), help='geometry tag (default mnist)')
-    p.add_argument('--batch-size', type=int, default=None, help=f'batch size (default {d.batch_size})')
-    p.add_argument('--repeats', type=int, default=None, help=f'timed repeats (default {d.repeats})')
-    p.add_argument('--warmup', type=int, default=None, help=f'warm-up steps per model (default {d.warmup})')
-    p.add_argument('--target-time', type=float, default=None,
+    p.add_argument('--batch-size', type=positive_int, default=None, help=f'batch size (default {d.batch_size})')
+    p.add_argument('--repeats', type=positive_int, default=None, help=f'timed repeats (default {d.repeats})')
+    p.add_argument('--warmup', type=non_negative_int, default=None, help=f'warm-up steps per model (default {d.warmup})')
+    p.add_argument('--target-time', type=positive_float, default=None,
                    help=f'seconds per timed repeat and model (default {d.target_time})')
     p.add_argument('--device', default='auto', help='cpu, cuda or auto (default: cuda when available)')
-    p.add_argument('--threads', type=int, default=d.threads, help=f'torch.set_num_threads (default {d.threads}; 0: leave)')
+    p.add_argument('--threads', type=non_negative_int, default=d.threads, help=f'torch.set_num_threads (default {d.threads}; 0: leave)')
     p.add_argument('--clock', default=d.clock, choices=('auto', 'cpu', 'wall'),
                    help='cpu: images per second of process CPU time, immune to other jobs on a shared machine '
                         '(needs --threads 1); wall: wall time; auto (default): cpu on a CPU with one thread, else wall')
@@ -77,19 +78,19 @@ def _add_comparison_options(p: argparse.ArgumentParser, d: BenchmarkConfig) -> N
                         f'(default {" ".join(d.sdpa_models)}; \'*\' for all)')
     p.add_argument('--no-sdpa', action='store_true', help='skip the SDPA-off comparison (also in the token sweep)')
     p.add_argument('--no-timm', action='store_true', help='skip the comparison with timm VisionTransformer')
-    p.add_argument('--timm-pairs', type=int, default=None, help=f'alternated repeats ours vs timm (default {d.timm_pairs})')
+    p.add_argument('--timm-pairs', type=positive_int, default=None, help=f'alternated repeats ours vs timm (default {d.timm_pairs})')
     p.add_argument('--no-memory', action='store_true', help='skip the peak-memory measurement')
     p.add_argument('--memory-method', default=d.memory_method, choices=('tensors', 'rss'),
                    help='tensors: peak of torch allocations (profiler on CPU, allocator on CUDA), in process; '
                         'rss: CPU peak RSS growth, one fresh process per model (default tensors)')
-    p.add_argument('--block-size', type=int, default=None,
+    p.add_argument('--block-size', type=positive_int, default=None,
                    help=f'models measured together with the baseline in one block (default {d.block_size})')
     p.add_argument('--no-scaling', action='store_true', help='skip the token/depth scaling sweep')
     p.add_argument('--scaling-tokens', type=_csv_ints, default=None,
                    help=f'token counts of the sweep, squares (default {",".join(map(str, d.scaling_tokens))})')
     p.add_argument('--scaling-depths', type=_csv_ints, default=None,
                    help=f'depths of the sweep (default {",".join(map(str, d.scaling_depths))})')
-    p.add_argument('--scaling-tokens-per-batch', type=int, default=None,
+    p.add_argument('--scaling-tokens-per-batch', type=positive_int, default=None,
                    help=f'tokens per batch in the sweeps, batch = this / tokens (default {d.scaling_tokens_per_batch})')
     p.add_argument('--scaling-models', nargs='+', default=None,
                    help=f'models of the sweeps (default {" ".join(d.scaling_models)})')

@@ -27,7 +27,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 
 from ..common import cpu_environment, cpu_flags_lines, write_report
-from ...cli import OneLineParser
+from ...cli import OneLineParser, non_negative_int, positive_int
 from ..deploy.export import (FP32_FILE, INPUT_NAME, INT8_FILE, ExportError, MissingExtraError, VerificationError, export_model,
                      ort_session, require_export_extra, resolve_model)
 
@@ -193,10 +193,10 @@ def build_parser() -> argparse.ArgumentParser:
     d = DeploymentConfig()
     p = OneLineParser(prog=PROG, description=__doc__.split('\n\n')[0])
     p.add_argument('--models', nargs='+', default=None, help='checkpoints (default: every shipped one)')
-    p.add_argument('--threads', type=int, default=d.threads, help='threads of every runtime (%(default)s)')
-    p.add_argument('--warmup', type=int, default=d.warmup, help='untimed calls per runtime and model (%(default)s)')
-    p.add_argument('--rounds', type=int, default=d.rounds, help='rounds in which the runtimes take turns (%(default)s)')
-    p.add_argument('--calls', type=int, default=d.calls, help='timed calls per runtime and round (%(default)s)')
+    p.add_argument('--threads', type=positive_int, default=d.threads, help='threads of every runtime (%(default)s)')
+    p.add_argument('--warmup', type=non_negative_int, default=d.warmup, help='untimed calls per runtime and model (%(default)s)')
+    p.add_argument('--rounds', type=positive_int, default=d.rounds, help='rounds in which the runtimes take turns (%(default)s)')
+    p.add_argument('--calls', type=positive_int, default=d.calls, help='timed calls per runtime and round (%(default)s)')
     p.add_argument('--data-dir', default=None, help='also measure top-1 on the full test split of the data here')
     p.add_argument('--output', default=d.out_md, help="the markdown report ('' for none; %(default)s)")
     p.add_argument('--json', default=d.out_json, help="the results as JSON ('' for none; %(default)s)")

@@ -32,7 +32,6 @@ measurement failed (the trainer's exit status and the tail of its stderr are pri
 """
 import argparse
 import json
-import math
 import os
 import platform
 import shlex
@@ -55,7 +54,8 @@ from timm.optim import create_optimizer_v2
 from ...models.paper import TABLE2
 from ...models.vit_minimal import ARCHITECTURES
 from ..common import cpu_environment, cpu_flags_lines, write_report
-from ...cli import OneLineParser, UsageError
+from ...cli import OneLineParser, UsageError, non_negative_int, number, positive_int
+from ...training.cli import SEED
 
 __all__ = [
     'TrainingBenchmarkConfig', 'MeasurementError', 'TrainerError', 'UsageError', 'TrainerThroughput', 'TimeToTarget',
@@ -506,22 +506,18 @@ def run(config: TrainingBenchmarkConfig, runner: Optional[TrainerRunner] = None)
 
 # -- command line ----------------------------------------------------------------------------------
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got '{text}'") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f'expected a positive integer, got {value}')
-    return value
+_positive_int = positive_int
+_ACCURACY = number(float, 0, 100)
 
 
 def _target(text: str) -> Tuple[str, float]:
     name, sep, value = text.partition('=')
+    if not sep:
+        raise argparse.ArgumentTypeError(f"expected DATASET=ACCURACY, e.g. mnist=98.24, got '{text}'")
     try:
-        return name.strip(), float(value) if sep else float('nan')
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected DATASET=ACCURACY, e.g. mnist=98.24, got '{text}'") from None
+        return name.strip(), _ACCURACY(value)
+    except argparse.ArgumentTypeError as e:
+        raise argparse.ArgumentTypeError(f'the accuracy of {name.strip()} {e}') from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -566,10 +562,10 @@ def _add_measurement_args(p: argparse.ArgumentParser, d: TrainingBenchmarkConfig
                    help='(a): train on this many images per epoch (default: all; --quick: 512)')
     p.add_argument('--eval-subset', metavar='N', type=_positive_int, default=None,
                    help=f'(a): evaluate on this many images (default {d.eval_subset}; --quick: 256)')
-    p.add_argument('--seed', type=int, default=d.seed, help="(a): the trainer's --seed (default 0)")
+    p.add_argument('--seed', type=SEED, default=d.seed, help="(a): the trainer's --seed (default 0)")
     p.add_argument('--steps', metavar='N', type=_positive_int, default=None,
                    help=f'(b): steps per timed repeat (default {d.steps}; --quick: 3)')
-    p.add_argument('--warmup', metavar='N', type=int, default=None,
+    p.add_argument('--warmup', metavar='N', type=non_negative_int, default=None,
                    help=f'(b): warm-up steps, compilation included (default {d.warmup}; --quick: 2)')
     p.add_argument('--repeats', metavar='N', type=_positive_int, default=None,
                    help=f'(b): timed repeats, the median is reported (default {d.repeats}; --quick: 2)')
@@ -607,9 +603,9 @@ def config_from_args(args: argparse.Namespace, trainer_args: Sequence[str] = (),
                          f"files the trainer reads")
     given: Dict[str, Tuple[float, ...]] = {}
     for name, value in args.targets:
-        if name not in BENCHMARK_DATASETS or math.isnan(value):
+        if name not in BENCHMARK_DATASETS:
             raise UsageError(f"--targets: expected DATASET=ACCURACY with DATASET in {', '.join(BENCHMARK_DATASETS)}, "
-                             f"got '{name}'" + ('' if math.isnan(value) else f'={value:g}'))
+                             f"got '{name}={value:g}'")
         given[name] = given.get(name, ()) + (value,)
     targets = {**DEFAULT_TARGETS, **given}  # a dataset on the command line replaces its default targets
     values: Dict[str, Any] = dict(QUICK) if args.quick else {}

@@ -337,7 +337,7 @@ def build_parser() -> OneLineParser:
                    help='load the trained weights (without it: a random initialisation)')
     p.add_argument('--output', default='attention.png', help='the PNG to write (default: %(default)s)')
     p.add_renamed('--out', '--output')  # the earlier spelling, for one release
-    p.add_argument('--head', type=int, default=1,
+    p.add_argument('--head', type=number(int, 1), default=1,
                    help='the head (1-based) whose score and attention matrices are shown (default: %(default)s)')
     p.add_argument('--dpi', type=number(int, 1, 1000), default=100, help='resolution of the PNG, 1 to 1000 (default: %(default)s)')
     return p

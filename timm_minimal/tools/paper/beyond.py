@@ -66,7 +66,11 @@ PILOTS: List[Variant] = [
 def variant_command(v: Variant, args: argparse.Namespace) -> Optional[Command]:
     """The trainer command of a variant (a resume where its folder holds a run); None when it finished."""
     folder = RunFolder(Path(args.runs_dir) / v.name)
-    if folder.is_run() and folder.status == 'finished' and len(folder.read_metrics()) >= args.epochs:
+    try:
+        done = folder.is_run() and folder.status == 'finished' and len(folder.read_metrics()) >= args.epochs
+    except ValueError as e:  # a record that is not what the trainer writes: the user's to look at
+        raise UsageError(f'{e}. Nothing was trained.') from None
+    if done:
         say(f'[beyond] {v.name}: finished run in {folder}, reused')
         return None
     argv = [sys.executable, '-m', 'timm_minimal.training.train']

@@ -85,7 +85,11 @@ def train_command(row: PaperRow, args: argparse.Namespace, extra: Sequence[str])
     The folder was checked by ``check_folder``: absent, empty (a start killed before it wrote anything), or a run
     of this grid, resumed."""
     folder = RunFolder(_run_dir(Path(args.runs_dir), row))
-    if folder.is_run() and folder.status == 'finished' and len(folder.read_metrics()) >= args.epochs:
+    try:
+        done = folder.is_run() and folder.status == 'finished' and len(folder.read_metrics()) >= args.epochs
+    except ValueError as e:  # a record that is not what the trainer writes: the user's to look at
+        raise UsageError(f'{e}. Nothing was trained.') from None
+    if done:
         say(f'[reproduce] {row.model}: finished run in {folder}, reused')
         return None
     argv = shlex.split(args.launcher) if args.launcher else [sys.executable, '-m']
