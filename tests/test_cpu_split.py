@@ -67,15 +67,16 @@ def test_the_decision_is_measured_once_and_kept(monkeypatch, tmp_path):
 
 def test_short_runs_gpu_runs_and_launched_processes_stay_one_process(monkeypatch):
     monkeypatch.setattr(cpu_split, 'decide', lambda *a, **k: pytest.fail('measured a run that does not split'))
-    args, _ = train_mod.parse_args(['--model', 'vit_minimal_sym_6x4', '--dataset', 'cifar10', '--epochs', '2'])
+    args, _ = train_mod.parse_args(['--model', 'vit_minimal_sym_6x4', '--dataset', 'cifar10', '--epochs', '2', '--cpu'])
     assert train_mod.cpu_processes(args) == 1 and args.cpu_processes == 1  # 100,000 images: too short to repay
-    args, _ = train_mod.parse_args(['--model', 'vit_minimal_sym_6x4', '--dataset', 'cifar10', '--epochs', '100'])
+    args, _ = train_mod.parse_args(['--model', 'vit_minimal_sym_6x4', '--dataset', 'cifar10', '--epochs', '100',
+                                    '--cpu'])
     monkeypatch.setenv('WORLD_SIZE', '2')
     assert train_mod.cpu_processes(args) == 1
     monkeypatch.delenv('WORLD_SIZE')
     monkeypatch.setattr(cpu_split, 'decide', lambda *a, **k: 2)
     assert train_mod.cpu_processes(args) == 2 and args.cpu_processes == 2
-    args, _ = train_mod.parse_args(['--model', 'vit_minimal_sym_6x4', '--dataset', 'cifar10', '--epochs', '100',
+    args, _ = train_mod.parse_args(['--model', 'vit_minimal_sym_6x4', '--dataset', 'cifar10', '--epochs', '100', '--cpu',
                                     '--cpu-processes', '1'])
     assert train_mod.cpu_processes(args) == 1
 
@@ -88,6 +89,19 @@ def test_a_resumed_run_keeps_its_process_count(data, tmp_path):
     (run / 'args.yaml').write_text(yaml.safe_dump(dict(saved, cpu_processes=2)))
     args, _ = train_mod.parse_args(['--resume', str(run), '--epochs', '2'])
     assert args.cpu_processes == 2
+
+
+def test_more_processes_than_cores_are_refused_unless_a_resume_kept_them(monkeypatch, capsys):
+    monkeypatch.setattr(cpu_split, 'core_budget', lambda: 2)
+    args, _ = train_mod.parse_args(['--model', 'vit_minimal_sym_6x4', '--dataset', 'cifar10', '--cpu',
+                                    '--cpu-processes', '3'])
+    with pytest.raises(UsageError, match='--cpu-processes 3 is more than the 2 core'):
+        train_mod.cpu_processes(args)
+    args.resume = 'run'  # the count came from the resumed run's args.yaml: said, and kept (the same training)
+    assert train_mod.cpu_processes(args, explicit=False) == 3
+    assert 'they share them (slower, the same training)' in capsys.readouterr().out
+    with pytest.raises(UsageError):  # asked for on this command line: refused
+        train_mod.cpu_processes(args, explicit=True)
 
 
 @pytest.mark.slow

@@ -22,7 +22,16 @@ from .models.vit_minimal import ARCHITECTURES, VisionTransformerMinimal, checkpo
 from .examples import example_image, example_images
 from .transformers_registration import register_with_transformers
 
-__version__ = '0.1.0'
+def _version() -> str:
+    """The installed distribution's version (pyproject.toml is its one home)."""
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version('timm-minimal')
+    except PackageNotFoundError:  # imported from a source tree that was never installed
+        return '0+unknown'
+
+
+__version__ = _version()
 
 # The transformers classes, imported on first use (PEP 562): each of them imports transformers.
 _TRANSFORMERS_CLASSES = {

@@ -117,7 +117,6 @@ def build_parser() -> OneLineParser:
 @command('timm-minimal-evaluate')
 def main(argv: Optional[Sequence[str]] = None) -> int:
     import timm
-    from ..models import vit_minimal  # noqa: F401  (registers the architectures)
     args = build_parser().parse_args(argv)
     try:
         model = timm.create_model(args.model, pretrained=True)

@@ -63,7 +63,6 @@ def cpu_signature() -> Dict[str, str]:
 def bare_step_rate(model: str, batch: int, threads: int, seconds: float, warmup: int = PROBE_WARMUP) -> float:
     """Images per second of the bare training step (forward, cross-entropy, backward, AdamW) of ``model``."""
     import timm
-    from ..models import vit_minimal  # noqa: F401  (registers the architectures)
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     net = timm.create_model(model).train()

@@ -250,7 +250,6 @@ def prepare_folder(args: argparse.Namespace, accelerator: Any) -> Tuple[RunFolde
 def build_model(args: argparse.Namespace, data: ImageData) -> Tuple[nn.Module, str, Dict[str, Any]]:
     """The timm model (seeded), its full name with tag, and the model arguments given."""
     import timm
-    from ..models import vit_minimal  # noqa: F401  (registers the architectures)
     model_name = resolve_model_name(args.model, data)
     torch.manual_seed(args.seed)
     model_kwargs = dict(args.model_kwargs or {})

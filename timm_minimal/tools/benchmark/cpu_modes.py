@@ -222,7 +222,6 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     import timm
-    from ...models import vit_minimal  # noqa: F401  (registers the architectures)
     p = _parser()
     args = p.parse_args(argv)
     unknown = [m for m in args.models if not timm.is_model(m.split('.')[0])]

@@ -113,7 +113,6 @@ def read_run(run_dir: Path, checkpoint: str = 'last') -> RunInfo:
 
 def _load_model(info: RunInfo):
     import timm
-    from ...models import vit_minimal  # noqa: F401  (registers the architectures)
     model = timm.create_model(f'local-dir:{info.checkpoint}', pretrained=True)
     return model.eval()
 

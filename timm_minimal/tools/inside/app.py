@@ -34,7 +34,7 @@ from .mosaic import Mosaic, draw_mosaic
 from ..common import create_named_model
 from ...cli import OneLineParser, command, number
 
-__all__ = ['AppInputError', 'Answer', 'shipped_checkpoints', 'example_images', 'sketch_to_image', 'answer', 'analyse',
+__all__ = ['AppInputError', 'Answer', 'shipped_checkpoints', 'example_images', 'sketch_to_image', 'answer',
            'compare', 'explore', 'look', 'build_app', 'main']
 
 PROG = 'timm-minimal-app'
@@ -132,12 +132,6 @@ def answer(name: str, image: Image.Image, patch: Optional[Tuple[int, int]] = Non
     lines = [f"**{name}**: {parameters(name):,} parameters, predicts **{maps.label}** ({maps.probability:.1%})."]
     lines += [f'- note: {n}' for n in maps.notes]
     return Answer(maps, draw_mosaic(maps, patch=patch), top, '\n'.join(lines))
-
-
-def analyse(name: str, image: Image.Image) -> Tuple[Dict[str, float], Image.Image, str]:
-    """Top-5 classes, the attention mosaic and a summary of one checkpoint on one image."""
-    a = answer(name, image)
-    return a.top, a.mosaic.image, a.text
 
 
 def compare(first: str, second: str, image: Image.Image) -> Tuple[Answer, Answer, str]:
