@@ -177,12 +177,15 @@ def _parsers():
 
 
 def test_every_tool_states_the_default_of_every_option_in_its_help():
-    """One help formatter for all: an option with a default says it (a flag that is off says nothing)."""
+    """One help formatter for all: an option with a default says it once (a flag that is off, and an option without
+    a default, say nothing)."""
     for name, parser in _parsers().items():
         formatter = parser._get_formatter()
         for action in parser._actions:
             if not action.option_strings or action.help == argparse.SUPPRESS or action.default in (None, False) \
                     or action.default == argparse.SUPPRESS or isinstance(action, argparse._HelpAction):
                 continue
-            assert '%(default)' in formatter._get_help_string(action), (name, action.option_strings)
-        assert parser.format_help()  # renders
+            assert 'default' in formatter._get_help_string(action).lower(), (name, action.option_strings)
+            text = formatter._expand_help(action).lower()
+            assert text.count('(default') <= 1, (name, action.option_strings, 'the default is stated twice')
+        assert parser.format_help() and '(default: None)' not in parser.format_help()  # renders, says no None

@@ -89,7 +89,9 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ''
-        states_default = '%(default)' in text or (action.default is None and 'default' in text)
+        # a help that speaks of its default already, and an option without one (None: required, or computed), show
+        # none: no "(default mnist) (default: mnist)", no "(default: None)"
+        states_default = 'default' in text.lower() or action.default is None or action.required
         if action.option_strings and action.default is not argparse.SUPPRESS and not states_default \
                 and not isinstance(action, (argparse._HelpAction, argparse._VersionAction)):
             text += (' ' if text else '') + '(default: %(default)s)'

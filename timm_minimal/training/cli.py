@@ -28,6 +28,10 @@ __all__ = ['UsageError', 'OneLineParser', 'DATA_PATHS', 'build_parser', 'parse_a
            'check_option_types', 'recipe_for', 'print_help', 'check_numbers']
 
 DATA_PATHS = ('auto', 'device', 'loader')
+DESCRIPTION = ('Train a minimal transformer (or any timm model) with accelerate, on one CPU, one GPU or several: MNIST, '
+               'CIFAR-10, ImageNet, an image folder or a timm dataset. Options come from the dataset\'s recipe, then '
+               'from the command line. On a CPU the threads are OMP_NUM_THREADS (default: every core this process may '
+               'use), and a long run may train as several processes (--cpu-processes).')
 
 
 # -- command line ----------------------------------------------------------------------------------
@@ -50,7 +54,7 @@ def build_parser(suppress: bool = False) -> argparse.ArgumentParser:
     """The command line. With ``suppress=True`` no defaults are set (to find the options given explicitly)."""
     kw = dict(argument_default=argparse.SUPPRESS) if suppress else {}
     p = OneLineParser(
-        prog='timm-minimal-train', description=__doc__.split('\n\n')[0], **kw)
+        prog='timm-minimal-train', description=DESCRIPTION, **kw)
 
     def d(value):  # a default, unless suppressed
         return {} if suppress else {'default': value}
@@ -121,7 +125,7 @@ def build_parser(suppress: bool = False) -> argparse.ArgumentParser:
     g.add_argument('--lr', type=NON_NEGATIVE)
     g.add_argument('--weight-decay', type=NON_NEGATIVE)
     g.add_argument('--momentum', type=FRACTION, **d(0.9))
-    g.add_argument('--opt-eps', type=POSITIVE, **d(None))
+    g.add_argument('--opt-eps', type=POSITIVE, **d(None), help="optimizer epsilon (default: the optimizer's)")
     g.add_argument('--opt-betas', **_floats(kind=BELOW_ONE))
     g.add_argument('--sched', help='timm scheduler name (create_scheduler_v2), or none')
     g.add_argument('--warmup-epochs', type=NON_NEGATIVE)
@@ -154,13 +158,14 @@ def build_parser(suppress: bool = False) -> argparse.ArgumentParser:
     g.add_argument('--vflip', type=FRACTION)
     g.add_argument('--color-jitter', type=NON_NEGATIVE)
     g.add_argument('--aa', help='RandAugment/AutoAugment policy, e.g. rand-m9-mstd0.5-inc1')
-    g.add_argument('--train-interpolation', **d(None))
+    g.add_argument('--train-interpolation', **d(None), help='training resize interpolation (default: the model\'s)')
     g.add_argument('--reprob', type=FRACTION, help='random erasing probability')
     g.add_argument('--remode', **d('pixel'))
     g.add_argument('--recount', type=number(int, 1, MAX_ERASE_COUNT), **d(1), help='random erasing: at most this many rectangles per image')
     g.add_argument('--mixup', type=NON_NEGATIVE, help='mixup alpha (0: off)')
     g.add_argument('--cutmix', type=NON_NEGATIVE, help='cutmix alpha (0: off)')
-    g.add_argument('--cutmix-minmax', **_floats(2, number(float, 0, 1, above=True)), **d(None))
+    g.add_argument('--cutmix-minmax', **_floats(2, number(float, 0, 1, above=True)), **d(None),
+                   help='cutmix box size range, fractions of the image (default: drawn from --cutmix alpha)')
     g.add_argument('--mixup-prob', type=FRACTION, **d(1.0))
     g.add_argument('--mixup-switch-prob', type=FRACTION, **d(0.5))
     g.add_argument('--mixup-mode', **d('batch'))

@@ -28,7 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = OneLineParser(
         prog='timm-minimal-benchmark',
         description='Benchmark the vit_minimal architectures: parameters, FLOPs, throughput, memory, ratios '
-                    'against the paper\'s baseline and timm\'s VisionTransformer, scaling; writes BENCHMARKS.md '
+                    'against the paper\'s baseline and timm\'s VisionTransformer, scaling; writes a markdown report '
                     'and PNG plots.')
     _add_run_options(p, d)
     _add_comparison_options(p, d)
@@ -98,7 +98,7 @@ def _add_comparison_options(p: argparse.ArgumentParser, d: BenchmarkConfig) -> N
 
 def _add_output_options(p: argparse.ArgumentParser, d: BenchmarkConfig) -> None:
     """Where the report, plots and results go, and the other modes (from JSON, quick, training)."""
-    p.add_argument('--output', default=d.output, help='markdown report path (default BENCHMARKS.md)')
+    p.add_argument('--output', default=d.output, help='markdown report path (the committed one: --output BENCHMARKS.md)')
     p.add_argument('--plots-dir', default=None, help='folder of the PNG plots (default: benchmarks/ beside the report)')
     p.add_argument('--json', default=None, help='raw results JSON (default: results.json in the plots folder)')
     p.add_argument('--no-plots', action='store_true', help='write no PNG plots')

@@ -213,8 +213,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument('--steps', type=positive_int, default=10, help='steps per timed block')
     p.add_argument('--warmup', type=positive_int, default=3, help='steps before timing (compilation included)')
     p.add_argument('--repeats', type=positive_int, default=5, help='timed blocks; the median is reported')
-    p.add_argument('--output', default='benchmarks/cpu_modes.md', help='the markdown report ("" for none)')
-    p.add_argument('--json', default='benchmarks/cpu_modes.json', help='raw results ("" for none)')
+    p.add_argument('--output', default='reports/cpu_modes.md',
+                   help='the markdown report ("" for none; the committed one: benchmarks/cpu_modes.md)')
+    p.add_argument('--json', default='reports/cpu_modes.json', help='raw results ("" for none)')
     p.add_renamed('--out-md', '--output')
     p.add_renamed('--out-json', '--json')
     return p

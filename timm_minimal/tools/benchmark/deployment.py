@@ -48,8 +48,8 @@ class DeploymentConfig:
     rounds: int = 20
     calls: int = 100
     data_dir: Optional[str] = None
-    out_json: Optional[str] = 'benchmarks/deployment_cpu.json'
-    out_md: Optional[str] = 'benchmarks/deployment_cpu.md'
+    out_json: Optional[str] = 'reports/deployment_cpu.json'  # the committed ones: benchmarks/deployment_cpu.*
+    out_md: Optional[str] = 'reports/deployment_cpu.md'
     quick: bool = False
     command: str = ''
 
@@ -193,13 +193,13 @@ def build_parser() -> argparse.ArgumentParser:
     d = DeploymentConfig()
     p = OneLineParser(prog=PROG, description=__doc__.split('\n\n')[0])
     p.add_argument('--models', nargs='+', default=None, help='checkpoints (default: every shipped one)')
-    p.add_argument('--threads', type=positive_int, default=d.threads, help='threads of every runtime (%(default)s)')
-    p.add_argument('--warmup', type=non_negative_int, default=d.warmup, help='untimed calls per runtime and model (%(default)s)')
-    p.add_argument('--rounds', type=positive_int, default=d.rounds, help='rounds in which the runtimes take turns (%(default)s)')
-    p.add_argument('--calls', type=positive_int, default=d.calls, help='timed calls per runtime and round (%(default)s)')
+    p.add_argument('--threads', type=positive_int, default=d.threads, help='threads of every runtime (default: %(default)s)')
+    p.add_argument('--warmup', type=non_negative_int, default=d.warmup, help='untimed calls per runtime and model (default: %(default)s)')
+    p.add_argument('--rounds', type=positive_int, default=d.rounds, help='rounds in which the runtimes take turns (default: %(default)s)')
+    p.add_argument('--calls', type=positive_int, default=d.calls, help='timed calls per runtime and round (default: %(default)s)')
     p.add_argument('--data-dir', default=None, help='also measure top-1 on the full test split of the data here')
-    p.add_argument('--output', default=d.out_md, help="the markdown report ('' for none; %(default)s)")
-    p.add_argument('--json', default=d.out_json, help="the results as JSON ('' for none; %(default)s)")
+    p.add_argument('--output', default=d.out_md, help="the markdown report ('' for none; default: %(default)s)")
+    p.add_argument('--json', default=d.out_json, help="the results as JSON ('' for none; default: %(default)s)")
     p.add_renamed('--out-md', '--output')
     p.add_renamed('--out-json', '--json')
     p.add_argument('--quick', action='store_true',

@@ -397,8 +397,8 @@ class TrainingBenchmarkConfig:
     compile_mode: Optional[str] = 'reduce-overhead'  # the trainer's default for one process on a GPU
     time_to_target: bool = False
     targets: Dict[str, Tuple[float, ...]] = field(default_factory=lambda: dict(DEFAULT_TARGETS))
-    out_json: Optional[str] = 'benchmarks/training.json'
-    out_md: Optional[str] = 'benchmarks/training.md'
+    out_json: Optional[str] = 'reports/training.json'  # the committed ones: benchmarks/training_<device>.*
+    out_md: Optional[str] = 'reports/training.md'
     keep_runs: Optional[str] = None
     trainer_args: Tuple[str, ...] = ()
     target_args: Tuple[str, ...] = ()  # trainer arguments of (c) only, before trainer_args (--quick's)

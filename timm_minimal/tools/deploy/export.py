@@ -347,12 +347,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument('--verify-data-dir', default=None,
                    help='measure top-1 of torch, fp32 and int8 over the test split of the data here')
     p.add_argument('--dataset', default=None, help="the test data for --verify-data-dir (default: the tag's)")
-    p.add_argument('--max-int8-drop', type=non_negative_float, default=0.5, help='allowed int8 top-1 loss against fp32, in points (%(default)s)')
-    p.add_argument('--atol', type=non_negative_float, default=1e-4, help='allowed |fp32 ONNX logit - torch logit| (%(default)s)')
+    p.add_argument('--max-int8-drop', type=non_negative_float, default=0.5, help='allowed int8 top-1 loss against fp32, in points (default: %(default)s)')
+    p.add_argument('--atol', type=non_negative_float, default=1e-4, help='allowed |fp32 ONNX logit - torch logit| (default: %(default)s)')
     p.add_argument('--random-init', action='store_true', help='export the untrained model (for tags without weights)')
     p.add_argument('--opset', type=number(int, MIN_OPSET, _max_opset()), default=None,
                    help=f"ONNX opset, {MIN_OPSET} to {_max_opset()} (default: the exporter's)")
-    p.add_argument('--batch-size', type=positive_int, default=1000, help='batch size of the test-split evaluation (%(default)s)')
+    p.add_argument('--batch-size', type=positive_int, default=1000, help='batch size of the test-split evaluation (default: %(default)s)')
     p.add_argument('--overwrite', action='store_true', help='replace an earlier export in --output (never other files)')
     return p
 

@@ -1,8 +1,8 @@
 """Attention maps of a minimal transformer for one image: every head of every layer as a heat map over
 the image, the attention rollout across the layers, and each layer's raw score matrix beside its attention.
 
-    timm-minimal-attention digit.png --model vit_minimal_sym_6x4.mnist --pretrained --output maps.png
-    timm-minimal-attention photo.jpg --model vit_minimal_sym_6x4.cifar10 --pretrained --output maps.png
+    timm-minimal-attention digit.png --model vit_minimal_sym_6x4.mnist --output maps.png
+    timm-minimal-attention photo.jpg --model vit_minimal_sym_6x4.cifar10 --output maps.png
 
 The image goes through the model's own evaluation preprocessing (its pretrained config: grayscale or RGB,
 the shorter side resized to the input size and centre-cropped, mean and std); an image of another size is
@@ -18,6 +18,7 @@ the same for every attention variant. With T tokens (one per patch; the models a
   matrices, each titled with its asymmetry ||M - M^T|| / ||M||: S is symmetric (0) for ``sym`` and
   ``chol``; A is not, as the softmax normalises each row on its own.
 """
+import argparse
 import io
 import os
 import sys
@@ -111,7 +112,7 @@ class AttentionMaps:
 
 def create_attention_model(name: str, pretrained: bool = False) -> torch.nn.Module:
     """Build ``name`` for attention maps, or raise ``AttentionInputError`` naming the models allowed."""
-    return create_named_model(name, pretrained, AttentionInputError, ' (leave out --pretrained for random weights)')
+    return create_named_model(name, pretrained, AttentionInputError, ' (--random-init draws an untrained model)')
 
 
 def load_image(path: Union[str, Path]) -> Image.Image:
@@ -318,7 +319,7 @@ def render_attention(image: Union[str, Path, Image.Image], model: Union[str, tor
     maps = compute_attention(model, image)
     if random_weights:
         maps.random_weights = True
-        maps.notes.append('random weights (no --pretrained): the maps show an untrained model')
+        maps.notes.append('random weights (--random-init): the maps show an untrained model')
     heads = maps.attentions[0].shape[0]
     if not 0 <= head < heads:
         raise AttentionInputError(f'--head {head + 1}: {maps.model_name} has heads 1 to {heads}.')
@@ -333,8 +334,9 @@ def build_parser() -> OneLineParser:
     p.add_argument('image', help='an image file (any size and mode PIL reads; resized to the model input)')
     p.add_argument('--model', default=DEFAULT_MODEL,
                    help='a vit_minimal_* name with its tag (default: %(default)s), local-dir:..., hf-hub:...')
-    p.add_argument('--pretrained', action='store_true',
-                   help='load the trained weights (without it: a random initialisation)')
+    p.add_argument('--random-init', action='store_true',
+                   help='draw the untrained model (for tags without weights); by default the trained weights are loaded')
+    p.add_argument('--pretrained', action='store_true', help=argparse.SUPPRESS)  # the default now; kept for a release
     p.add_argument('--output', default='attention.png', help='the PNG to write (default: %(default)s)')
     p.add_renamed('--out', '--output')  # the earlier spelling, for one release
     p.add_argument('--head', type=number(int, 1), default=1,
@@ -350,7 +352,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if Path(args.output).suffix.lower() != '.png':
         p.error(f'--output {args.output}: the figure is written as a PNG; name a .png file')
     try:
-        maps = render_attention(args.image, args.model, args.pretrained, None, args.head - 1)
+        maps = render_attention(args.image, args.model, not args.random_init, None, args.head - 1)
         for note in maps.notes:
             print(f'note: {note}')
         save_figure(maps.figure, args.output, args.dpi)

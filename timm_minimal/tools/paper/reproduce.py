@@ -60,11 +60,12 @@ def build_parser() -> argparse.ArgumentParser:
                         'With N > 1 the output goes to the log only, the console gets a line when each run starts '
                         'and ends, and the CPU cores are split among the runs unless OMP_NUM_THREADS is set. '
                         'A multi-process --launcher needs a rendezvous port of its own per concurrent run.')
-    p.add_argument('--output', default='RESULTS.md', help='markdown report')
-    p.add_argument('--json', default='results/reproduce_paper.json', help='machine-readable rows')
+    p.add_argument('--output', default=None, help='markdown report (default <runs-dir>/RESULTS.md; the committed one: '
+                   '--output RESULTS.md)')
+    p.add_argument('--json', default=None, help='machine-readable rows (default <runs-dir>/reproduce_paper.json)')
     p.add_renamed('--results', '--output')
     p.add_argument('--plot', default=None,
-                   help='PNG: accuracy vs parameters, accuracy per epoch (default results/reproduce_paper.png; '
+                   help='PNG: accuracy vs parameters, accuracy per epoch (default <runs-dir>/reproduce_paper.png; '
                         'with --combine: none unless given)')
     p.add_argument('--report-only', action='store_true', help='train nothing; rebuild the report from the run folders')
     p.add_argument('--dry-run', action='store_true', help='print the training commands only')
@@ -104,9 +105,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     argv, extra = _split_argv(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     args = parser.parse_args(argv)
+    # the reports go beside the runs unless named: a committed report is regenerated only by naming it
+    args.output = args.output or str(Path(args.runs_dir) / 'RESULTS.md')
+    args.json = args.json or str(Path(args.runs_dir) / 'reproduce_paper.json')
     if args.combine:
         return _combine(args, argv, parser)
-    args.plot = 'results/reproduce_paper.png' if args.plot is None else args.plot
+    args.plot = str(Path(args.runs_dir) / 'reproduce_paper.png') if args.plot is None else args.plot
     if Path(args.runs_dir).exists() and not Path(args.runs_dir).is_dir():
         parser.error(f'--runs-dir {args.runs_dir} is a file; it names the folder that holds one run folder per model')
     try:
