@@ -2,6 +2,11 @@
 decided by a measurement kept per machine, never exceeds the cores a run may use (under reproduce --jobs too),
 trains what one process trains, and a resumed run keeps its process count."""
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 import torch
@@ -128,3 +133,33 @@ def test_a_split_run_without_its_data_is_one_line_and_exit_2(tmp_path, capsys):
                          '--no-download', '--output', str(tmp_path / 'run'), '--cpu-processes', '2'])
     err = capsys.readouterr().err
     assert rc == 2 and err.count('\n') == 1 and 'CIFAR-10 not found' in err and not (tmp_path / 'run').exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('sig, status', [(signal.SIGINT, 130), (signal.SIGTERM, 128 + signal.SIGTERM)])
+def test_a_signal_to_the_launcher_ends_every_process_of_the_run_and_frees_its_lock(sig, status, data, tmp_path):
+    """Ctrl-C or kill to timm-minimal-train during a 2-process CPU run: torch's launcher and both workers end with
+    it, the run's lock is free, and the launcher's log folders (torchelastic_*) are gone from the temp folder."""
+    import psutil
+    from timm_minimal.training.run_folder import RunFolder
+    run, tmp = tmp_path / 'run', tmp_path / 'tmp'
+    tmp.mkdir()
+    env = dict(os.environ, OMP_NUM_THREADS='2', TMPDIR=str(tmp))
+    proc = subprocess.Popen([sys.executable, '-m', 'timm_minimal.training.train', *map(str, DDP_ARGS + data),
+                             '--epochs', '100', '--output', str(run), '--cpu-processes', '2'], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 300
+    while not (run / 'run.json').is_file() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.5)  # the workers train once run.json is written
+    assert proc.poll() is None, proc.stdout.read()[-3000:]
+    family = [proc.pid] + [c.pid for c in psutil.Process(proc.pid).children(recursive=True)]
+    assert len(family) >= 4  # the launcher, torch's launcher, two workers
+    proc.send_signal(sig)
+    assert proc.wait(timeout=60) == status
+    time.sleep(1)
+    alive = [p for p in family if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    assert not alive, [psutil.Process(p).cmdline() for p in alive]
+    folder = RunFolder(run)
+    folder.lock()  # free
+    folder.unlock()
+    assert not [p for p in tmp.iterdir() if p.name.startswith('torchelastic_')]

@@ -718,7 +718,6 @@ def run_split(args: argparse.Namespace, argv: Sequence[str], processes: int) -> 
     """This run as ``processes`` processes of ``cores / processes`` threads each (``cpu_split``); its exit status,
     the main process's (2 bad input, 3 diverged), which it leaves in a file: torch's launcher reports 1 for any."""
     import socket
-    import subprocess
     import tempfile
     from .cpu_split import core_budget, split_command
     threads = max(1, core_budget() // processes)
@@ -733,11 +732,53 @@ def run_split(args: argparse.Namespace, argv: Sequence[str], processes: int) -> 
           flush=True)
     with tempfile.TemporaryDirectory(prefix='timm-minimal-split-') as tmp:
         status_file = Path(tmp) / 'status'
+        # TMPDIR: torch's launcher keeps its per-run log folders (torchelastic_*) there, and they go with it
         env = dict(os.environ, OMP_NUM_THREADS=str(threads), LOGLEVEL=os.environ.get('LOGLEVEL', 'ERROR'),
-                   **{SPLIT_STATUS_ENV: str(status_file)})
-        rc = subprocess.run(split_command(argv, processes, port), env=env).returncode
+                   TMPDIR=tmp, **{SPLIT_STATUS_ENV: str(status_file)})
+        rc = run_process_group(split_command(argv, processes, port), env)
         text = status_file.read_text().strip() if status_file.is_file() else ''
     return int(text) if text.isdigit() else (EXIT_FAILURE if rc else 0)
+
+
+def run_process_group(command: Sequence[str], env: Dict[str, str], grace: float = 30.0) -> int:
+    """Run ``command`` (torch's launcher and its workers) as a process group of its own and return its exit status.
+    Ctrl-C or SIGTERM to this process ends the whole group (SIGTERM, then SIGKILL after ``grace`` seconds) before
+    this process goes: no worker trains on as an orphan holding the run's lock."""
+    import signal
+    import subprocess
+    proc = subprocess.Popen(list(command), env=env, start_new_session=True)
+
+    def forward(signum, _frame):  # leaves the wait below; the group is ended in ``finally``, where it can be reaped
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise SystemExit(128 + signum)
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        return proc.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        end_process_group(proc, grace)
+
+
+def end_process_group(proc: Any, grace: float) -> None:
+    """SIGTERM to the process group of ``proc`` (its leader and every worker), SIGKILL to what is left after
+    ``grace`` seconds; returns once none of them runs."""
+    import signal
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            proc.poll()  # reap the leader, so that the group can be seen to be gone
+            try:
+                os.killpg(proc.pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.05)
+    proc.poll()
 
 
 SPLIT_STATUS_ENV = 'TIMM_MINIMAL_SPLIT_STATUS'
