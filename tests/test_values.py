@@ -269,3 +269,24 @@ def test_an_image_folder_applies_the_image_limits(tmp_path):
         FolderDataset([(str(tmp_path / 'wide.png'), 0)], ['a'], 'L')[0]
 
 
+
+
+def test_depth_is_bounded_before_anything_is_built(tmp_path, monkeypatch):
+    """200,000 blocks of width 4 are 2% of the parameter limit yet minutes and gigabytes to build: refused at once
+    through timm, a transformers config and a local-dir config.json; the limit is raised by its variable."""
+    import time
+    import timm
+    from timm_minimal import VitMinimalConfig
+    t0 = time.perf_counter()
+    with pytest.raises(ValueError, match='depth 200,000 is over the limit of 1,024 blocks'):
+        timm.create_model('vit_minimal_std_6x1', depth=200_000, embed_dim=4)
+    with pytest.raises(ValueError, match='TIMM_MINIMAL_MAX_DEPTH'):
+        VitMinimalConfig(depth=200_000, embed_dim=4)
+    (tmp_path / 'config.json').write_text(json.dumps(dict(architecture='vit_minimal_std_6x1', num_classes=10,
+                                                          model_args=dict(depth=200_000, embed_dim=4),
+                                                          pretrained_cfg=dict(num_classes=10))))
+    with pytest.raises(ValueError, match='over the limit'):
+        timm.create_model(f'local-dir:{tmp_path}')
+    assert time.perf_counter() - t0 < 10
+    monkeypatch.setenv('TIMM_MINIMAL_MAX_DEPTH', '2000')
+    assert len(timm.create_model('vit_minimal_std_6x1', depth=1100, embed_dim=4).blocks) == 1100

@@ -3,8 +3,9 @@
 A config (a timm ``config.json``, a transformers ``config.json``, remote code, ``--model-kwargs``) can ask for a
 model no machine holds: ``img_size`` 700000, ``depth`` 100000, ``num_classes`` 2e8, ``embed_dim`` 4e6. Every path
 that builds the model checks its keywords first (``check_model_args``), and that check asks this module for an
-upper bound of the parameters and of the activations of one image, refusing above the limits with the field that
-dominates the count. ``TIMM_MINIMAL_MAX_PARAMS`` and ``TIMM_MINIMAL_MAX_ACTIVATIONS`` raise the limits.
+upper bound of the parameters and of the activations of one image, and for the depth, refusing above the limits
+with the field that dominates the count. ``TIMM_MINIMAL_MAX_PARAMS``, ``TIMM_MINIMAL_MAX_ACTIVATIONS`` and
+``TIMM_MINIMAL_MAX_DEPTH`` raise the limits.
 
 This module imports nothing: it travels with a checkpoint's remote code.
 """
@@ -12,9 +13,10 @@ import math
 import os
 from typing import Any, Dict, Tuple, Union
 
-__all__ = ['MAX_PARAMS', 'MAX_ACTIVATIONS', 'size_terms', 'check_model_size']
+__all__ = ['MAX_PARAMS', 'MAX_ACTIVATIONS', 'MAX_DEPTH', 'size_terms', 'check_model_size']
 
 MAX_PARAMS = 1_000_000_000  # 4 GB of float32 weights; ViT-H has 632 million
+MAX_DEPTH = 1024  # blocks: ViT-g has 40, the deepest ViTs trained a few hundred
 MAX_ACTIVATIONS = 1 << 28  # values for one image in one layer (1 GiB of float32): tokens x width, heads x tokens^2
 
 
@@ -68,8 +70,14 @@ def _limit(name: str, default: int) -> int:
 
 
 def check_model_size(**kwargs: Any) -> None:
-    """Refuse keywords whose model would exceed ``MAX_PARAMS`` parameters or ``MAX_ACTIVATIONS`` values per image
-    in one layer (``ValueError`` naming the count, the field that dominates it and how to raise the limit)."""
+    """Refuse keywords whose model would exceed ``MAX_PARAMS`` parameters, ``MAX_ACTIVATIONS`` values per image
+    in one layer or ``MAX_DEPTH`` blocks (``ValueError`` naming the count, the field that dominates it and how to raise
+    the limit). Depth is bounded apart: each block is a dozen modules whatever its width, so 200,000 blocks of width
+    4 are 2% of the parameter limit and yet take minutes and gigabytes to build."""
+    depth, depth_limit = kwargs.get('depth', 6), _limit('TIMM_MINIMAL_MAX_DEPTH', MAX_DEPTH)
+    if depth > depth_limit:
+        raise ValueError(f'depth {depth:,} is over the limit of {depth_limit:,} blocks; check the config (set '
+                         f'TIMM_MINIMAL_MAX_DEPTH to raise the limit).')
     params, activations = size_terms(**kwargs)
     for what, terms, env, default in (('parameters', params, 'TIMM_MINIMAL_MAX_PARAMS', MAX_PARAMS),
                                       ('values per image in one layer', activations, 'TIMM_MINIMAL_MAX_ACTIVATIONS',
