@@ -125,6 +125,10 @@ def test_a_distilled_run_records_its_teacher(data, tmp_path):
     assert teacher['name'] == 'vit_minimal_std_mlp_6x1.mnist' and teacher['distill_type'] == 'soft'
     assert 90 < teacher['test_acc'] <= 100  # measured on the run's 200 evaluation digits
     assert run['args']['teacher'] == 'vit_minimal_std_mlp_6x1'
+    from timm_minimal.tools.hub.publish import export_run
+    card = (export_run(out, tmp_path / 'hub', 'me/vit_minimal_sym_6x1.mnist') / 'README.md').read_text()
+    assert f"Distilled from `vit_minimal_std_mlp_6x1.mnist` (279,106 parameters, {teacher['test_acc']:.2f}%" in card
+    assert 'soft, KL divergence at temperature 1, loss weights task 1 / distillation 1' in card
 
 
 @pytest.mark.slow

@@ -244,6 +244,7 @@ def render_card(info: RunInfo, repo_id: str, model, template: Optional[Path] = N
         dataset_note=(info.dataset_info.note if info.dataset_info and info.dataset_info.note else
                       f'Tested on the {dataset_name} {info.run.dataset.get("eval_split", "test")} split.'),
         num_classes=model.num_classes,
+        teacher=info.run.teacher,
     )
 
 
