@@ -115,7 +115,7 @@ def test_two_cpu_processes_train_what_one_process_trains(data, tmp_path):
     the same weights within the tolerance of the accelerate test, the count in run.json."""
     single, split = tmp_path / 'single', tmp_path / 'split'
     assert run_inprocess(DDP_ARGS + data + ['--output', single]) == 0
-    proc = run_subprocess(DDP_ARGS + data + ['--output', split, '--cpu-processes', '2'])
+    proc = run_subprocess(DDP_ARGS + data + ['--output', split, '--cpu-processes', '2'], threads=2)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert 'Training as 2 processes x 1 thread(s)' in proc.stdout
     run = json.loads((split / 'run.json').read_text())
@@ -127,8 +127,9 @@ def test_two_cpu_processes_train_what_one_process_trains(data, tmp_path):
         assert abs(a['train_loss'] - b['train_loss']) < 1e-4 and abs(a['test_acc'] - b['test_acc']) < 0.5
 
 
-def test_a_split_run_without_its_data_is_one_line_and_exit_2(tmp_path, capsys):
+def test_a_split_run_without_its_data_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch):
     """The data are found in the launching process first, so a missing dataset is one line, not one per process."""
+    monkeypatch.setattr(cpu_split, 'core_budget', lambda: 2)  # a machine with two cores, whatever runs the test
     rc = train_mod.main(['--model', 'vit_minimal_sym_6x4', '--dataset', 'cifar10', '--data-dir', str(tmp_path / 'no'),
                          '--no-download', '--output', str(tmp_path / 'run'), '--cpu-processes', '2'])
     err = capsys.readouterr().err

@@ -68,8 +68,10 @@ def run_inprocess(argv):
     return train_mod.main([str(a) for a in argv])
 
 
-def run_subprocess(argv, launcher=(sys.executable, '-m', 'timm_minimal.training.train')):
-    env = dict(os.environ, OMP_NUM_THREADS='1', PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get('PYTHONPATH', ''))
+def run_subprocess(argv, launcher=(sys.executable, '-m', 'timm_minimal.training.train'), threads=1):
+    """The trainer in a subprocess of ``threads`` threads (OMP_NUM_THREADS: also the cores a CPU split may use)."""
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads),
+               PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get('PYTHONPATH', ''))
     return subprocess.run([*launcher, *map(str, argv)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
 
 

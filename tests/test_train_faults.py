@@ -81,6 +81,21 @@ def test_a_full_disk_is_named_and_the_run_can_resume(one_epoch, data, small_disk
     assert json.loads((run / 'run.json').read_text())['status'] == 'failed'
 
 
+@pytest.mark.slow
+def test_a_full_disk_ends_both_processes_of_a_cpu_split_with_one_line(data, small_disk):
+    """The main process cannot write its first checkpoint: both processes stop at that step (no one waits in a
+    barrier while the other trains on), with the main process's one line and exit status 1."""
+    import time
+    run = small_disk(1024) / 'run'
+    t0 = time.perf_counter()
+    proc = run_subprocess(DDP_ARGS + data + ['--epochs', '3', '--output', run, '--cpu-processes', '2'], threads=2)
+    assert time.perf_counter() - t0 < 240, 'the run hung'
+    assert proc.returncode == train_mod.EXIT_WRITE_FAILED, proc.stdout[-2000:] + proc.stderr[-2000:]
+    lines = [line for line in proc.stderr.splitlines() if line.startswith('timm-minimal-train:')]
+    assert len(lines) == 1 and 'no space left on the device' in lines[0], proc.stderr[-2000:]
+    assert json.loads((run / 'run.json').read_text())['status'] == 'failed'
+
+
 def test_a_non_finite_checkpoint_is_never_resumed(one_epoch, tmp_path, capsys):
     run = _copy(one_epoch, tmp_path)
     path = run / 'checkpoints' / 'last' / 'model.safetensors'

@@ -27,7 +27,7 @@ from .run_folder import RunFolder
 
 _logger = logging.getLogger('timm_minimal.training.train')
 
-__all__ = ['TrainState', 'TrainHooks', 'FiniteGuard', 'Run', 'Diverged', 'train_one_epoch', 'evaluate',
+__all__ = ['TrainState', 'TrainHooks', 'FiniteGuard', 'Run', 'Diverged', 'CheckpointNotWritten', 'train_one_epoch', 'evaluate',
            'eval_sums', 'eval_metrics', 'save_checkpoint', 'weights_hash']
 
 
@@ -342,17 +342,37 @@ def _finite_weights(model: nn.Module) -> bool:
     return bool(torch.stack(flags).all()) if flags else True
 
 
+class CheckpointNotWritten(RuntimeError):
+    """Another process (the main one) could not write the checkpoint: every process stops with it."""
+
+
 def save_checkpoint(run: Run, state: TrainState, is_best: bool) -> None:
     """Write checkpoints/last (and best) at the state's position; never non-finite weights.
 
     Raises ``Diverged`` (in every process) instead of saving when the guard saw a non-finite value or
-    the weights are not finite.
+    the weights are not finite. Only the main process writes; where that fails (a full disk), every process learns
+    it in the same step and stops: the main one with the error, the others with ``CheckpointNotWritten`` (none of
+    them goes on into the next epoch while another waits).
     """
     check_finite(run, state)
     if not _finite_weights(run.unwrapped):
         raise Diverged(f'the weights are not finite (update {state.update}, lr {run.lr():.3g})')
-    if not run.is_main:
-        return
+    failure: Optional[BaseException] = None
+    if run.is_main:
+        try:
+            _write_checkpoint(run, state, is_best)
+        except Exception as e:  # noqa: BLE001 (told to every process below, then raised)
+            failure = e
+    if run.world > 1:
+        failed = torch.tensor([1.0 if failure is not None else 0.0], device=run.device)
+        if float(run.accelerator.reduce(failed, reduction='sum')) and failure is None:
+            raise CheckpointNotWritten('the main process could not write the checkpoint')
+    if failure is not None:
+        raise failure
+
+
+def _write_checkpoint(run: Run, state: TrainState, is_best: bool) -> None:
+    """The main process's part of ``save_checkpoint``: the files of checkpoints/last (and best)."""
     run.saves += 1
     weights = run.unwrapped.state_dict()
     ema_weights = run.ema.module.state_dict() if run.ema is not None else None

@@ -57,8 +57,8 @@ from .loader_data import LoaderDataPath, TransformDataset
 from .seeding import mix_seed
 from .device_data import DeviceDataPath, cache_file, dataset_bytes, device_budget_bytes, images_to_array
 from .engine import (
-    Diverged, FiniteGuard, LoopConfig, Run, TrainHooks, TrainState, check_finite, epoch_row, evaluate, save_checkpoint,
-    train_one_epoch, weights_hash,
+    CheckpointNotWritten, Diverged, FiniteGuard, LoopConfig, Run, TrainHooks, TrainState, check_finite, epoch_row,
+    evaluate, save_checkpoint, train_one_epoch, weights_hash,
 )
 from .distill import Bf16Teacher, TeacherInfo, build_distillation, build_teacher
 from .files import FolderBusy, describe_write_error, is_disk_full
@@ -653,6 +653,8 @@ def _train(run: Run, state: TrainState, info: Dict[str, Any], last_dir: Optional
         message = (f'Training diverged: {e}. Stopped without saving; the last good checkpoint is '
                    f'{kept if kept else "none (the run diverged before its first checkpoint)"}. Try a lower --lr, '
                    f'--clip-grad 1.0, a longer --warmup-epochs, or --mixed-precision no.')
+    except CheckpointNotWritten:  # the main process failed to write and says why; this one stops with it
+        status = 'failed'
     except Exception as e:  # noqa: BLE001 (safetensors and torch.save report a full disk in their own types)
         if not is_disk_full(e, run.folder.path):
             raise
@@ -668,7 +670,7 @@ def _train(run: Run, state: TrainState, info: Dict[str, Any], last_dir: Optional
     acc.end_training()
     if status == 'diverged':
         raise Diverged(message)
-    if status == 'failed':
+    if status == 'failed' and run.is_main:  # one line, the main process's: the others have nothing to add
         raise WriteFailed(message)
     return summary
 
