@@ -1,0 +1,66 @@
+"""How much an int8 ONNX file's predictions depend on the batch they are computed in.
+
+    python scripts/int8_batch.py EXPORT_DIR --data-dir ../shared/data [--batch-size 1000]
+
+``timm-minimal-export --int8`` quantises the activations dynamically: onnxruntime computes each activation's
+scale from the values of the whole batch it is given, so an image can be predicted differently alone than among
+others. This script runs the test split of the export's dataset through ``model.int8.onnx`` (and, for reference,
+``model.onnx``) once at ``--batch-size`` and once image by image, and prints how many of the predictions differ.
+"""
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+
+def predictions(session, images: np.ndarray, batch_size: int) -> np.ndarray:
+    name = session.get_inputs()[0].name
+    out = [session.run(None, {name: images[i:i + batch_size]})[0].argmax(-1) for i in range(0, len(images), batch_size)]
+    return np.concatenate(out)
+
+
+def test_images(export_dir: Path, data_dir: str):
+    """The export's test split as the normalised float32 batch its graph takes, and the labels."""
+    from timm_minimal.models.datasets import DATASETS
+    from timm_minimal.models.images import image_mode
+    import torch
+    from timm_minimal.training.batch_augment import BatchAugment, BatchAugmentConfig
+    from timm_minimal.training.data import build_transforms, load_dataset
+    from timm_minimal.training.device_data import images_to_array
+    pre = json.loads((export_dir / 'preprocessing.json').read_text())
+    size, mean, std = pre['input_size'], pre['mean'], pre['std']
+    data = load_dataset(DATASETS[pre['model'].rsplit('.', 1)[-1]].kind, data_dir, download=False)
+    _, eval_tf = build_transforms(size, mean, std, interpolation=pre['interpolation'], crop_pct=pre['crop_pct'])
+    images, labels = images_to_array(data.eval, eval_tf, size, image_mode(size[0]))
+    normalize = BatchAugment(BatchAugmentConfig(), mean, std, torch.device('cpu')).normalize  # as evaluate and export
+    return normalize(torch.from_numpy(images)).numpy(), labels
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    p.add_argument('export_dir', type=Path, help='a timm-minimal-export --int8 folder')
+    p.add_argument('--data-dir', required=True, help='where the dataset is')
+    p.add_argument('--batch-size', type=int, default=1000)
+    args = p.parse_args(argv)
+    import onnxruntime as ort
+    from timm_minimal.tools.common import cpu_environment
+    x, labels = test_images(args.export_dir, args.data_dir)
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    cpu = cpu_environment()
+    print(f'{args.export_dir.name}: {len(x):,} test images; onnxruntime {ort.__version__}, one thread of {cpu["device"]} '
+          f'(CPU flags: {cpu["flags"]})')
+    print(f'| file | top-1 at batch {args.batch_size} | top-1 at batch 1 | predictions that differ |')
+    print('|---|---:|---:|---:|')
+    for name in ('model.onnx', 'model.int8.onnx'):
+        session = ort.InferenceSession(str(args.export_dir / name), options, providers=['CPUExecutionProvider'])
+        big, one = predictions(session, x, args.batch_size), predictions(session, x, 1)
+        print(f'| {name} | {100 * (big == labels).mean():.2f}% | {100 * (one == labels).mean():.2f}% '
+              f'| {int((big != one).sum()):,} of {len(x):,} |')
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
