@@ -164,3 +164,35 @@ def test_a_signal_to_the_launcher_ends_every_process_of_the_run_and_frees_its_lo
     folder.lock()  # free
     folder.unlock()
     assert not [p for p in tmp.iterdir() if p.name.startswith('torchelastic_')]
+
+
+def test_a_one_process_run_takes_the_cores_other_work_leaves_free(monkeypatch, capsys):
+    """Beside another job two threads fight it (several times slower than one): the run measures the cores' busy
+    share at its start and trains on what is free, keeps the count in args (args.yaml, a resume), and takes
+    --threads or OMP_NUM_THREADS as given."""
+    import psutil
+    monkeypatch.setattr(cpu_split.os, 'sched_getaffinity', lambda pid: {0, 1}, raising=False)
+    monkeypatch.setattr(psutil, 'cpu_percent', lambda interval, percpu: [97.0, 12.0])
+    assert cpu_split.free_cores(2) == 1
+    monkeypatch.setattr(psutil, 'cpu_percent', lambda interval, percpu: [3.0, 8.0])
+    assert cpu_split.free_cores(2) == 2
+    monkeypatch.setattr(psutil, 'cpu_percent', lambda interval, percpu: [100.0, 100.0])
+    assert cpu_split.free_cores(2) == 1  # never none
+    monkeypatch.delenv('OMP_NUM_THREADS', raising=False)
+    monkeypatch.setattr(cpu_split, 'free_cores', lambda budget: 1)
+    before = torch.get_num_threads()
+    try:
+        args, _ = train_mod.parse_args(['--model', 'vit_minimal_sym_6x4', '--dataset', 'mnist-sample', '--cpu'])
+        train_mod.cpu_threads(args)
+        assert args.threads == 1 and torch.get_num_threads() == 1
+        assert 'Other work keeps 1 of the 2 cores busy: training on 1 thread(s)' in capsys.readouterr().out
+        args, _ = train_mod.parse_args(['--model', 'vit_minimal_sym_6x4', '--dataset', 'mnist-sample', '--cpu',
+                                        '--threads', '2'])
+        train_mod.cpu_threads(args)
+        assert args.threads == 2 and torch.get_num_threads() == 2
+        monkeypatch.setenv('OMP_NUM_THREADS', '2')
+        args, _ = train_mod.parse_args(['--model', 'vit_minimal_sym_6x4', '--dataset', 'mnist-sample', '--cpu'])
+        train_mod.cpu_threads(args)
+        assert args.threads == 2
+    finally:
+        torch.set_num_threads(before)

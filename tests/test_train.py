@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # Tiny runs: 384 training digits in batches of 32 (12 updates per epoch), 2 epochs, on the CPU.
 BASE = ['--dataset', 'mnist', '--train-subset', '384', '--batch-size', '32', '--epochs', '2', '--no-progress',
-        '--log-interval', '0', '--cpu']
+        '--log-interval', '0', '--cpu', '--threads', '1']
 # with randomness in the training step too (random erasing, stochastic depth), checkpoints every 4 updates
 RESUME_ARGS = BASE + ['--model', 'vit_minimal_std_mlp_6x1', '--model-kwargs', 'depth=2', '--eval-subset', '200',
                       '--reprob', '0.5', '--drop-path', '0.1', '--checkpoint-interval', '4', '--translate', '0.1',

@@ -183,6 +183,10 @@ def build_parser(suppress: bool = False) -> argparse.ArgumentParser:
     g.add_argument('--compile-mode', **d(None), help='torch.compile mode (default: reduce-overhead, i.e. CUDA graphs, '
                    'for one process on a GPU; torch\'s default otherwise)')
     g.add_argument('--cpu', action='store_true', **d(False), help='train on the CPU even if a GPU is present')
+    g.add_argument('--threads', type=number(int, 1, 4096), **d(None), metavar='N',
+                   help='torch threads of a one-process CPU run (default: OMP_NUM_THREADS where set, else the cores '
+                        'that other work leaves free when the run starts, measured in a fraction of a second; a '
+                        'resumed run keeps its count)')
     g.add_argument('--cpu-processes', type=SIZE, **d(None), metavar='N',
                    help='on a CPU, train as N data-parallel processes sharing the cores (default: measured once per '
                         'machine and model, for runs of 500,000 training images or more; 1 otherwise)')

@@ -44,6 +44,19 @@ def core_budget() -> int:
     return max(1, min(cores, threads))
 
 
+def free_cores(budget: int, seconds: float = 0.3) -> int:
+    """The cores of ``budget`` that other work leaves free now: the budget less the cores' measured busy share over
+    ``seconds`` (this process sleeps meanwhile), at least one. On a machine busy with another job, one training
+    thread beside it runs several times faster than two that fight it."""
+    import psutil
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else None
+    percents = psutil.cpu_percent(interval=seconds, percpu=True)
+    if cores is not None and max(cores) < len(percents):
+        percents = [percents[c] for c in cores]
+    busy = sum(percents) / 100.0
+    return max(1, min(budget, round(len(percents) - busy)))
+
+
 def cpu_signature() -> Dict[str, str]:
     """What identifies this CPU for a measurement: its model name, its SIMD flags and its core count."""
     name, flags = platform.processor() or platform.machine(), ''

@@ -716,6 +716,22 @@ def _model_for_probe(args: argparse.Namespace) -> str:
     return f'{arch}.{info_tag}' if arch.startswith('vit_minimal') else arch
 
 
+def cpu_threads(args: argparse.Namespace) -> None:
+    """The torch threads of a one-process CPU run: ``--threads``, else OMP_NUM_THREADS where set, else the cores
+    that other work leaves free at the start (``cpu_split.free_cores``); kept in ``args`` (and so ``args.yaml``): a
+    resumed run keeps it, as it keeps its process count. A process of a launched group keeps what it was given."""
+    from .cpu_split import core_budget, free_cores
+    if 'WORLD_SIZE' in os.environ or not trains_on_cpu(vars(args)):
+        return
+    if args.threads is None:
+        budget = core_budget()
+        args.threads = budget if 'OMP_NUM_THREADS' in os.environ or budget == 1 else free_cores(budget)
+        if args.threads < budget:
+            print(f'Other work keeps {budget - args.threads} of the {budget} cores busy: training on {args.threads} '
+                  f'thread(s) (--threads sets the count).', flush=True)
+    torch.set_num_threads(args.threads)
+
+
 def run_split(args: argparse.Namespace, argv: Sequence[str], processes: int) -> int:
     """This run as ``processes`` processes of ``cores / processes`` threads each (``cpu_split``); its exit status,
     the main process's (2 bad input, 3 diverged), which it leaves in a file: torch's launcher reports 1 for any."""
@@ -802,6 +818,7 @@ def main(argv: Optional[Sequence[str]] = None, hooks: Optional[TrainHooks] = Non
         processes = cpu_processes(args, explicit='cpu_processes' in provenance['explicit'])
         if processes > 1:
             return run_split(args, list(sys.argv[1:] if argv is None else argv), processes)
+        cpu_threads(args)
         train(args, provenance, argv, hooks)
     except DatasetError as e:
         raise UsageError(str(e)) from None
