@@ -290,3 +290,28 @@ def test_depth_is_bounded_before_anything_is_built(tmp_path, monkeypatch):
     assert time.perf_counter() - t0 < 10
     monkeypatch.setenv('TIMM_MINIMAL_MAX_DEPTH', '2000')
     assert len(timm.create_model('vit_minimal_std_6x1', depth=1100, embed_dim=4).blocks) == 1100
+
+
+@pytest.mark.parametrize('dynamic', [False, True])
+def test_a_config_input_size_beyond_the_limits_is_refused_when_the_model_is_built(dynamic, tmp_path):
+    """A checkpoint's config.json that asks for 4004 x 4004 inputs (what every tool resizes each image to, and what a
+    dynamic_img_size model then attends over: a terabyte attention matrix) is refused when the model is built."""
+    import timm
+    from timm.models import save_for_hf
+    save_for_hf(timm.create_model('vit_minimal_sym_6x4.cifar10'), tmp_path / 'ck')
+    cfg = json.loads((tmp_path / 'ck' / 'config.json').read_text())
+    cfg['pretrained_cfg']['input_size'] = [3, 4004, 4004]
+    cfg['model_args'] = {'dynamic_img_size': True} if dynamic else {}
+    (tmp_path / 'ck' / 'config.json').write_text(json.dumps(cfg))
+    with pytest.raises(ValueError, match="config gives the input size 3x4004x4004: .*attention matrix"):
+        timm.create_model(f'local-dir:{tmp_path / "ck"}', pretrained=True)
+
+
+def test_evaluate_refuses_a_config_size_the_model_does_not_take():
+    import timm
+    from timm_minimal.tools.evaluate import check_config_size
+    model = timm.create_model('vit_minimal_sym_6x4.cifar10')
+    check_config_size(model, (3, 32, 32))
+    with pytest.raises(ValueError, match='gives the input size 3x64x64, but the model takes 32x32'):
+        check_config_size(model, (3, 64, 64))
+    check_config_size(timm.create_model('vit_minimal_sym_6x4.cifar10', dynamic_img_size=True), (3, 64, 64))

@@ -547,6 +547,19 @@ def _check_config_values(pretrained_cfg: Any) -> None:
         raise ValueError(f'The model config gives num_classes={n!r}; it must be an integer >= 0.')
 
 
+def _check_cfg_input_size(model: 'VisionTransformerMinimal') -> None:
+    """The input size of the model's pretrained cfg (what tools resize every image to, and what a model built with
+    ``dynamic_img_size`` then runs at) within the model's size limits: a config.json that asks for 4004 x 4004
+    images is refused here, not at the first forward pass of a terabyte attention matrix."""
+    size = (getattr(model, 'pretrained_cfg', None) or {}).get('input_size')
+    if not size or len(size) != 3:
+        return
+    try:
+        check_model_size(**dict(model.init_kwargs, img_size=(int(size[1]), int(size[2])), in_chans=int(size[0])))
+    except ValueError as e:
+        raise ValueError(f'the model\'s config gives the input size {"x".join(map(str, size))}: {e}') from None
+
+
 class NoPretrainedWeights(RuntimeError):
     """``pretrained=True`` for a tag without weights; the message names the tags that have them."""
 
@@ -587,6 +600,7 @@ def _create_vit_minimal(variant: str, pretrained: bool = False, **kwargs) -> Vis
             + (f'this architecture has weights for {", ".join(with_weights)}. ' if with_weights else '')
             + 'timm.list_pretrained("vit_minimal*") lists every tag with weights; without pretrained=True '
               'the model is built with a random initialisation.') from e
+    _check_cfg_input_size(model)
     if tag in DATASETS and model.in_chans != DATASETS[tag].input_size[0]:
         c, h, w = DATASETS[tag].input_size
         model.input_hint = (f' The .{tag} checkpoint takes {c}x{h}x{w} images: build the model with in_chans={c} '

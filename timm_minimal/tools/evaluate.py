@@ -95,8 +95,20 @@ def evaluate_model(model: torch.nn.Module, dataset: str, data_dir: Optional[str]
     from timm.data import resolve_data_config
     model = model.to(device).eval()
     cfg = resolve_data_config({}, model=model)
+    check_config_size(model, cfg['input_size'])
     return evaluate_forwards({'model': model}, cfg, model.num_classes, dataset, data_dir, batch_size, device,
                              download, model_label_names(model), labels_by_order, download_hint)['model']
+
+
+def check_config_size(model: torch.nn.Module, input_size: Sequence[int]) -> None:
+    """ValueError unless the input size of a model's config (what every image is resized to) is one the model takes:
+    its own size, or any within the model's size limits where it takes any (``dynamic_img_size``)."""
+    img_size = getattr(getattr(model, 'patch_embed', None), 'img_size', None)
+    if img_size is None or getattr(model, 'dynamic_img_size', False):
+        return
+    if tuple(input_size[1:]) != tuple(img_size):
+        raise ValueError(f'the model\'s config gives the input size {"x".join(map(str, input_size))}, but the model '
+                         f'takes {img_size[0]}x{img_size[1]} images: the config and the weights do not belong together.')
 
 
 def build_parser() -> OneLineParser:
