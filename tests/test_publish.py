@@ -243,3 +243,22 @@ def test_every_file_of_the_repository_folder_has_the_usual_permissions(mnist_run
     modes = {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / 'repo').iterdir()}
     assert modes and all(m == 0o666 & ~mask for m in modes.values()), modes
     assert (tmp_path / 'repo').stat().st_mode & 0o777 == 0o777 & ~mask
+
+
+def test_after_a_failed_push_the_same_command_pushes_the_written_folder(mnist_run, tmp_path, hub_server, monkeypatch,
+                                                                         capsys):
+    """The push fails (the Hub does not answer): the folder stays written and the message says the same command
+    tries again; it does, pushing the folder as it is instead of refusing a folder that is not empty."""
+    out, repo = tmp_path / 'repo', 'testuser/retry'
+    argv = [str(mnist_run), '--repo-id', repo, '--output', str(out), '--push']
+    real_push = publish.push_folder
+    monkeypatch.setattr(publish, 'push_folder', lambda *a, **k: (_ for _ in ()).throw(ConnectionError('no answer')))
+    assert publish.main(argv) == 1
+    err = capsys.readouterr().err
+    assert 'the folder is written, and the same command tries the push again' in err
+    monkeypatch.setattr(publish, 'push_folder', real_push)
+    assert publish.main(argv) == 0
+    assert 'pushing it as it is' in capsys.readouterr().out
+    assert 'model.safetensors' in set(HfApi().list_repo_files(repo))
+    (out / 'model.safetensors').write_bytes(b'not the run\'s weights')  # another folder: refused, not overwritten
+    assert publish.main(argv) == 2

@@ -6,7 +6,10 @@
 
 The same command runs on one CPU, one GPU, several GPUs or several nodes (launched by
 ``accelerate launch`` or ``torchrun``). ``--batch-size`` is the global batch: it is split between
-the processes, so a run gives the same training whatever the number of devices.
+the processes, so the data order, the augmentation, the updates and the schedule are the same whatever the
+number of devices. The sums inside a step are taken in another order, though, so the numbers differ in their
+last digits and drift apart over the epochs: a run is bit for bit reproducible on the same number of processes
+(a resume keeps the count it was started with), and close, not equal, on another.
 
 Options come from three places, later ones winning: built-in defaults, the dataset's recipe
 (``timm_minimal/recipes/<dataset>.yaml`` or ``--recipe``), the command line. A resumed run takes

@@ -351,18 +351,35 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def written_from(out: Path, run_dir: Path, checkpoint: str) -> bool:
+    """Whether ``out`` is a repository folder this tool wrote from ``checkpoint`` of the run in ``run_dir``: its card
+    and config are there, and its weights are that checkpoint's, tensor for tensor."""
+    from safetensors.torch import load_file
+    weights, source = out / MODEL_FILE, RunFolder(run_dir).checkpoint(checkpoint) / MODEL_FILE
+    if not all(f.is_file() for f in (weights, source, out / CONFIG_FILE, out / 'README.md')):
+        return False
+    try:
+        a, b = load_file(str(weights)), load_file(str(source))
+    except Exception:  # noqa: BLE001 (not a safetensors file: not ours)
+        return False
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
 @command('timm-minimal-publish')
 def main(argv: Optional[Sequence[str]] = None) -> int:
     from transformers.utils import logging as hf_logging
     args = build_parser().parse_args(argv)
     hf_logging.disable_progress_bar()  # save_pretrained's shard bar: the tool prints its own lines
     out = Path(args.output) if args.output else args.run / 'hub'
-    try:
-        export_run(args.run, out, args.repo_id, args.checkpoint, args.card_copy, args.ship_weights, args.note)
-    except PublishError as e:
-        print(f'timm-minimal-publish: error: {e}', file=sys.stderr)
-        return 2
-    print(f'wrote {out}')
+    if args.push and written_from(out, args.run, args.checkpoint):  # a push that failed before: the folder stands
+        print(f'{out} already holds this run\'s {args.checkpoint} weights: pushing it as it is')
+    else:
+        try:
+            export_run(args.run, out, args.repo_id, args.checkpoint, args.card_copy, args.ship_weights, args.note)
+        except PublishError as e:
+            print(f'timm-minimal-publish: error: {e}', file=sys.stderr)
+            return 2
+        print(f'wrote {out}')
     if args.push:
         from huggingface_hub import constants
         try:
@@ -370,7 +387,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         except Exception as e:  # noqa: BLE001 (the Hub client raises HTTP, connection and validation errors alike)
             cause = ' '.join(str(e).split())[:300] or type(e).__name__
             raise Failure(f'the push of {out} to {args.repo_id} at {constants.ENDPOINT} failed ({type(e).__name__}: '
-                          f'{cause}); the folder is written, and the same command with --push tries again') from None
+                          f'{cause}); the folder is written, and the same command tries the push again') from None
         print(f'pushed {args.repo_id}: {url}')
     return 0
 
