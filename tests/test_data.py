@@ -120,7 +120,7 @@ def test_cifar10_jpeg_archive_is_extracted_once_and_read_as_image_folder(tmp_pat
     assert find_image_folder_splits(folder) == (folder / 'train', folder / 'test')
 
 
-@pytest.mark.skipif(not (DATA / 'CIFAR10' / 'cifar10-jpeg-q75.tar.gz').is_file(), reason='no CIFAR-10 archive')
+@pytest.mark.skipif(not (DATA / 'CIFAR10' / 'cifar10-jpeg-q75.tar.gz').is_file(), reason=f'no CIFAR-10 archive at {DATA / "CIFAR10" / "cifar10-jpeg-q75.tar.gz"}')
 def test_real_cifar10_archive_has_the_layout_the_loader_reads():
     with tarfile.open(DATA / 'CIFAR10' / 'cifar10-jpeg-q75.tar.gz') as tar:
         names = [m.name for _, m in zip(range(40), tar)]

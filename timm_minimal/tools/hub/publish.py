@@ -24,7 +24,7 @@ import yaml
 
 from ..benchmark import count_flops
 from ...models.paper import PAPER_EPOCHS, TABLE1, TABLE2, VARIANTS
-from ...models.pretrained import weights_file_name
+from ...models.pretrained import HUB_ORG, weights_file_name
 from ...training.checkpoint import CONFIG_FILE, MODEL_FILE, write_file_atomic
 from ...training.run_folder import RunFolder
 from ...training.run_record import Launch, RunRecord
@@ -245,6 +245,7 @@ def render_card(info: RunInfo, repo_id: str, model, template: Optional[Path] = N
                       f'Tested on the {dataset_name} {info.run.dataset.get("eval_split", "test")} split.'),
         num_classes=model.num_classes,
         teacher=info.run.teacher,
+        shipped=info.run.model if repo_id == f'{HUB_ORG}/{info.run.model}' else None,  # the zoo's own repositories
     )
 
 
