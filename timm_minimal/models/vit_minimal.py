@@ -552,10 +552,11 @@ def _check_cfg_input_size(model: 'VisionTransformerMinimal') -> None:
     ``dynamic_img_size`` then runs at) within the model's size limits: a config.json that asks for 4004 x 4004
     images is refused here, not at the first forward pass of a terabyte attention matrix."""
     size = (getattr(model, 'pretrained_cfg', None) or {}).get('input_size')
-    if not size or len(size) != 3:
+    inner = model if isinstance(model, VisionTransformerMinimal) else getattr(model, 'model', None)  # features_only
+    if not size or len(size) != 3 or not isinstance(inner, VisionTransformerMinimal):
         return
     try:
-        check_model_size(**dict(model.init_kwargs, img_size=(int(size[1]), int(size[2])), in_chans=int(size[0])))
+        check_model_size(**dict(inner.init_kwargs, img_size=(int(size[1]), int(size[2])), in_chans=int(size[0])))
     except ValueError as e:
         raise ValueError(f'the model\'s config gives the input size {"x".join(map(str, size))}: {e}') from None
 
