@@ -4,11 +4,17 @@ import json
 
 import pytest
 
-from timm_minimal.tools.staging import staged_folder
+from timm_minimal.tools.staging import signing_key, staged_folder
 
 
 class Refused(ValueError):
     pass
+
+
+@pytest.fixture(autouse=True)
+def own_cache(tmp_path, monkeypatch):
+    """This test's own cache folder, and so its own signing key."""
+    monkeypatch.setenv('TIMM_MINIMAL_CACHE', str(tmp_path / 'cache'))
 
 
 def _write(out, overwrite=False, files=('a.txt',)):
@@ -21,10 +27,37 @@ def test_the_folder_appears_whole_with_its_marker(tmp_path):
     _write(tmp_path / 'out', files=('a.txt', 'b.txt'))
     assert sorted(p.name for p in (tmp_path / 'out').iterdir()) == ['.mark.json', 'a.txt', 'b.txt']
     import hashlib
+    import hmac
     manifest = json.loads((tmp_path / 'out' / '.mark.json').read_text())
-    assert manifest == {'format': 'timm-minimal-files/1',
-                        'files': {n: hashlib.sha256(n.encode()).hexdigest() for n in ('a.txt', 'b.txt')}}
-    assert [p.name for p in tmp_path.iterdir()] == ['out']
+    files = {n: hashlib.sha256(n.encode()).hexdigest() for n in ('a.txt', 'b.txt')}
+    signature = hmac.new(signing_key(), json.dumps(files, sort_keys=True).encode(), hashlib.sha256).hexdigest()
+    assert manifest == {'format': 'timm-minimal-files/1', 'files': files, 'signature': signature}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['cache', 'out']
+    key = tmp_path / 'cache' / 'staging.key'
+    assert key.stat().st_mode & 0o777 == 0o600 and len(key.read_bytes()) == 32
+
+
+def test_a_marker_with_the_right_digests_but_not_this_users_signature_proves_nothing(tmp_path, monkeypatch):
+    """The digests prove the content, not who listed it: a hand-made marker listing a user's own files with their
+    correct digests (unsigned, or signed with another key) gets nothing replaced by --overwrite."""
+    import hashlib
+    import hmac
+    out = tmp_path / 'thesis'
+    out.mkdir()
+    (out / 'thesis.tex').write_text('keep')
+    files = {'thesis.tex': hashlib.sha256(b'keep').hexdigest()}
+    other = hmac.new(b'x' * 32, json.dumps(files, sort_keys=True).encode(), hashlib.sha256).hexdigest()
+    for forged in ({'format': 'timm-minimal-files/1', 'files': files},
+                   {'format': 'timm-minimal-files/1', 'files': files, 'signature': other}):
+        (out / '.mark.json').write_text(json.dumps(forged))
+        with pytest.raises(Refused, match='did not write .*signed with this user'):
+            _write(out, overwrite=True)
+        assert (out / 'thesis.tex').read_text() == 'keep'
+    _write(tmp_path / 'mine')  # the tool's own output, signed: replaced
+    _write(tmp_path / 'mine', overwrite=True, files=('c.txt',))
+    monkeypatch.setenv('TIMM_MINIMAL_CACHE', str(tmp_path / 'another-user'))
+    with pytest.raises(Refused, match='did not write'):  # another user's key: not proven
+        _write(tmp_path / 'mine', overwrite=True)
 
 
 def test_a_failure_leaves_nothing_and_keeps_the_earlier_output(tmp_path):
@@ -35,7 +68,7 @@ def test_a_failure_leaves_nothing_and_keeps_the_earlier_output(tmp_path):
             (stage / 'half.txt').write_text('x')
             raise KeyError('boom')
     assert sorted(p.name for p in out.iterdir()) == ['.mark.json', 'a.txt']
-    assert [p.name for p in tmp_path.iterdir()] == ['out']
+    assert [p.name for p in tmp_path.iterdir() if p.name != 'cache'] == ['out']
 
 
 def test_overwrite_replaces_its_own_output_and_empty_folders_only(tmp_path):

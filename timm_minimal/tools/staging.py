@@ -2,10 +2,12 @@
 
 A tool writes into a temporary folder beside its output and renames it into place when everything is written;
 a failure removes the temporary folder and leaves the output as it was. A folder written with a ``marker`` holds
-a small JSON file of that name with the name and SHA-256 digest of every file the tool wrote. The marker is a
-claim, not a proof: ``overwrite`` replaces a folder only when every file in it is listed there with its digest
-(the content itself is the proof), so a forged or hand-edited marker proves nothing about a file the tool did
-not write. Anything else in the folder means: refuse in one line and leave the folder as it was.
+a small JSON file of that name with the name and SHA-256 digest of every file the tool wrote, signed with a key
+that never leaves this user's cache folder (``<cache>/staging.key``, made on first use, readable by its owner
+alone; an HMAC-SHA256 of the listing). ``overwrite`` replaces a folder only when its marker's signature is this
+key's and every file in it is listed there with its digest: digests prove the content, the signature proves who
+wrote the listing, so a marker written by hand, by another user or on another machine, even with the right
+digests, proves nothing. Anything else in the folder means: refuse in one line and leave the folder as it was.
 
 The check runs at the moment of the swap, under a lock that every writer through this module takes (an OS lock
 on the output's parent folder, held only for the check and the renames): the output is moved aside, checked
@@ -15,8 +17,10 @@ never both succeed without ``overwrite``: the second finds the first's output an
 import contextlib
 import fcntl
 import hashlib
+import hmac
 import json
 import os
+import secrets
 import shutil
 import tempfile
 from contextlib import contextmanager
@@ -25,7 +29,7 @@ from typing import Dict, Iterator, List, Optional, Type
 
 from ..training.files import describe_write_error, is_disk_full
 
-__all__ = ['staged_folder', 'write_manifest', 'unproven_entries', 'MANIFEST_FORMAT']
+__all__ = ['staged_folder', 'write_manifest', 'unproven_entries', 'signing_key', 'MANIFEST_FORMAT']
 
 MANIFEST_FORMAT = 'timm-minimal-files/1'
 
@@ -43,15 +47,41 @@ def _entries(folder: Path) -> List[Path]:
     return sorted(folder.rglob('*'))
 
 
+def signing_key(create: bool = True) -> Optional[bytes]:
+    """This user's key for the markers (``<cache>/staging.key``, 32 random bytes, mode 0600), made on first use;
+    None where it cannot be read (or, without ``create``, does not exist yet)."""
+    from ..training.data import default_cache_dir
+    path = default_cache_dir() / 'staging.key'
+    try:
+        if not path.is_file() and create:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with contextlib.suppress(FileExistsError):
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                with os.fdopen(fd, 'wb') as f:
+                    f.write(secrets.token_bytes(32))
+        key = path.read_bytes()
+    except OSError:
+        return None
+    return key if len(key) == 32 else None
+
+
+def _signature(key: bytes, files: Dict[str, str]) -> str:
+    return hmac.new(key, json.dumps(files, sort_keys=True).encode(), hashlib.sha256).hexdigest()
+
+
 def write_manifest(folder: Path, marker: str) -> Dict[str, str]:
-    """List every file below ``folder`` with its SHA-256 digest in ``folder/marker``; the listing."""
+    """List every file below ``folder`` with its SHA-256 digest in ``folder/marker``, signed with this user's key
+    (unsigned where there is none: such a folder is never overwritten); the listing."""
     files = {p.relative_to(folder).as_posix(): _digest(p) for p in _entries(folder) if p.is_file() and not p.is_symlink()}
-    (folder / marker).write_text(json.dumps(dict(format=MANIFEST_FORMAT, files=files), indent=1) + '\n')
+    key = signing_key()
+    data = dict(format=MANIFEST_FORMAT, files=files, signature=_signature(key, files) if key else None)
+    (folder / marker).write_text(json.dumps(data, indent=1) + '\n')
     return files
 
 
 def _read_manifest(path: Path) -> Optional[Dict[str, str]]:
-    """The listing of a marker file: a mapping of relative names to hex digests; None when it is not one."""
+    """The listing of a marker file: a mapping of relative names to hex digests, signed with this user's key;
+    None when it is not one."""
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError):
@@ -60,7 +90,9 @@ def _read_manifest(path: Path) -> Optional[Dict[str, str]]:
     if data.get('format') != MANIFEST_FORMAT or not isinstance(files, dict):
         return None
     ok = all(isinstance(k, str) and isinstance(v, str) and len(v) == 64 for k, v in files.items())
-    return files if ok else None
+    key, signature = signing_key(create=False), data.get('signature')
+    signed = key is not None and isinstance(signature, str) and hmac.compare_digest(signature, _signature(key, files))
+    return files if ok and signed else None
 
 
 def unproven_entries(folder: Path, marker: Optional[str]) -> List[str]:
@@ -108,8 +140,8 @@ def _refusal(out: Path, overwrite: bool, marker: Optional[str]) -> Optional[str]
     foreign = unproven_entries(out, marker)
     if foreign:
         return (f'{out} holds files this tool did not write ({", ".join(foreign[:5])}'
-                f'{", ..." if len(foreign) > 5 else ""}); --overwrite replaces only an earlier output of this tool, '
-                f'file for file: choose another --output')
+                f'{", ..." if len(foreign) > 5 else ""}); --overwrite replaces only an earlier output of this tool '
+                f'(its files listed in a marker signed with this user\'s key): choose another --output')
     return None
 
 
