@@ -28,7 +28,8 @@ import torch
 
 from ..cli import env_number
 
-__all__ = ['SPLIT_MIN_IMAGES', 'core_budget', 'cpu_signature', 'bare_step_rate', 'measure', 'decide', 'split_command']
+__all__ = ['SPLIT_MIN_IMAGES', 'core_budget', 'cpu_signature', 'bare_step_rate', 'measure', 'decide', 'worker_command', 'run_split_processes',
+           'end_process_group']
 
 SPLIT_MIN_IMAGES = 500_000  # a shorter run (the tests, the demo) stays one process: a split costs seconds to start
 PROBE_SECONDS = 6.0  # timed, after PROBE_WARMUP steps: a 3 s probe measured one process at 0.6x its rate
@@ -175,9 +176,77 @@ def decide(model: str, batch: int, cache_dir: Path, budget: Optional[int] = None
     return best
 
 
-def split_command(argv: Sequence[str], processes: int, port: int) -> List[str]:
-    """The command that runs this training run as ``processes`` processes on this machine (torch's launcher, gloo
-    through accelerate); each records ``--cpu-processes`` so that a resume keeps the count."""
-    return [sys.executable, '-m', 'torch.distributed.run', '--nnodes', '1', '--nproc-per-node', str(processes),
-            '--master-addr', '127.0.0.1', '--master-port', str(port), '-m', 'timm_minimal.training.train',
-            *argv, '--cpu-processes', str(processes)]
+def worker_command(argv: Sequence[str], processes: int) -> List[str]:
+    """The command of one process of a split run: the same training run, which records ``--cpu-processes`` so that a
+    resume keeps the count."""
+    return [sys.executable, '-m', 'timm_minimal.training.train', *argv, '--cpu-processes', str(processes)]
+
+
+def run_split_processes(argv: Sequence[str], processes: int, env: Dict[str, str], grace: float = 30.0) -> int:
+    """Run ``processes`` processes of this training run on this machine, gloo through accelerate, and return the
+    exit status of the first that failed (0 when none did).
+
+    The processes meet at a store this process serves on the loopback address alone (torch's launcher would serve
+    it on every interface, without authentication), and they form a process group of their own: Ctrl-C or SIGTERM
+    to this process, or the failure of any one of them, ends them all (SIGTERM, then SIGKILL after ``grace``
+    seconds) before this function returns."""
+    import signal
+    import socket
+    from datetime import timedelta
+    from torch.distributed import TCPStore
+    with socket.socket() as sock:
+        sock.bind(('127.0.0.1', 0))
+        sock.listen(128)
+        port = sock.getsockname()[1]
+        store = TCPStore('127.0.0.1', port, world_size=processes, is_master=True, master_listen_fd=sock.fileno(),
+                         wait_for_workers=False, timeout=timedelta(minutes=10))  # noqa: F841 (served while it lives)
+        group: List[subprocess.Popen] = []
+
+        def forward(signum, _frame):  # leaves the wait below; the group is ended in ``finally``, where it is reaped
+            if signum == signal.SIGINT:
+                raise KeyboardInterrupt
+            raise SystemExit(128 + signum)
+        previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            for rank in range(processes):
+                worker_env = dict(env, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(processes),
+                                  LOCAL_WORLD_SIZE=str(processes), MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port),
+                                  TORCHELASTIC_USE_AGENT_STORE='True')  # the ranks join this store, none serves one
+                group_args = dict(process_group=group[0].pid if group else 0)  # a group of their own
+                group.append(subprocess.Popen(worker_command(argv, processes), env=worker_env, **group_args))
+            return _wait_all(group)
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            if group:
+                end_process_group(group, grace)
+
+
+def _wait_all(group: List[subprocess.Popen]) -> int:
+    """The first non-zero exit status of ``group`` as soon as one process fails, else 0 once all ended."""
+    while True:
+        codes = [p.poll() for p in group]
+        failed = [c for c in codes if c not in (None, 0)]
+        if failed:
+            return failed[0]
+        if all(c == 0 for c in codes):
+            return 0
+        time.sleep(0.2)
+
+
+def end_process_group(group: List[subprocess.Popen], grace: float) -> None:
+    """SIGTERM to the process group led by ``group[0]`` (every process of the run), SIGKILL to what is left after
+    ``grace`` seconds; returns once none of them runs."""
+    import signal
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
+        if all(p.poll() is not None for p in group):
+            return
+        try:
+            os.killpg(group[0].pid, sig)
+        except ProcessLookupError:
+            pass
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            if all(p.poll() is not None for p in group):
+                return
+            time.sleep(0.05)

@@ -737,69 +737,22 @@ def cpu_threads(args: argparse.Namespace) -> None:
 
 def run_split(args: argparse.Namespace, argv: Sequence[str], processes: int) -> int:
     """This run as ``processes`` processes of ``cores / processes`` threads each (``cpu_split``); its exit status,
-    the main process's (2 bad input, 3 diverged), which it leaves in a file: torch's launcher reports 1 for any."""
-    import socket
+    the main process's (2 bad input, 3 diverged), which it leaves in a file."""
     import tempfile
-    from .cpu_split import core_budget, split_command
+    from .cpu_split import core_budget, run_split_processes
     threads = max(1, core_budget() // processes)
     # the data are found (downloaded, extracted) here first: a missing dataset is one line, not one per process
     load_dataset(args.dataset, args.data_dir, download=not args.no_download, cache_dir=args.cache_dir,
                  train_split=args.train_split, eval_split=args.val_split, num_classes=args.num_classes, seed=args.seed,
                  batch_size=args.batch_size // processes, download_hint='drop --no-download')
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0))
-        port = s.getsockname()[1]
     print(f'Training as {processes} processes x {threads} thread(s) on the CPU (--cpu-processes 1 for one).',
           flush=True)
     with tempfile.TemporaryDirectory(prefix='timm-minimal-split-') as tmp:
         status_file = Path(tmp) / 'status'
-        # TMPDIR: torch's launcher keeps its per-run log folders (torchelastic_*) there, and they go with it
-        env = dict(os.environ, OMP_NUM_THREADS=str(threads), LOGLEVEL=os.environ.get('LOGLEVEL', 'ERROR'),
-                   TMPDIR=tmp, **{SPLIT_STATUS_ENV: str(status_file)})
-        rc = run_process_group(split_command(argv, processes, port), env)
+        env = dict(os.environ, OMP_NUM_THREADS=str(threads), **{SPLIT_STATUS_ENV: str(status_file)})
+        rc = run_split_processes(argv, processes, env)
         text = status_file.read_text().strip() if status_file.is_file() else ''
     return int(text) if text.isdigit() else (EXIT_FAILURE if rc else 0)
-
-
-def run_process_group(command: Sequence[str], env: Dict[str, str], grace: float = 30.0) -> int:
-    """Run ``command`` (torch's launcher and its workers) as a process group of its own and return its exit status.
-    Ctrl-C or SIGTERM to this process ends the whole group (SIGTERM, then SIGKILL after ``grace`` seconds) before
-    this process goes: no worker trains on as an orphan holding the run's lock."""
-    import signal
-    import subprocess
-    proc = subprocess.Popen(list(command), env=env, start_new_session=True)
-
-    def forward(signum, _frame):  # leaves the wait below; the group is ended in ``finally``, where it can be reaped
-        if signum == signal.SIGINT:
-            raise KeyboardInterrupt
-        raise SystemExit(128 + signum)
-    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        return proc.wait()
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        end_process_group(proc, grace)
-
-
-def end_process_group(proc: Any, grace: float) -> None:
-    """SIGTERM to the process group of ``proc`` (its leader and every worker), SIGKILL to what is left after
-    ``grace`` seconds; returns once none of them runs."""
-    import signal
-    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            break
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline:
-            proc.poll()  # reap the leader, so that the group can be seen to be gone
-            try:
-                os.killpg(proc.pid, 0)
-            except ProcessLookupError:
-                return
-            time.sleep(0.05)
-    proc.poll()
 
 
 SPLIT_STATUS_ENV = 'TIMM_MINIMAL_SPLIT_STATUS'
@@ -808,7 +761,7 @@ SPLIT_STATUS_ENV = 'TIMM_MINIMAL_SPLIT_STATUS'
 def _exit(status: int) -> None:
     """Exit with ``status``; the main process of a split run also leaves it where ``run_split`` reads it."""
     path = os.environ.get(SPLIT_STATUS_ENV)
-    if path and os.environ.get('RANK', '0') == '0':  # set by torchrun; compared as text, never parsed
+    if path and os.environ.get('RANK', '0') == '0':  # set by the split's launcher; compared as text, never parsed
         Path(path).write_text(f'{status}\n')
     sys.exit(status)
 
