@@ -165,3 +165,14 @@ def test_a_teacher_with_other_classes_is_refused(data, tmp_path, capsys):
     assert run_inprocess(argv) == 2
     err = capsys.readouterr().err
     assert 'predicts 5 classes, the student 10' in err and 'Traceback' not in err
+
+
+@pytest.mark.slow
+def test_a_distilled_run_trains_as_two_cpu_processes(data, tmp_path):
+    """The CPU split with a teacher: each process holds the teacher outside DDP, the run ends and records it."""
+    from test_train import run_subprocess
+    out = tmp_path / 'run'
+    proc = run_subprocess(KD_ARGS + data + ['--epochs', '1', '--output', out, '--cpu-processes', '2'], threads=2)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    run = json.loads((out / 'run.json').read_text())
+    assert run['teacher']['name'] == 'vit_minimal_std_mlp_6x1.mnist' and run['launches'][-1]['num_processes'] == 2
