@@ -237,7 +237,7 @@ def test_an_oversized_config_is_refused_in_seconds_on_every_path(tmp_path):
                     raise
                 except Exception as e:
                     assert 'over the limit' in str(e), (name, str(e)[:300])
-                assert time.perf_counter() - t0 < 10, name
+                assert time.perf_counter() - t0 < 60, name  # refused, not built: a build takes minutes
         print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
     ''')
     import resource

@@ -287,7 +287,7 @@ def test_depth_is_bounded_before_anything_is_built(tmp_path, monkeypatch):
                                                           pretrained_cfg=dict(num_classes=10))))
     with pytest.raises(ValueError, match='over the limit'):
         timm.create_model(f'local-dir:{tmp_path}')
-    assert time.perf_counter() - t0 < 10
+    assert time.perf_counter() - t0 < 60  # refused at once, not built (minutes), even on a loaded machine
     monkeypatch.setenv('TIMM_MINIMAL_MAX_DEPTH', '2000')
     assert len(timm.create_model('vit_minimal_std_6x1', depth=1100, embed_dim=4).blocks) == 1100
 

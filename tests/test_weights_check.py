@@ -46,7 +46,7 @@ def test_a_config_that_misstates_the_weights_fails_before_building(folder, model
     t0 = time.perf_counter()
     with pytest.raises(ValueError, match=message):
         timm.create_model(f'local-dir:{folder}', pretrained=True)
-    assert time.perf_counter() - t0 < 10
+    assert time.perf_counter() - t0 < 60  # refused, not built (a build of that size takes minutes), even under load
 
 
 def test_weights_of_another_dtype_or_non_finite_are_refused(folder):
