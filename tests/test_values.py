@@ -4,7 +4,6 @@ decision). Each bad value ends in one line (exit 2) or, for a derived file, in a
 import argparse
 import importlib
 import json
-import os
 
 import numpy as np
 import pytest

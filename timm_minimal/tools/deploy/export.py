@@ -38,7 +38,7 @@ import torch.nn as nn
 from ...models.datasets import DATASETS
 from ...models.images import image_mode
 from ..common import create_named_model
-from ...cli import OneLineParser, command, non_negative_float, number, positive_int
+from ...cli import Failure, OneLineParser, UsageError, command, non_negative_float, number, positive_int
 from ..staging import staged_folder
 
 __all__ = ['ExportResult', 'ExportError', 'VerificationError', 'MissingExtraError', 'EXPORT_PACKAGES',
@@ -361,7 +361,6 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """The command line; returns the exit status (0 written, 1 verification failed, 2 bad command line)."""
     from ...training.data import DatasetError
-    prog = 'timm-minimal-export'
     try:
         args = _parser().parse_args(argv)
     except SystemExit as e:  # --help (0) or a bad command line (2), already printed
@@ -374,11 +373,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                               max_int8_drop=args.max_int8_drop, opset=args.opset, overwrite=args.overwrite,
                               batch_size=args.batch_size)
     except (MissingExtraError, ExportError, DatasetError) as e:
-        print(f'{prog}: error: {e}', file=sys.stderr)
-        return 2
+        raise UsageError(str(e)) from None
     except VerificationError as e:
-        print(f'{prog}: verification failed, nothing written: {e}', file=sys.stderr)
-        return 1
+        raise Failure(f'verification failed, nothing written: {e}') from None
     print(format_report(result))
     return 0
 

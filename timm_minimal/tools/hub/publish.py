@@ -28,7 +28,7 @@ from ...models.pretrained import HUB_ORG, weights_file_name
 from ...training.checkpoint import CONFIG_FILE, MODEL_FILE, write_file_atomic
 from ...training.run_folder import RunFolder
 from ...training.run_record import Launch, RunRecord
-from ...cli import Failure, OneLineParser, command
+from ...cli import Failure, OneLineParser, UsageError, command
 from ..staging import staged_folder
 from ...models.datasets import DATASETS, DatasetInfo, dataset_for_kind
 from ...models.vit_minimal import ARCHITECTURES
@@ -378,8 +378,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         try:
             export_run(args.run, out, args.repo_id, args.checkpoint, args.card_copy, args.ship_weights, args.note)
         except PublishError as e:
-            print(f'timm-minimal-publish: error: {e}', file=sys.stderr)
-            return 2
+            raise UsageError(str(e)) from None
         print(f'wrote {out}')
     if args.push:
         from huggingface_hub import constants

@@ -32,7 +32,7 @@ from ...models.images import MAX_IMAGE_PIXELS, ImageTooLarge, check_image_size
 from .attention import AttentionInputError, AttentionMaps, compute_attention, load_image
 from .mosaic import Mosaic, draw_mosaic
 from ..common import create_named_model
-from ...cli import OneLineParser, command, number
+from ...cli import OneLineParser, UsageError, command, number
 
 __all__ = ['AppInputError', 'Answer', 'shipped_checkpoints', 'example_images', 'sketch_to_image', 'answer',
            'compare', 'explore', 'look', 'build_app', 'main']
@@ -328,8 +328,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         require_gradio()
     except MissingExtraError as e:
-        print(f'{PROG}: error: {e}', file=sys.stderr)
-        return 2
+        raise UsageError(str(e)) from None
     shipped = shipped_checkpoints()
     parser = _parser(shipped)
     args = parser.parse_args(argv)

@@ -33,7 +33,7 @@ from PIL import Image, UnidentifiedImageError
 
 from ...models.images import ImageTooLarge, check_image_size, convert_image, image_mode
 from ..common import allowed_models, create_named_model
-from ...cli import OneLineParser, command, number
+from ...cli import OneLineParser, UsageError, command, number
 
 __all__ = ['AttentionMaps', 'AttentionInputError', 'attention_rollout', 'asymmetry', 'create_attention_model',
            'label_names', 'load_image', 'preprocess', 'compute_attention', 'plot_attention', 'render_attention',
@@ -356,9 +356,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         for note in maps.notes:
             print(f'note: {note}')
         save_figure(maps.figure, args.output, args.dpi)
-    except (AttentionInputError, OSError) as e:
-        print(f'{PROG}: error: {e}', file=sys.stderr)
-        return 2
+    except AttentionInputError as e:  # an OS error (a folder that cannot be written) is the layer's: exit 1
+        raise UsageError(str(e)) from None
     heads = maps.attentions[0].shape[0]
     print(f"{args.output}: {maps.model_name} predicts '{maps.label}' ({maps.probability:.1%}); "
           f"{len(maps.attentions)} layers x {heads} head{'s' if heads > 1 else ''}")
