@@ -116,7 +116,7 @@ def write_report(rows: Sequence[Dict[str, Any]], path: Path, command_line: str, 
         f'thread beside one other run, on {cpu}. Test accuracy is that of the last epoch on the full CIFAR-10 test '
         f'split; the best epoch is shown for reference only (no checkpoint was chosen on the test split). Train '
         f'accuracy is measured on the augmented batches of the last epoch (with mixup and cutmix: against each '
-        f'image\'s own label, so it reads low).', '',
+        f'image\'s own label, so it reads low). Wall times are those of a shared machine, not benchmarks.', '',
         '| pilot | model | parameters | what changes | epochs | train acc % | test acc % (last) | best test % (epoch) '
         '| wall time (s) |',
         '|---|---|---:|---|---:|---:|---:|---:|---:|',
