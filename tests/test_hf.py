@@ -458,7 +458,7 @@ def test_processor_saved_with_the_model(checkpoints):
 @pytest.mark.parametrize('kwargs, message', [
     (dict(num_channels=2), 'num_channels must be 1 .grayscale. or 3 .RGB., got 2'),
     (dict(interpolation='cubic'), "Unknown interpolation 'cubic'; choose one of nearest, bilinear, bicubic"),
-    (dict(crop_pct=1.5), r'crop_pct must be in \(0, 1\]'),
+    (dict(crop_pct=1.5), r'crop_pct must be a number from 0.1 to 1'), (dict(crop_pct=1e-6), 'from 0.1 to 1'),
     (dict(num_channels=3, image_mean=[0.5, 0.5]), 'image_mean needs 1 or num_channels=3 values'),
 ])
 def test_processor_errors(kwargs, message):

@@ -391,3 +391,25 @@ def test_combine_bad_input_is_one_line_and_exit_2(tmp_path, capsys, content, mes
     err = capsys.readouterr().err
     assert e.value.code == 2 and message in err and 'Traceback' not in err
     assert not (tmp_path / 'R.md').exists()
+
+
+def test_the_beyond_pilots_reuse_resume_and_report(tmp_path, capsys):
+    """python -m timm_minimal.tools.paper.beyond: a finished pilot is reused, an interrupted one resumed, one not
+    started trains with its options; the report lists each run's last epoch and says which are still running."""
+    from timm_minimal.tools.paper import beyond
+    runs = tmp_path / 'runs'
+    for name, status, epochs in (('sym_6x4-mimetic', 'finished', 3), ('sym_6x4-kd', 'running', 2)):
+        folder = RunFolder(runs / name)
+        write_fake_run(folder, status, epochs)
+        folder.write_args(dict(model='vit_minimal_sym_6x4.cifar10', output=str(folder.path), epochs=3))
+    assert beyond.main(['--runs-dir', str(runs), '--epochs', '3', '--only', 'sym_6x4-mimetic', 'sym_6x4-kd',
+                        'sym_6x4-plain', '--dry-run']) == 0
+    out = capsys.readouterr().out
+    assert 'sym_6x4-mimetic: finished run' in out and f'--resume {runs / "sym_6x4-kd"}' in out
+    assert '--model-kwargs weight_init=mimetic' not in out  # the finished one trains nothing
+    assert 'sym_6x4-plain' in out and '--recipe cifar10_cpu --epochs 3' in out
+    report = tmp_path / 'pilots.md'
+    assert beyond.main(['--runs-dir', str(runs), '--report-only', '--output', str(report)]) == 0
+    text = report.read_text()
+    assert '| sym_6x4-mimetic |' in text and '| 3 |' in text and '2 of 3 (running)' in text
+    assert beyond.main(['--only', 'nothing']) == 2

@@ -151,7 +151,8 @@ def test_trainer_failure_is_one_clear_error(tmp_path, capsys, monkeypatch):
 
 
 @pytest.mark.parametrize('argv, message', [
-    (['--batch-sizes', '0'], 'expected a positive integer, got 0'),
+    (['--batch-sizes', '0'], "must be an integer of at least 1, got '0'"),
+    (['--batch-sizes', '9' * 400], 'at most 9,223,372,036,854,775,807'), (['--targets', 'mnist=nan'], '(NaN)'),
     (['--models', 'resnet18'], "unknown model 'resnet18'"),
     (['--models', 'vit_minimal_sym_6x4.mnist'], 'without a tag'),
     (['--epochs', '2'], '--epochs must be at least 3'),
@@ -177,7 +178,7 @@ def test_benchmark_training_flag_dispatches(tmp_path, capsys):
     assert _dispatch(['--deployment', '--quick']) == ('.deployment', ['--quick'])
     assert _dispatch(['--cpu-modes', '--jobs', '2']) == ('.cpu_modes', ['--jobs', '2'])
     assert B.main(['--training', '--batch-sizes', '0']) == 2
-    assert 'positive integer' in capsys.readouterr().err
+    assert 'must be an integer of at least 1' in capsys.readouterr().err
 
 
 @pytest.mark.slow

@@ -314,3 +314,16 @@ def test_evaluate_refuses_a_config_size_the_model_does_not_take():
     with pytest.raises(ValueError, match='gives the input size 3x64x64, but the model takes 32x32'):
         check_config_size(model, (3, 64, 64))
     check_config_size(timm.create_model('vit_minimal_sym_6x4.cifar10', dynamic_img_size=True), (3, 64, 64))
+
+
+def test_evaluate_takes_the_dataset_from_the_tag_as_export_does(monkeypatch, capsys):
+    from timm_minimal.tools import evaluate
+    seen = []
+
+    def fake(model, dataset, *a, **k):
+        seen.append(dataset)
+        return dict(dataset=dataset, split='test', samples=1, acc=100.0, acc5=None, loss=0.0)
+    monkeypatch.setattr(evaluate, 'evaluate_model', fake)
+    assert evaluate.main(['--model', 'vit_minimal_sym_6x4.cifar10']) == 0
+    assert evaluate.main(['--model', 'vit_minimal_sym_6x4.cifar10', '--dataset', 'path/to/folder']) == 0
+    assert seen == ['cifar10', 'path/to/folder']

@@ -18,6 +18,7 @@ from ..training.batch_augment import BatchAugment, BatchAugmentConfig
 from ..training.data import DatasetError, build_transforms, load_dataset
 from ..training.device_data import images_to_array
 from ..training.engine import eval_metrics, eval_sums
+from ..models.datasets import DATASETS
 from ..models.images import image_mode
 from .common import describe_load_error
 from ..cli import OneLineParser, UsageError, command, positive_int
@@ -111,11 +112,19 @@ def check_config_size(model: torch.nn.Module, input_size: Sequence[int]) -> None
                          f'takes {img_size[0]}x{img_size[1]} images: the config and the weights do not belong together.')
 
 
+def tag_dataset(model: torch.nn.Module) -> Optional[str]:
+    """The dataset (the trainer's ``--dataset``) of the model's pretrained tag, as export infers it; None for a
+    model without a dataset tag."""
+    tag = (getattr(model, 'pretrained_cfg', None) or {}).get('tag')
+    return DATASETS[tag].kind if tag in DATASETS else None
+
+
 def build_parser() -> OneLineParser:
     p = OneLineParser(prog='timm-minimal-evaluate', description=__doc__.split('\n\n')[0])
     p.add_required('--model', help='timm model name with pretrained weights (a tag, local-dir:..., hf-hub:...)')
     p.add_renamed('model', '--model')  # the model was the first word until --model
-    p.add_argument('--dataset', required=True, help='mnist, cifar10, imagenet or an image folder')
+    p.add_argument('--dataset', default=None,
+                   help="mnist, cifar10, imagenet or an image folder (default: the dataset of the model's tag)")
     p.add_argument('--data-dir', default='data', help='where the dataset lies')
     p.add_argument('--batch-size', type=positive_int, default=1000, help='images per forward pass')
     p.add_argument('--device', default='cpu', help='torch device')
@@ -134,8 +143,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         model = timm.create_model(args.model, pretrained=True)
     except (RuntimeError, ValueError, OSError) as e:
         raise UsageError(describe_load_error(args.model, e)) from None
+    dataset = args.dataset or tag_dataset(model)
+    if dataset is None:
+        raise UsageError(f'--dataset is needed: {args.model} names no dataset by its tag (mnist, cifar10, in1k); '
+                         f'give mnist, cifar10, imagenet or an image folder.')
     try:
-        res = evaluate_model(model, args.dataset, args.data_dir, args.batch_size, args.device, args.download,
+        res = evaluate_model(model, dataset, args.data_dir, args.batch_size, args.device, args.download,
                              args.labels_by_order, download_hint='add --download')
     except (DatasetError, RuntimeError, ValueError) as e:
         raise UsageError(str(e)) from None

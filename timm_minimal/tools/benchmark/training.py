@@ -517,7 +517,8 @@ def _target(text: str) -> Tuple[str, float]:
     try:
         return name.strip(), _ACCURACY(value)
     except argparse.ArgumentTypeError as e:
-        raise argparse.ArgumentTypeError(f'the accuracy of {name.strip()} {e}') from None
+        raise argparse.ArgumentTypeError(f'expected DATASET=ACCURACY, e.g. mnist=98.24; the accuracy of {name.strip()} '
+                                         f'{e}') from None
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -25,7 +25,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from ...cli import HelpFormatter, OneLineParser, UsageError, command, positive_int
 from ...training.run_folder import RunFolder
-from .grid import thread_env
+from .grid import finished_run, thread_env
 from .pool import Command, run_commands, say
 
 __all__ = ['Variant', 'PILOTS', 'variant_command', 'collect', 'write_report', 'main']
@@ -66,11 +66,7 @@ PILOTS: List[Variant] = [
 def variant_command(v: Variant, args: argparse.Namespace) -> Optional[Command]:
     """The trainer command of a variant (a resume where its folder holds a run); None when it finished."""
     folder = RunFolder(Path(args.runs_dir) / v.name)
-    try:
-        done = folder.is_run() and folder.status == 'finished' and len(folder.read_metrics()) >= args.epochs
-    except ValueError as e:  # a record that is not what the trainer writes: the user's to look at
-        raise UsageError(f'{e}. Nothing was trained.') from None
-    if done:
+    if finished_run(folder, args.epochs):
         say(f'[beyond] {v.name}: finished run in {folder}, reused')
         return None
     argv = [sys.executable, '-m', 'timm_minimal.training.train']
@@ -100,7 +96,7 @@ def collect(variants: Sequence[Variant], runs_dir: Path) -> List[Dict[str, Any]]
         last = metrics[-1]
         best = max(metrics, key=lambda m: m['test_acc'])
         rows.append(dict(name=v.name, model=v.model, what=v.what, options=list(v.options), params=record.num_params,
-                         status=record.status, epochs=last['epoch'], planned_epochs=record.args.get('epochs'),
+                         status=record.status, epochs=last['epoch'], planned_epochs=(folder.read_args() or {}).get('epochs'),
                          test_acc=last['test_acc'], train_acc=last['train_acc'], best_test_acc=best['test_acc'],
                          best_epoch=best['epoch'], teacher=record.teacher,
                          wall_time=sum(m['epoch_time'] for m in metrics), threads=record.last_launch.torch_threads,
@@ -123,7 +119,8 @@ def write_report(rows: Sequence[Dict[str, Any]], path: Path, command_line: str, 
     ]
     for r in rows:
         done = f'{r["epochs"]}' + ('' if r['status'] == 'finished' else f' of {r["planned_epochs"]} (running)')
-        lines.append(f'| {r["name"]} | `{r["model"]}` | {r["params"]:,} | {r["what"]} | {done} | {r["train_acc"]:.2f} '
+        params = f'{r["params"]:,}' if r['params'] is not None else '-'
+        lines.append(f'| {r["name"]} | `{r["model"]}` | {params} | {r["what"]} | {done} | {r["train_acc"]:.2f} '
                      f'| {r["test_acc"]:.2f} | {r["best_test_acc"]:.2f} ({r["best_epoch"]}) | {r["wall_time"]:,.0f} |')
     teachers = {r['teacher']['name']: r['teacher'] for r in rows if r.get('teacher')}
     for name, t in teachers.items():

@@ -79,17 +79,22 @@ def check_folder(folder: RunFolder, row: PaperRow) -> Optional[str]:
     return None
 
 
+def finished_run(folder: RunFolder, epochs: int) -> bool:
+    """Whether ``folder`` holds a finished run of at least ``epochs`` epochs (to reuse rather than train);
+    ``UsageError`` naming the file where its records are not what the trainer writes (the user's to look at)."""
+    try:
+        return folder.is_run() and folder.status == 'finished' and len(folder.read_metrics()) >= epochs
+    except ValueError as e:
+        raise UsageError(f'{e}. Nothing was trained.') from None
+
+
 def train_command(row: PaperRow, args: argparse.Namespace, extra: Sequence[str]) -> Optional[Command]:
     """The command that trains (or resumes) the run of one row; None when its finished run can be reused.
 
     The folder was checked by ``check_folder``: absent, empty (a start killed before it wrote anything), or a run
     of this grid, resumed."""
     folder = RunFolder(_run_dir(Path(args.runs_dir), row))
-    try:
-        done = folder.is_run() and folder.status == 'finished' and len(folder.read_metrics()) >= args.epochs
-    except ValueError as e:  # a record that is not what the trainer writes: the user's to look at
-        raise UsageError(f'{e}. Nothing was trained.') from None
-    if done:
+    if finished_run(folder, args.epochs):
         say(f'[reproduce] {row.model}: finished run in {folder}, reused')
         return None
     argv = shlex.split(args.launcher) if args.launcher else [sys.executable, '-m']
