@@ -50,6 +50,7 @@ def test_demo_runs_the_zoo_the_trainer_and_the_picture(tmp_path):
     for name in timm.list_pretrained('vit_minimal*.mnist'):  # the zoo table: every shipped MNIST checkpoint
         assert f'| {name} | ' in text
     assert '| vit_minimal_std_mlp_6x1.mnist | 279,106 | 100% | ' in text
+    assert 'bundled test digits (95% interval) |' in text and "The paper's point, on these digits: " in text
     metrics = [json.loads(line) for line in (out / 'metrics.jsonl').read_text().splitlines()]
     assert [m['epoch'] for m in metrics] == [1] and metrics[0]['test_samples'] == 1000
     assert f"test accuracy {metrics[0]['test_acc']:.1f}% on the 1,000 bundled test digits after 1 epochs" in text
@@ -58,6 +59,14 @@ def test_demo_runs_the_zoo_the_trainer_and_the_picture(tmp_path):
     picture = out / 'attention.png'
     assert picture.read_bytes()[:8] == b'\x89PNG\r\n\x1a\n' and f'{picture}' in text
     assert 'epoch 1/1' not in text  # the trainer's log stays out of the demo's output
+
+
+def test_the_interval_of_an_accuracy():
+    from timm_minimal.tools.demo import wilson_interval
+    lo, hi = wilson_interval(98.8, 1000)
+    assert (round(lo, 2), round(hi, 2)) == (97.91, 99.31)  # Wilson's 95% interval of 988 of 1,000
+    lo, hi = wilson_interval(100.0, 1000)
+    assert hi == pytest.approx(100.0) and 99.5 < lo < 99.7
 
 
 def test_demo_misuse_is_one_line(capsys):
