@@ -34,7 +34,8 @@ from .paper import arch_name, parse_arch
 from .datasets import DATASETS
 from .pretrained import dataset_label_names, describe_pretrained_cfg, jsonable, pretrained_cfg_for, tag_geometry
 from .model_size import check_model_size
-from .vit_minimal import ARCHITECTURES, MODEL_KEYWORDS, VisionTransformerMinimal, check_model_args
+from .model_args import check_model_args
+from .vit_minimal import ARCHITECTURES, MODEL_KEYWORDS, VisionTransformerMinimal
 
 __all__ = ['VitMinimalConfig', 'MODEL_ARG_NAMES', 'AUTO_MAP', 'dataset_label_names', 'class_names', 'timm_model']
 

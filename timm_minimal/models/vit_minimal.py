@@ -12,7 +12,7 @@ paper's width N = 60 and MLP width 256 are the defaults.
 """
 import inspect
 import logging
-from typing import Any, Dict, List, Literal, Optional, Set, Tuple, Type, Union, get_args
+from typing import Any, Dict, List, Optional, Set, Tuple, Type, Union
 
 import torch
 import torch.nn as nn
@@ -20,7 +20,7 @@ from safetensors import SafetensorError
 from torch.jit import Final
 
 from timm.layers import (
-    PatchEmbed, register_notrace_function, resample_abs_pos_embed, resample_patch_embed, to_2tuple,
+    PatchEmbed, register_notrace_function, resample_abs_pos_embed, resample_patch_embed,
 )
 from timm.models import build_model_with_cfg, generate_default_cfgs, is_model
 from timm.models import register_model as _timm_register_model
@@ -32,6 +32,7 @@ from timm.models.vision_transformer import global_pool_nlc
 
 from .datasets import DATASETS
 from .layers import Block, CholAttention, MimeticInit, MinimalAttention, get_attn_layer, sincos_2d_pos_embed
+from .model_args import GlobalPoolType, PosEmbedType, WeightInitType, _check_choice, check_model_args
 from .model_size import check_model_size
 from .pretrained import (  # noqa: F401  (HUB_ORG, WEIGHTS_DIR: where the weights are, also reachable here)
     HUB_ORG, WEIGHTS_DIR, _cfg, _weights, tag_geometry, weights_file_name,
@@ -42,11 +43,6 @@ __all__ = ['VisionTransformerMinimal', 'checkpoint_filter_fn', 'check_model_args
            'NoPretrainedWeights']
 
 _logger = logging.getLogger(__name__)
-
-
-PosEmbedType = Literal['sincos', 'learn', 'none']
-WeightInitType = Literal['', 'mimetic', 'skip']
-GlobalPoolType = Literal['', 'avg', 'max', 'token']
 
 
 @register_notrace_function  # a leaf for torch.fx: its checks read shapes, which tracing cannot branch on
@@ -67,51 +63,6 @@ def check_input(x: torch.Tensor, in_chans: int, img_size: Optional[Tuple[int, in
 
 
 torch.fx.wrap('check_input')  # the same for torch.fx.symbolic_trace itself
-
-
-def _check_choice(name: str, value: Any, choices: Any) -> None:
-    allowed = get_args(choices)
-    if value not in allowed:
-        raise ValueError(f"Unknown {name} {value!r}; choose one of {', '.join(map(repr, allowed))}.")
-
-
-def check_model_args(
-        img_size: Union[int, Tuple[int, int]] = 28, patch_size: Union[int, Tuple[int, int]] = 7, in_chans: int = 1,
-        num_classes: int = 10, global_pool: str = 'avg', embed_dim: int = 60, depth: int = 6, num_heads: int = 1,
-        attn_type: str = 'std', use_mlp: bool = False, mlp_hidden_dim: int = 256, class_token: bool = False,
-        pos_embed: str = 'sincos',
-        dynamic_img_size: bool = False, drop_rate: float = 0., pos_drop_rate: float = 0., proj_drop_rate: float = 0.,
-        attn_drop_rate: float = 0., drop_path_rate: float = 0., **_: Any) -> None:
-    """The rules a set of ``VisionTransformerMinimal`` keywords must follow (ValueError naming the keyword and
-    what is allowed). The model checks its arguments here, and so does the transformers config, which can thus
-    refuse a config without building a model. The attention layer's own rules live with the layer."""
-    for name, value, low in (('num_classes', num_classes, 0), ('in_chans', in_chans, 1), ('depth', depth, 1),
-                             ('num_heads', num_heads, 1), ('embed_dim', embed_dim, 1),
-                             ('mlp_hidden_dim', mlp_hidden_dim, 1)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < low:
-            raise ValueError(f'{name} must be an integer >= {low}, got {value!r}.')
-    for name, value in (('img_size', img_size), ('patch_size', patch_size)):
-        items = list(value) if isinstance(value, (tuple, list)) else [value]
-        if len(items) not in (1, 2) or any(not isinstance(v, int) or isinstance(v, bool) or v < 1 for v in items):
-            raise ValueError(f'{name} must be a positive integer or a pair of them, got {value!r}.')
-    for name, value in (('drop_rate', drop_rate), ('pos_drop_rate', pos_drop_rate), ('proj_drop_rate', proj_drop_rate),
-                        ('attn_drop_rate', attn_drop_rate), ('drop_path_rate', drop_path_rate)):
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value < 1:
-            raise ValueError(f'{name} is a probability: it must be >= 0 and < 1, got {value!r}.')
-    get_attn_layer(attn_type).check_args(embed_dim, num_heads)
-    _check_choice('global_pool', global_pool, GlobalPoolType)
-    if global_pool == 'token' and not class_token:
-        raise ValueError("global_pool='token' needs class_token=True.")
-    _check_choice('pos_embed', pos_embed, PosEmbedType)
-    if pos_embed == 'sincos' and embed_dim % 4 != 0:
-        raise ValueError(f"pos_embed='sincos' needs embed_dim divisible by 4, got {embed_dim}.")
-    img, patch = to_2tuple(img_size), to_2tuple(patch_size)
-    if not dynamic_img_size and (img[0] % patch[0] or img[1] % patch[1]):
-        raise ValueError(f'img_size {tuple(img)} must be a multiple of patch_size {tuple(patch)} '
-                         f'(or build the model with dynamic_img_size=True).')
-    check_model_size(img_size=img_size, patch_size=patch_size, in_chans=in_chans, num_classes=num_classes,
-                     embed_dim=embed_dim, depth=depth, num_heads=num_heads, use_mlp=use_mlp,
-                     mlp_hidden_dim=mlp_hidden_dim, class_token=class_token, pos_embed=pos_embed)
 
 
 def init_module(module: nn.Module, std: float = .02, init: Any = nn.init, reset_defaults: bool = False) -> None:

@@ -1,0 +1,62 @@
+"""The rules a set of ``VisionTransformerMinimal`` keywords must follow, apart from the model.
+
+The model checks its arguments here, and so does the transformers config, which can thus refuse a config without
+building a model. This module imports only its siblings: it travels with a checkpoint's remote code.
+"""
+from typing import Any, Literal, Tuple, Union, get_args
+
+from timm.layers import to_2tuple
+
+from .layers import get_attn_layer
+from .model_size import check_model_size
+
+__all__ = ['PosEmbedType', 'WeightInitType', 'GlobalPoolType', 'check_model_args']
+
+PosEmbedType = Literal['sincos', 'learn', 'none']
+WeightInitType = Literal['', 'mimetic', 'skip']
+GlobalPoolType = Literal['', 'avg', 'max', 'token']
+
+
+def _check_choice(name: str, value: Any, choices: Any) -> None:
+    allowed = get_args(choices)
+    if value not in allowed:
+        raise ValueError(f"Unknown {name} {value!r}; choose one of {', '.join(map(repr, allowed))}.")
+
+
+def check_model_args(
+        img_size: Union[int, Tuple[int, int]] = 28, patch_size: Union[int, Tuple[int, int]] = 7, in_chans: int = 1,
+        num_classes: int = 10, global_pool: str = 'avg', embed_dim: int = 60, depth: int = 6, num_heads: int = 1,
+        attn_type: str = 'std', use_mlp: bool = False, mlp_hidden_dim: int = 256, class_token: bool = False,
+        pos_embed: str = 'sincos',
+        dynamic_img_size: bool = False, drop_rate: float = 0., pos_drop_rate: float = 0., proj_drop_rate: float = 0.,
+        attn_drop_rate: float = 0., drop_path_rate: float = 0., **_: Any) -> None:
+    """The rules a set of ``VisionTransformerMinimal`` keywords must follow (ValueError naming the keyword and
+    what is allowed). The model checks its arguments here, and so does the transformers config, which can thus
+    refuse a config without building a model. The attention layer's own rules live with the layer."""
+    for name, value, low in (('num_classes', num_classes, 0), ('in_chans', in_chans, 1), ('depth', depth, 1),
+                             ('num_heads', num_heads, 1), ('embed_dim', embed_dim, 1),
+                             ('mlp_hidden_dim', mlp_hidden_dim, 1)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < low:
+            raise ValueError(f'{name} must be an integer >= {low}, got {value!r}.')
+    for name, value in (('img_size', img_size), ('patch_size', patch_size)):
+        items = list(value) if isinstance(value, (tuple, list)) else [value]
+        if len(items) not in (1, 2) or any(not isinstance(v, int) or isinstance(v, bool) or v < 1 for v in items):
+            raise ValueError(f'{name} must be a positive integer or a pair of them, got {value!r}.')
+    for name, value in (('drop_rate', drop_rate), ('pos_drop_rate', pos_drop_rate), ('proj_drop_rate', proj_drop_rate),
+                        ('attn_drop_rate', attn_drop_rate), ('drop_path_rate', drop_path_rate)):
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value < 1:
+            raise ValueError(f'{name} is a probability: it must be >= 0 and < 1, got {value!r}.')
+    get_attn_layer(attn_type).check_args(embed_dim, num_heads)
+    _check_choice('global_pool', global_pool, GlobalPoolType)
+    if global_pool == 'token' and not class_token:
+        raise ValueError("global_pool='token' needs class_token=True.")
+    _check_choice('pos_embed', pos_embed, PosEmbedType)
+    if pos_embed == 'sincos' and embed_dim % 4 != 0:
+        raise ValueError(f"pos_embed='sincos' needs embed_dim divisible by 4, got {embed_dim}.")
+    img, patch = to_2tuple(img_size), to_2tuple(patch_size)
+    if not dynamic_img_size and (img[0] % patch[0] or img[1] % patch[1]):
+        raise ValueError(f'img_size {tuple(img)} must be a multiple of patch_size {tuple(patch)} '
+                         f'(or build the model with dynamic_img_size=True).')
+    check_model_size(img_size=img_size, patch_size=patch_size, in_chans=in_chans, num_classes=num_classes,
+                     embed_dim=embed_dim, depth=depth, num_heads=num_heads, use_mlp=use_mlp,
+                     mlp_hidden_dim=mlp_hidden_dim, class_token=class_token, pos_embed=pos_embed)
