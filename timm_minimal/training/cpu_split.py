@@ -14,6 +14,7 @@ measurement on this machine says that pays:
 - the answer is kept in the cache folder per CPU (model name, flags, cores), torch version, model and batch, so a
   machine measures once; ``--cpu-processes N`` overrides it, and every launch records what ran in ``run.json``.
 """
+import functools
 import hashlib
 import json
 import os
@@ -212,8 +213,9 @@ def run_split_processes(argv: Sequence[str], processes: int, env: Dict[str, str]
                 worker_env = dict(env, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(processes),
                                   LOCAL_WORLD_SIZE=str(processes), MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port),
                                   TORCHELASTIC_USE_AGENT_STORE='True')  # the ranks join this store, none serves one
-                group_args = dict(process_group=group[0].pid if group else 0)  # a group of their own
-                group.append(subprocess.Popen(worker_command(argv, processes), env=worker_env, **group_args))
+                leader = group[0].pid if group else 0  # a process group of their own, led by the first
+                group.append(subprocess.Popen(worker_command(argv, processes), env=worker_env,
+                                              preexec_fn=functools.partial(os.setpgid, 0, leader)))
             return _wait_all(group)
         finally:
             for sig, handler in previous.items():
