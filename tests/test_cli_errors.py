@@ -162,18 +162,9 @@ def test_the_earlier_option_spellings_still_work_for_one_release(capsys):
 
 
 def _parsers():
-    from timm_minimal.tools import demo, evaluate
-    from timm_minimal.tools.benchmark import cli as benchmark_cli, cpu_modes, deployment, training as training_benchmark
-    from timm_minimal.tools.deploy import export
-    from timm_minimal.tools.hub import publish
-    from timm_minimal.tools.inside import app, attention
-    from timm_minimal.tools.paper import reproduce
-    from timm_minimal.training.cli import build_parser as train_parser
-    return dict(train=train_parser(), evaluate=evaluate.build_parser(), export=export._parser(),
-                publish=publish.build_parser(), reproduce=reproduce.build_parser(), benchmark=benchmark_cli.build_parser(),
-                training_benchmark=training_benchmark.build_parser(), deployment=deployment.build_parser(),
-                cpu_modes=cpu_modes._parser(), demo=demo.build_parser(), attention=attention.build_parser(),
-                app=app._parser(['vit_minimal_sym_6x4.mnist']))
+    """Every tool's parser, by its module (the one list of them: test_values.PARSERS)."""
+    from test_values import PARSERS, _parser
+    return {module: _parser(module, builder, args) for module, builder, args in PARSERS}
 
 
 def test_every_tool_states_the_default_of_every_option_in_its_help():

@@ -113,8 +113,8 @@ def check_config_size(model: torch.nn.Module, input_size: Sequence[int]) -> None
 
 
 def tag_dataset(model: torch.nn.Module) -> Optional[str]:
-    """The dataset (the trainer's ``--dataset``) of the model's pretrained tag, as export infers it; None for a
-    model without a dataset tag."""
+    """The dataset (the trainer's ``--dataset``) of the model's pretrained tag, what evaluate and export take when
+    not told; None for a model without a dataset tag."""
     tag = (getattr(model, 'pretrained_cfg', None) or {}).get('tag')
     return DATASETS[tag].kind if tag in DATASETS else None
 

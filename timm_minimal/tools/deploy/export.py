@@ -35,7 +35,6 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 import torch
 import torch.nn as nn
 
-from ...models.datasets import DATASETS
 from ...models.images import image_mode
 from ..common import create_named_model
 from ...cli import Failure, OneLineParser, UsageError, command, non_negative_float, number, positive_int
@@ -290,9 +289,8 @@ def _test_split_evaluator(model: nn.Module, dataset: Optional[str], data_dir: st
                           batch_size: int) -> Callable[[Dict[str, Any]], Dict[str, Dict[str, Any]]]:
     """A function from onnxruntime sessions to the test-split metrics of torch and of each session."""
     from timm.data import resolve_data_config
-    from ..evaluate import evaluate_forwards, model_label_names
-    tag = model.pretrained_cfg.get('tag')
-    dataset = dataset or (DATASETS[tag].kind if tag in DATASETS else None)
+    from ..evaluate import evaluate_forwards, model_label_names, tag_dataset
+    dataset = dataset or tag_dataset(model)
     if dataset is None:
         raise ExportError('the model has no dataset tag: name the test data with --dataset')
     cfg = resolve_data_config({}, model=model)
