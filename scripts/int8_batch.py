@@ -7,12 +7,13 @@ scale from the values of the whole batch it is given, so an image can be predict
 others. This script runs the test split of the export's dataset through ``model.int8.onnx`` (and, for reference,
 ``model.onnx``) once at ``--batch-size`` and once image by image, and prints how many of the predictions differ.
 """
-import argparse
 import json
 import sys
 from pathlib import Path
 
 import numpy as np
+
+from timm_minimal.cli import OneLineParser, UsageError, command, positive_int
 
 
 def predictions(session, images: np.ndarray, batch_size: int) -> np.ndarray:
@@ -38,15 +39,23 @@ def test_images(export_dir: Path, data_dir: str):
     return normalize(torch.from_numpy(images)).numpy(), labels
 
 
+@command('int8_batch.py')
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    p = OneLineParser(prog='int8_batch.py', description=__doc__.split('\n\n')[0])
     p.add_argument('export_dir', type=Path, help='a timm-minimal-export --int8 folder')
     p.add_argument('--data-dir', required=True, help='where the dataset is')
-    p.add_argument('--batch-size', type=int, default=1000)
+    p.add_argument('--batch-size', type=positive_int, default=1000, help='the larger batch')
     args = p.parse_args(argv)
+    missing = [f for f in ('preprocessing.json', 'model.onnx', 'model.int8.onnx') if not (args.export_dir / f).is_file()]
+    if missing:
+        raise UsageError(f'{args.export_dir} lacks {", ".join(missing)}: name a folder of timm-minimal-export --int8')
     import onnxruntime as ort
     from timm_minimal.tools.common import cpu_environment
-    x, labels = test_images(args.export_dir, args.data_dir)
+    from timm_minimal.training.data import DatasetError
+    try:
+        x, labels = test_images(args.export_dir, args.data_dir)
+    except DatasetError as e:
+        raise UsageError(str(e)) from None
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
     cpu = cpu_environment()
