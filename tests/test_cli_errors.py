@@ -135,15 +135,15 @@ def test_the_earlier_option_spellings_still_work_for_one_release(capsys):
     from timm_minimal.tools.benchmark import cli as benchmark_cli
     for argv in (['vit_minimal_sym_6x4.mnist', '--out', 'x'], ['--model', 'vit_minimal_sym_6x4.mnist', '--output', 'x'],
                  ['--output', 'x', 'vit_minimal_sym_6x4.mnist']):
-        args = export._parser().parse_args(argv)
+        args = export.build_parser().parse_args(argv)
         assert (args.model, args.output) == ('vit_minimal_sym_6x4.mnist', 'x') and not hasattr(args, '_renamed_out')
     assert str(publish.build_parser().parse_args(['run', '--repo-id', 'a/b', '--out', 'hub']).output) == 'hub'
-    help_text = export._parser().format_help()
+    help_text = export.build_parser().format_help()
     assert '--output' in help_text and '--out ' not in help_text and '_renamed' not in help_text
     for argv, needle in ((['m', '--model', 'n', '--output', 'x'], '--model is given twice'),
                          (['--output', 'x'], 'required: --model'), (['m'], 'required: --output')):
         with pytest.raises(SystemExit) as e:
-            export._parser().parse_args(argv)
+            export.build_parser().parse_args(argv)
         assert e.value.code == 2 and needle in capsys.readouterr().err
     bench = benchmark_cli.build_parser()
     for argv, mode in (([], 'no'), (['--mixed-precision', 'fp16'], 'fp16'), (['--amp'], 'bf16'),
@@ -162,9 +162,9 @@ def test_the_earlier_option_spellings_still_work_for_one_release(capsys):
 
 
 def _parsers():
-    """Every tool's parser, by its module (the one list of them: test_values.PARSERS)."""
-    from test_values import PARSERS, _parser
-    return {module: _parser(module, builder, args) for module, builder, args in PARSERS}
+    """Every tool's parser, by its module and builder (the one list of them: test_values.PARSERS)."""
+    from test_values import PARSER_IDS, PARSERS, _parser
+    return {name: _parser(*parser) for name, parser in zip(PARSER_IDS, PARSERS)}
 
 
 def test_every_tool_states_the_default_of_every_option_in_its_help():

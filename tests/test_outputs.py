@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from test_values import PARSERS, _parser
+from test_values import PARSER_IDS, PARSERS, _parser
 
 ROOT = Path(__file__).resolve().parents[1]
 OUTPUT_DESTS = ('output', 'json', 'plot', 'plots_dir', 'out_md', 'out_json')
@@ -20,7 +20,7 @@ def _tracked():
     return files, {parent for f in files for parent in f.parents}
 
 
-@pytest.mark.parametrize('module, builder, args', PARSERS, ids=[p[0].rsplit('.', 1)[-1] for p in PARSERS])
+@pytest.mark.parametrize('module, builder, args', PARSERS, ids=PARSER_IDS)
 def test_no_default_output_is_a_tracked_file(module, builder, args):
     files, folders = _tracked()
     for action in _parser(module, builder, args)._actions:

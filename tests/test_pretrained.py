@@ -107,3 +107,10 @@ def test_card_accuracy_is_confirmed_on_the_full_test_split(name, cache, monkeypa
     text = ModelCard.load(ROOT / 'model_cards' / f'{name}.md').text
     autocast = 'GPU' in text or 'autocast as the run trained' in text
     assert abs(res['acc'] - card_accuracy(name)) <= (0.2 if autocast else 0.005), (res['acc'], card_accuracy(name))
+
+
+def test_the_imagenet_normalisation_is_timms():
+    """models/datasets.py writes ImageNet's mean and std out (the parsers read the dataset facts without timm)."""
+    from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
+    from timm_minimal.models.datasets import DATASETS
+    assert (DATASETS['in1k'].mean, DATASETS['in1k'].std) == (IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD)

@@ -14,27 +14,22 @@ from timm_minimal.training import cpu_split
 from timm_minimal.training.device_data import images_to_array, read_cache
 from timm_minimal.training.run_folder import RunFolder
 from timm_minimal.training.run_record import RunRecord
+from timm_minimal_scripts import SCRIPTS
 
 from test_train import BASE, run_inprocess
 
 HUGE = '9' * 400
 
-# (module, the function that builds its parser, its arguments): every parser of every tool
-PARSERS = [
-    ('timm_minimal.training.cli', 'build_parser', ()),
-    ('timm_minimal.tools.paper.reproduce', 'build_parser', ()),
+# (module, the function that builds its parser, its arguments).
+# Every parser of the package: the console scripts' (timm_minimal_scripts.SCRIPTS, the one list of them), then
+# those of the modules that run with python -m
+PARSERS = sorted({(s.parser, s.builder, ()) for s in SCRIPTS.values()}) + [
     ('timm_minimal.tools.paper.beyond', 'build_parser', ()),
-    ('timm_minimal.tools.hub.publish', 'build_parser', ()),
-    ('timm_minimal.tools.benchmark.cli', 'build_parser', ()),
     ('timm_minimal.tools.benchmark.training', 'build_parser', ()),
     ('timm_minimal.tools.benchmark.deployment', 'build_parser', ()),
     ('timm_minimal.tools.benchmark.cpu_modes', '_parser', ()),
-    ('timm_minimal.tools.demo', 'build_parser', ()),
-    ('timm_minimal.tools.inside.attention', 'build_parser', ()),
-    ('timm_minimal.tools.inside.app', '_parser', (['vit_minimal_sym_6x4.mnist'],)),
-    ('timm_minimal.tools.evaluate', 'build_parser', ()),
-    ('timm_minimal.tools.deploy.export', '_parser', ()),
 ]
+PARSER_IDS = [f"{p[0].replace('timm_minimal.', '')}:{p[1]}" for p in PARSERS]
 
 
 def _parser(module, builder, args):
@@ -46,7 +41,7 @@ def _numeric_options(parser):
     return [a for a in parser._actions if a.option_strings and (a.type in (int, float) or hasattr(a.type, 'wanted'))]
 
 
-@pytest.mark.parametrize('module, builder, args', PARSERS, ids=[p[0].rsplit('.', 1)[-1] for p in PARSERS])
+@pytest.mark.parametrize('module, builder, args', PARSERS, ids=PARSER_IDS)
 def test_every_numeric_option_is_a_ranged_type_that_refuses_huge_infinite_and_nan(module, builder, args):
     parser = _parser(module, builder, args)
     options = _numeric_options(parser)

@@ -13,14 +13,29 @@ timm-only program never imports transformers)::
     from transformers import AutoModelForImageClassification
     model = AutoModelForImageClassification.from_pretrained('path/to/checkpoint')
 """
-from .models.layers import (
-    ATTENTION_LAYERS, Block, CholAttention, MinimalAttention, QKAttention, QKOnlyAttention, StdAttention,
-    SymAttention, get_attn_layer,
-)
-from .models.datasets import DATASETS, DatasetInfo
-from .models.vit_minimal import ARCHITECTURES, VisionTransformerMinimal, checkpoint_filter_fn
-from .examples import example_image, example_images
+import importlib
+import sys
+
 from .transformers_registration import register_with_transformers
+
+# What ``import timm_minimal`` gives, by the module that defines it. Importing these imports torch and timm, and
+# importing ``models.vit_minimal`` registers the architectures with timm.
+_EAGER = {
+    'models.layers': ('ATTENTION_LAYERS', 'Block', 'CholAttention', 'MinimalAttention', 'QKAttention',
+                      'QKOnlyAttention', 'StdAttention', 'SymAttention', 'get_attn_layer'),
+    'models.datasets': ('DATASETS', 'DatasetInfo'),
+    'models.vit_minimal': ('ARCHITECTURES', 'VisionTransformerMinimal', 'checkpoint_filter_fn'),
+    'examples': ('example_image', 'example_images'),
+}
+
+
+def load_models() -> None:
+    """Imports the models (torch, timm) and registers every architecture with timm; done by ``import
+    timm_minimal`` itself, unless a console script imports the package to print its help (``timm_minimal_scripts``)."""
+    for module, names in _EAGER.items():
+        loaded = importlib.import_module(f'.{module}', __name__)
+        globals().update({name: getattr(loaded, name) for name in names})
+
 
 def _version() -> str:
     """The installed distribution's version (pyproject.toml is its one home)."""
@@ -45,14 +60,18 @@ _TRANSFORMERS_CLASSES = {
 
 def __getattr__(name: str):
     module = _TRANSFORMERS_CLASSES.get(name)
-    if module is None:
-        raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
-    import importlib
-    return getattr(importlib.import_module(f'.models.{module}', __name__), name)
+    if module is not None:
+        return getattr(importlib.import_module(f'.models.{module}', __name__), name)
+    if any(name in names for names in _EAGER.values()):  # asked for before ``load_models`` ran
+        load_models()
+        return globals()[name]
+    raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_TRANSFORMERS_CLASSES))
+    return sorted(set(globals()) | set(_TRANSFORMERS_CLASSES) | {n for names in _EAGER.values() for n in names})
 
 
 register_with_transformers()
+if not getattr(sys.modules.get('timm_minimal_scripts'), 'parsing', False):
+    load_models()

@@ -10,7 +10,10 @@ package, so the remote code of a checkpoint can carry it.
 from dataclasses import dataclass, replace
 from typing import Dict, List, Optional, Tuple
 
-from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
+# ImageNet's normalisation as timm writes it (timm.data.IMAGENET_DEFAULT_MEAN / _STD; a test keeps them equal),
+# written here so that the dataset facts import without torch: the command-line parsers read them
+IMAGENET_DEFAULT_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_DEFAULT_STD = (0.229, 0.224, 0.225)
 
 __all__ = ['MIN_CROP_PCT', 'DatasetInfo', 'DATASETS', 'SAMPLES', 'dataset_for_kind', 'tag_for_kind', 'channel_stats', 'MNIST_CLASSES',
            'CIFAR10_CLASSES']

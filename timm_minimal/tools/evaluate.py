@@ -21,7 +21,8 @@ from ..training.engine import eval_metrics, eval_sums
 from ..models.datasets import DATASETS
 from ..models.images import image_mode
 from .common import describe_load_error
-from ..cli import OneLineParser, UsageError, command, positive_int
+from ..cli import UsageError, command
+from .cli import build_parser
 
 __all__ = ['evaluate_model', 'evaluate_forwards', 'main']
 
@@ -117,22 +118,6 @@ def tag_dataset(model: torch.nn.Module) -> Optional[str]:
     not told; None for a model without a dataset tag."""
     tag = (getattr(model, 'pretrained_cfg', None) or {}).get('tag')
     return DATASETS[tag].kind if tag in DATASETS else None
-
-
-def build_parser() -> OneLineParser:
-    p = OneLineParser(prog='timm-minimal-evaluate', description=__doc__.split('\n\n')[0])
-    p.add_required('--model', help='timm model name with pretrained weights (a tag, local-dir:..., hf-hub:...)')
-    p.add_renamed('model', '--model')  # the model was the first word until --model
-    p.add_argument('--dataset', default=None,
-                   help="mnist, cifar10, imagenet or an image folder (default: the dataset of the model's tag)")
-    p.add_argument('--data-dir', default='data', help='where the dataset lies')
-    p.add_argument('--batch-size', type=positive_int, default=1000, help='images per forward pass')
-    p.add_argument('--device', default='cpu', help='torch device')
-    p.add_argument('--download', action='store_true', help='download the dataset when it is missing')
-    p.add_argument('--labels-by-order', action='store_true',
-                   help="take an image folder's class folders in alphabetical order as class 0, 1, ... instead of "
-                        "matching their names to the model's label names")
-    return p
 
 
 @command('timm-minimal-evaluate')

@@ -23,10 +23,11 @@ import json
 import os
 import shutil
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Union
 
-import torch
-from safetensors.torch import load_file, save_file
+if TYPE_CHECKING:  # torch is imported where weights are read or written: the run folder's readers need no torch
+    import torch
+
 
 __all__ = [
     'atomic_write_dir', 'write_file_atomic', 'write_text_atomic', 'write_json_atomic', 'find_checkpoint', 'save_weights',
@@ -139,11 +140,13 @@ def find_checkpoint(path: PathLike, name: str = 'last') -> Optional[Path]:
     return None
 
 
-def save_weights(state_dict: Dict[str, torch.Tensor], path: PathLike, metadata: Optional[Dict[str, str]] = None) -> None:
+def save_weights(state_dict: Dict[str, 'torch.Tensor'], path: PathLike, metadata: Optional[Dict[str, str]] = None) -> None:
     """A state dict as safetensors (CPU, contiguous, shared storage copied apart)."""
+    from safetensors.torch import save_file
     tensors = {k: v.detach().to('cpu').contiguous().clone() for k, v in state_dict.items()}
     save_file(tensors, str(path), metadata={'format': 'pt', **(metadata or {})})
 
 
-def load_weights(path: PathLike) -> Dict[str, torch.Tensor]:
+def load_weights(path: PathLike) -> Dict[str, 'torch.Tensor']:
+    from safetensors.torch import load_file
     return load_file(str(path))

@@ -15,8 +15,7 @@ import yaml
 
 from ..cli import OneLineParser, UsageError, number
 from ..models.datasets import MIN_CROP_PCT, dataset_for_kind
-from .data import DatasetError, dataset_kind
-from .distill import DISTILL_TYPES
+from .dataset_names import DatasetError, dataset_kind
 
 # On a 2-core CPU a cold torch.compile of std_mlp_6x1 cost 27 s and made its trainer epochs 1.11x faster (the
 # median of three alternated runs, benchmarks/cpu_modes_trainer.md; 1.03x and 1.21x in single runs), which repays
@@ -40,6 +39,17 @@ def _floats(n: Optional[int] = None, kind=None):
     return dict(type=kind or number(float), nargs=n or '+')
 
 
+class ModelKwargs(argparse.Action):
+    """timm's ``ParseKwargs`` (``key=value``, each value read as a Python literal), which imports timm only when
+    the option is given, so that ``--help`` answers without it."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from timm.utils import ParseKwargs
+        ParseKwargs.__call__(self, parser, namespace, values, option_string)
+
+
+# --distill-type: what timm.task offers (soft: LogitDistillationTask; hard: DeiT's; token: TokenDistillationTask)
+DISTILL_TYPES = ('soft', 'hard', 'token')
 # the allowed range of every numeric option, in one place: the command line, recipes and args.yaml go through these
 COUNT, SIZE = number(int, 0), number(int, 1)
 SEED = number(int, 0, 2 ** 63 - 1)  # torch.manual_seed takes up to 2**64 - 1; the seed mixing keeps 63 bits
@@ -92,8 +102,7 @@ def build_parser(suppress: bool = False) -> argparse.ArgumentParser:
                    help='each process writes rank<N>.json (weights hash, samples seen) into the run folder')
 
     g = p.add_argument_group('model')
-    from timm.utils import ParseKwargs
-    g.add_argument('--model-kwargs', nargs='*', action=ParseKwargs, **d({}),
+    g.add_argument('--model-kwargs', nargs='*', action=ModelKwargs, **d({}),
                    help='extra model arguments, e.g. depth=2 embed_dim=96 img_size=64')
     g.add_argument('--pretrained', action='store_true', **d(False), help="start from the model's pretrained weights")
     g.add_argument('--pretrained-path', **d(None), help='start from these weights (safetensors or .pth; a '

@@ -40,7 +40,8 @@ from torch.utils.data import Dataset, IterableDataset
 
 from ..models.datasets import CIFAR10_CLASSES, DATASETS, MNIST_CLASSES, SAMPLES, tag_for_kind
 from .files import missing_folders, remove_empty
-from .image_folder import DatasetError, FolderDataset, FolderScan, folder_classes, scan_split
+from .dataset_names import BUILTIN_DATASETS, TIMM_FACTORY_PREFIXES, DatasetError, dataset_kind
+from .image_folder import FolderDataset, FolderScan, folder_classes, scan_split
 
 _logger = logging.getLogger(__name__)
 
@@ -50,8 +51,6 @@ __all__ = [
     'subset_indices',
 ]
 
-BUILTIN_DATASETS = tuple(d.kind for d in DATASETS.values()) + tuple(SAMPLES)
-TIMM_FACTORY_PREFIXES = ('hfds/', 'hfids/', 'wds/', 'tfds/', 'torch/')
 EVAL_SPLIT_DIRS = ('val', 'validation', 'test')
 
 
@@ -464,22 +463,6 @@ def _classes_of(ds: Any) -> Optional[List[str]]:
 
 
 # -- entry point -----------------------------------------------------------------------------------
-
-def dataset_kind(name: str) -> str:
-    """'mnist', 'mnist-sample', 'cifar10', 'imagenet', 'timm' (factory prefix) or 'folder' (a path); errors
-    otherwise."""
-    low = name.lower()
-    if low in BUILTIN_DATASETS:
-        return low
-    if low.startswith(TIMM_FACTORY_PREFIXES):
-        return 'timm'
-    if os.sep in name or '/' in name or os.path.isdir(name):
-        return 'folder'
-    raise DatasetError(
-        f"Unknown dataset '{name}': use one of {', '.join(BUILTIN_DATASETS)}, a path to an image folder with "
-        f"train/ and val/ (or test/) subfolders, or a timm dataset name with one of the prefixes "
-        f"{', '.join(TIMM_FACTORY_PREFIXES)}.")
-
 
 def load_dataset(
         name: str,

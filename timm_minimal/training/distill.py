@@ -25,10 +25,7 @@ import torch.nn.functional as F
 
 from ..cli import UsageError
 
-__all__ = ['DISTILL_TYPES', 'TeacherInfo', 'HardLogitDistillation', 'build_teacher', 'build_distillation']
-
-DISTILL_TYPES = ('soft', 'hard', 'token')
-
+__all__ = ['TeacherInfo', 'HardLogitDistillation', 'build_teacher', 'build_distillation']
 
 @dataclass(frozen=True)
 class TeacherInfo:

@@ -18,15 +18,11 @@ from PIL import Image
 from torch.utils.data import Dataset
 
 from ..models.images import check_image_size, convert_image
+from .dataset_names import DatasetError
 
 __all__ = ['DatasetError', 'IMAGE_EXTENSIONS', 'FolderScan', 'scan_split', 'folder_classes', 'FolderDataset']
 
 IMAGE_EXTENSIONS = frozenset(('.png', '.jpg', '.jpeg', '.bmp', '.gif', '.tif', '.tiff', '.webp', '.ppm', '.pgm'))
-
-
-class DatasetError(ValueError):
-    """A dataset that cannot be found or read; the message says what was expected and where (defined here, the
-    lowest module that raises it; ``timm_minimal.training.data`` exports it)."""
 
 
 @dataclass

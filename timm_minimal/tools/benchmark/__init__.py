@@ -42,13 +42,21 @@ The modules, by job:
 - ``report``: the markdown report, one function per section; ``plots``: its PNG plots;
 - ``cli``: the command line (``main``); ``python -m timm_minimal.tools.benchmark`` runs it too.
 """
-from .accuracy import PAPER_TABLE2, load_reproduce_results
-from .cli import build_parser, config_from_args, main, run
-from .measure import (TIMM_REF, ModelSpec, Runner, build_model, build_timm_reference, count_flops, count_params,
-                      geometry, measure_throughput, median, parse_name, ratios, set_fused_attn)
-from .memory import measure_memory, tensor_memory_peak
-from .report import render_report, summary_lines
-from .suite import BenchmarkConfig, baseline_of, run_benchmark, select_models
+import importlib
+
+# The names of the package, by the module that defines them, imported on first use (PEP 562): the command line
+# (``cli``) answers --help without torch, which ``measure`` and ``suite`` import.
+_HOMES = {
+    'accuracy': ('PAPER_TABLE2', 'load_reproduce_results'),
+    'cli': ('build_parser', 'config_from_args', 'main', 'run'),
+    'config': ('BenchmarkConfig',),
+    'measure': ('TIMM_REF', 'ModelSpec', 'Runner', 'build_model', 'build_timm_reference', 'count_flops', 'count_params',
+                'geometry', 'measure_throughput', 'median', 'parse_name', 'ratios', 'set_fused_attn'),
+    'memory': ('measure_memory', 'tensor_memory_peak'),
+    'report': ('render_report', 'summary_lines'),
+    'suite': ('baseline_of', 'run_benchmark', 'select_models'),
+}
+_HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
 
 __all__ = [
     'BenchmarkConfig', 'PAPER_TABLE2', 'build_model', 'build_timm_reference', 'count_flops', 'count_params',
@@ -58,3 +66,16 @@ __all__ = [
     'measure_memory', 'measure_throughput', 'median', 'parse_name', 'ratios', 'select_models', 'set_fused_attn',
     'summary_lines', 'tensor_memory_peak',
 ]
+
+
+def __getattr__(name: str):
+    module = _HOME_OF.get(name)
+    if module is None:
+        raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
+    value = getattr(importlib.import_module(f'.{module}', __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_HOME_OF))

@@ -13,9 +13,8 @@ import sys
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ...models.datasets import DATASETS
-from .report import render_report, summary_lines
 from ...cli import OneLineParser, command, non_negative_int, positive_float, positive_int
-from .suite import BenchmarkConfig, run_benchmark, select_models
+from .config import BenchmarkConfig
 
 
 def _csv_ints(text: str) -> Tuple[int, ...]:
@@ -130,6 +129,7 @@ def config_from_args(args: argparse.Namespace) -> BenchmarkConfig:
     if args.models:
         overrides['models'] = tuple(args.models)
     if args.scaling_models:
+        from .suite import select_models
         overrides['scaling_models'] = tuple(select_models(args.scaling_models))
     if args.sdpa_models:
         overrides['sdpa_models'] = tuple(args.sdpa_models)
@@ -178,6 +178,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 def run(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     """Measure (or read ``--from-json``), write the report and return the results."""
+    from .report import render_report, summary_lines
+    from .suite import run_benchmark, select_models
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

@@ -37,7 +37,8 @@ import torch.nn as nn
 
 from ...models.images import image_mode
 from ..common import create_named_model
-from ...cli import Failure, OneLineParser, UsageError, command, non_negative_float, number, positive_int
+from ...cli import Failure, UsageError, command, number
+from .cli import MIN_OPSET, build_parser
 from ..staging import staged_folder
 
 __all__ = ['ExportResult', 'ExportError', 'VerificationError', 'MissingExtraError', 'EXPORT_PACKAGES',
@@ -327,40 +328,23 @@ def format_report(result: ExportResult) -> str:
     return f'{result.model} -> {result.out_dir}\n' + '\n'.join(lines)
 
 
-MIN_OPSET = 18  # the lowest opset torch's dynamo exporter writes
-
-
 def _max_opset() -> int:
     from torch.onnx._constants import ONNX_MAX_OPSET
     return ONNX_MAX_OPSET
-
-
-def _parser() -> argparse.ArgumentParser:
-    p = OneLineParser(prog='timm-minimal-export', description=__doc__.split('\n\n')[0])
-    p.add_required('--model', help='vit_minimal_<attention>[_mlp]_<depth>x<heads>[.tag], local-dir:PATH or hf-hub:REPO')
-    p.add_required('--output', help='the folder to write (created; see --overwrite)')
-    p.add_renamed('model', '--model')  # the earlier spellings: the model as the first word, --out
-    p.add_renamed('--out', '--output')
-    p.add_argument('--int8', action='store_true', help='also write model.int8.onnx, dynamically quantised')
-    p.add_argument('--verify-data-dir', default=None,
-                   help='measure top-1 of torch, fp32 and int8 over the test split of the data here')
-    p.add_argument('--dataset', default=None, help="the test data for --verify-data-dir (default: the tag's)")
-    p.add_argument('--max-int8-drop', type=non_negative_float, default=0.5, help='allowed int8 top-1 loss against fp32, in points (default: %(default)s)')
-    p.add_argument('--atol', type=non_negative_float, default=1e-4, help='allowed |fp32 ONNX logit - torch logit| (default: %(default)s)')
-    p.add_argument('--random-init', action='store_true', help='export the untrained model (for tags without weights)')
-    p.add_argument('--opset', type=number(int, MIN_OPSET, _max_opset()), default=None,
-                   help=f"ONNX opset, {MIN_OPSET} to {_max_opset()} (default: the exporter's)")
-    p.add_argument('--batch-size', type=positive_int, default=1000, help='batch size of the test-split evaluation (default: %(default)s)')
-    p.add_argument('--overwrite', action='store_true', help='replace an earlier export in --output (never other files)')
-    return p
 
 
 @command('timm-minimal-export')
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """The command line; returns the exit status (0 written, 1 verification failed, 2 bad command line)."""
     from ...training.data import DatasetError
+    parser = build_parser()
     try:
-        args = _parser().parse_args(argv)
+        args = parser.parse_args(argv)
+        if args.opset is not None:  # the newest opset is torch's, which the parser does not import
+            try:
+                number(int, MIN_OPSET, _max_opset())(str(args.opset))
+            except argparse.ArgumentTypeError as e:
+                parser.error(f'argument --opset: {e}')
     except SystemExit as e:  # --help (0) or a bad command line (2), already printed
         return e.code if isinstance(e.code, int) else 2
     try:

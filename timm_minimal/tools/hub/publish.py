@@ -10,7 +10,6 @@ card rendered from ``model_cards/template.md`` with huggingface_hub's ``ModelCar
 in the card is read from the run's ``metrics.jsonl`` and ``run.json``; a run that has not finished
 an epoch gets no card. Uploading uses ``HfApi`` and honours ``HF_ENDPOINT`` and ``HF_TOKEN``.
 """
-import argparse
 import shlex
 import shutil
 import sys
@@ -28,7 +27,8 @@ from ...models.pretrained import HUB_ORG, weights_file_name
 from ...training.checkpoint import CONFIG_FILE, MODEL_FILE, write_file_atomic
 from ...training.run_folder import RunFolder
 from ...training.run_record import Launch, RunRecord
-from ...cli import Failure, OneLineParser, UsageError, command
+from ...cli import Failure, UsageError, command
+from .cli import build_parser
 from ..staging import staged_folder
 from ...models.datasets import DATASETS, DatasetInfo, dataset_for_kind
 from ...models.vit_minimal import ARCHITECTURES
@@ -327,29 +327,6 @@ def push_folder(folder: Path, repo_id: str, private: bool = False, revision: Opt
         folder_path=str(folder), repo_id=repo_id, revision=revision,
         commit_message=commit_message or f'Upload {Path(folder).name}')
     return info.commit_url
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(
-        prog='timm-minimal-publish', description=__doc__)
-    parser.add_argument('run', type=Path, help='a finished training run folder (timm-minimal-train --output)')
-    parser.add_argument('--repo-id', required=True, help='Hub repository, e.g. my-org/vit_minimal_sym_6x4.mnist')
-    parser.add_argument('--output', type=Path, help='repository folder to write (default: <run>/hub)')
-    parser.add_renamed('--out', '--output')  # the earlier spelling, for one release
-    parser.add_argument('--checkpoint', choices=('last', 'best'), default='last',
-                        help="weights to publish: the last epoch's (default, as the paper reports) or the best")
-    parser.add_argument('--card-copy', type=Path, help='also copy the model card here (e.g. model_cards/<name>.md)')
-    parser.add_argument('--ship-weights', nargs='?', const=Path('timm_minimal/models/weights'), type=Path, metavar='DIR',
-                        help='maintainers: also copy the weights into DIR (default timm_minimal/models/weights, of the '
-                             'checkout in the current folder), where the package build picks them up')
-    parser.add_argument('--note', default='', help='a sentence on how the run was made, for the card '
-                        '(e.g. that it shared its GPU with other runs)')
-    parser.add_argument('--push', action='store_true', help='upload the folder to the Hub (HF_ENDPOINT, HF_TOKEN)')
-    parser.add_argument('--private', action='store_true', help='create the repository private')
-    parser.add_argument('--revision', help='branch to upload to (created if missing; default main)')
-    parser.add_argument('--token', help='Hub token (default: HF_TOKEN or the saved login)')
-    parser.add_argument('--commit-message')
-    return parser
 
 
 def written_from(out: Path, run_dir: Path, checkpoint: str) -> bool:

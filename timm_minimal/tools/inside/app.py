@@ -16,7 +16,6 @@ own ``get_attention_maps``). It serves on 127.0.0.1 and never asks for a public 
 load without a network. Bad input (not an image, too large, an empty sketch) gets a message in the page and
 the server keeps serving. Needs the ``app`` extra: ``pip install -e ".[app]"``.
 """
-import argparse
 import functools
 import os
 import sys
@@ -32,12 +31,12 @@ from ...models.images import MAX_IMAGE_PIXELS, ImageTooLarge, check_image_size
 from .attention import AttentionInputError, AttentionMaps, compute_attention, load_image
 from .mosaic import Mosaic, draw_mosaic
 from ..common import create_named_model
-from ...cli import OneLineParser, UsageError, command, number
+from ...cli import UsageError, command
+from .cli import APP_PROG as PROG, app_parser
 
 __all__ = ['AppInputError', 'Answer', 'shipped_checkpoints', 'example_images', 'sketch_to_image', 'answer',
            'compare', 'explore', 'look', 'build_app', 'main']
 
-PROG = 'timm-minimal-app'
 INSTALL_HINT = 'pip install -e ".[app]" (or: pip install gradio)'
 MAX_UPLOAD = '20mb'  # gradio refuses a larger file before it reaches the app (the images are bounded by pixels too)
 TOP_K = 5
@@ -313,25 +312,16 @@ def _check_port(host: str, port: int) -> None:
             raise
 
 
-def _parser(checkpoints: Sequence[str]) -> argparse.ArgumentParser:
-    p = OneLineParser(prog=PROG, description=__doc__.split('\n\n')[0])
-    p.add_argument('--host', default='127.0.0.1', help='address to serve on')
-    p.add_argument('--port', type=number(int, 1, 65535), default=7860, help='port to serve on')
-    p.add_argument('--checkpoints', nargs='+', default=None,
-                   help=f'checkpoints to offer (default: all {len(checkpoints)} shipped ones)')
-    return p
-
-
 @command('timm-minimal-app')
 def main(argv: Optional[Sequence[str]] = None) -> int:
     os.environ.setdefault('GRADIO_ANALYTICS_ENABLED', 'False')
+    parser = app_parser()
+    args = parser.parse_args(argv)
     try:
         require_gradio()
     except MissingExtraError as e:
         raise UsageError(str(e)) from None
     shipped = shipped_checkpoints()
-    parser = _parser(shipped)
-    args = parser.parse_args(argv)
     unknown = [n for n in (args.checkpoints or []) if n not in shipped]
     if unknown:
         parser.error(f'unknown checkpoint {unknown[0]!r}; the shipped ones are {", ".join(shipped)}')

@@ -18,7 +18,6 @@ the same for every attention variant. With T tokens (one per patch; the models a
   matrices, each titled with its asymmetry ||M - M^T|| / ||M||: S is symmetric (0) for ``sym`` and
   ``chol``; A is not, as the softmax normalises each row on its own.
 """
-import argparse
 import io
 import os
 import sys
@@ -33,14 +32,13 @@ from PIL import Image, UnidentifiedImageError
 
 from ...models.images import ImageTooLarge, check_image_size, convert_image, image_mode
 from ..common import allowed_models, create_named_model
-from ...cli import OneLineParser, UsageError, command, number
+from ...cli import UsageError, command
+from .cli import DEFAULT_MODEL, build_parser
 
 __all__ = ['AttentionMaps', 'AttentionInputError', 'attention_rollout', 'asymmetry', 'create_attention_model',
            'label_names', 'load_image', 'preprocess', 'compute_attention', 'plot_attention', 'render_attention',
            'save_figure', 'main']
 
-PROG = 'timm-minimal-attention'
-DEFAULT_MODEL = 'vit_minimal_sym_6x4.cifar10'
 CAPTION = (
     'Heads: the attention each patch receives, mean over all queries (one square-root scale for all heads). '
     'Rollout: heads averaged, + identity, rows renormalised, multiplied over the layers, mean row. '
@@ -327,22 +325,6 @@ def render_attention(image: Union[str, Path, Image.Image], model: Union[str, tor
     if out is not None:
         save_figure(maps.figure, out, dpi)
     return maps
-
-
-def build_parser() -> OneLineParser:
-    p = OneLineParser(prog=PROG, description=__doc__.split('\n\n')[0])
-    p.add_argument('image', help='an image file (any size and mode PIL reads; resized to the model input)')
-    p.add_argument('--model', default=DEFAULT_MODEL,
-                   help='a vit_minimal_* name with its tag (default: %(default)s), local-dir:..., hf-hub:...')
-    p.add_argument('--random-init', action='store_true',
-                   help='draw the untrained model (for tags without weights); by default the trained weights are loaded')
-    p.add_argument('--pretrained', action='store_true', help=argparse.SUPPRESS)  # the default now; kept for a release
-    p.add_argument('--output', default='attention.png', help='the PNG to write (default: %(default)s)')
-    p.add_renamed('--out', '--output')  # the earlier spelling, for one release
-    p.add_argument('--head', type=number(int, 1), default=1,
-                   help='the head (1-based) whose score and attention matrices are shown (default: %(default)s)')
-    p.add_argument('--dpi', type=number(int, 1, 1000), default=100, help='resolution of the PNG, 1 to 1000 (default: %(default)s)')
-    return p
 
 
 @command('timm-minimal-attention')

@@ -1,0 +1,65 @@
+"""The console scripts answer --help before they import torch (timm_minimal_scripts): a help that costs seconds
+of imports is the first thing a new user meets. Their timing: scripts/help_time.py."""
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import timm_minimal_scripts
+from timm_minimal_scripts import SCRIPTS, asks_for_help
+
+ROOT = Path(__file__).resolve().parents[1]
+HEAVY = ('torch', 'timm', 'transformers', 'gradio', 'onnx', 'onnxruntime', 'matplotlib', 'numpy', 'PIL')
+
+EVERY_HELP = f'''
+import sys
+import timm_minimal_scripts as scripts
+for name in {list(SCRIPTS)!r}:
+    try:
+        scripts.run(name, ['--help'])
+    except SystemExit as e:
+        assert e.code == 0, (name, e.code)
+    else:
+        raise AssertionError(name + ' ran instead of printing its help')
+print('HEAVY', [m for m in {HEAVY!r} if m in sys.modules])
+import timm_minimal
+print('LOADS', timm_minimal.VisionTransformerMinimal.__name__)
+import timm
+print('REGISTERED', timm.is_model('vit_minimal_sym_6x4'))
+'''
+
+
+def test_every_script_prints_its_help_without_torch_and_the_package_still_loads():
+    r = subprocess.run([sys.executable, '-c', EVERY_HELP], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    for name in SCRIPTS:
+        assert f'usage: {name}' in r.stdout, name
+    assert 'HEAVY []' in r.stdout, r.stdout.splitlines()[-3:]
+    assert 'LOADS VisionTransformerMinimal' in r.stdout and 'REGISTERED True' in r.stdout
+
+
+def test_the_installed_scripts_are_these():
+    scripts = tomllib.loads((ROOT / 'pyproject.toml').read_text())['project']['scripts']
+    assert set(scripts) == set(SCRIPTS)
+    for name, target in scripts.items():
+        module, function = target.split(':')
+        assert module == 'timm_minimal_scripts', name
+        assert getattr(timm_minimal_scripts, function).__name__ == name.replace('timm-minimal-', ''), name
+
+
+def test_help_is_asked_for_only_before_the_double_dash():
+    assert asks_for_help(['--model', 'x', '-h']) and asks_for_help(['--help'])
+    assert not asks_for_help(['--', '--help']) and not asks_for_help(['--model', 'x'])
+
+
+def test_a_command_that_is_not_help_runs_the_tool(capsys):
+    assert timm_minimal_scripts.run('timm-minimal-evaluate', ['--model', 'vit_minimal_nope']) == 2
+    assert 'cannot load vit_minimal_nope' in capsys.readouterr().err
+
+
+def test_a_flag_that_hands_over_prints_the_help_of_the_module_it_hands_to(capsys):
+    try:
+        timm_minimal_scripts.run('timm-minimal-benchmark', ['--training', '--help'])
+    except SystemExit as e:
+        assert e.code == 0
+    assert 'benchmark.training' in capsys.readouterr().out

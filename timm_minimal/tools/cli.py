@@ -1,0 +1,24 @@
+"""The command line of ``timm-minimal-evaluate``, which imports neither torch nor timm (``--help`` answers at once;
+``timm_minimal_scripts``). The other tools of this folder keep theirs in their own module, or in their room's
+``cli.py``."""
+from ..cli import OneLineParser, positive_int
+
+__all__ = ['DESCRIPTION', 'build_parser']
+
+DESCRIPTION = 'Evaluate a model on the whole test split of a dataset: top-1 and top-5 accuracy and the loss.'
+
+
+def build_parser() -> OneLineParser:
+    p = OneLineParser(prog='timm-minimal-evaluate', description=DESCRIPTION)
+    p.add_required('--model', help='timm model name with pretrained weights (a tag, local-dir:..., hf-hub:...)')
+    p.add_renamed('model', '--model')  # the model was the first word until --model
+    p.add_argument('--dataset', default=None,
+                   help="mnist, cifar10, imagenet or an image folder (default: the dataset of the model's tag)")
+    p.add_argument('--data-dir', default='data', help='where the dataset lies')
+    p.add_argument('--batch-size', type=positive_int, default=1000, help='images per forward pass')
+    p.add_argument('--device', default='cpu', help='torch device')
+    p.add_argument('--download', action='store_true', help='download the dataset when it is missing')
+    p.add_argument('--labels-by-order', action='store_true',
+                   help="take an image folder's class folders in alphabetical order as class 0, 1, ... instead of "
+                        "matching their names to the model's label names")
+    return p

@@ -1,0 +1,33 @@
+"""The command line of ``timm-minimal-publish``, which imports neither torch nor timm (``--help`` answers
+at once; ``timm_minimal_scripts``)."""
+import argparse
+from pathlib import Path
+
+from ...cli import OneLineParser
+
+__all__ = ['DESCRIPTION', 'build_parser']
+
+DESCRIPTION = 'Turn a finished training run into a Hugging Face Hub repository, and upload it.'
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(
+        prog='timm-minimal-publish', description=DESCRIPTION)
+    parser.add_argument('run', type=Path, help='a finished training run folder (timm-minimal-train --output)')
+    parser.add_argument('--repo-id', required=True, help='Hub repository, e.g. my-org/vit_minimal_sym_6x4.mnist')
+    parser.add_argument('--output', type=Path, help='repository folder to write (default: <run>/hub)')
+    parser.add_renamed('--out', '--output')  # the earlier spelling, for one release
+    parser.add_argument('--checkpoint', choices=('last', 'best'), default='last',
+                        help="weights to publish: the last epoch's (default, as the paper reports) or the best")
+    parser.add_argument('--card-copy', type=Path, help='also copy the model card here (e.g. model_cards/<name>.md)')
+    parser.add_argument('--ship-weights', nargs='?', const=Path('timm_minimal/models/weights'), type=Path, metavar='DIR',
+                        help='maintainers: also copy the weights into DIR (default timm_minimal/models/weights, of the '
+                             'checkout in the current folder), where the package build picks them up')
+    parser.add_argument('--note', default='', help='a sentence on how the run was made, for the card '
+                        '(e.g. that it shared its GPU with other runs)')
+    parser.add_argument('--push', action='store_true', help='upload the folder to the Hub (HF_ENDPOINT, HF_TOKEN)')
+    parser.add_argument('--private', action='store_true', help='create the repository private')
+    parser.add_argument('--revision', help='branch to upload to (created if missing; default main)')
+    parser.add_argument('--token', help='Hub token (default: HF_TOKEN or the saved login)')
+    parser.add_argument('--commit-message', help='message of the upload commit (default: huggingface_hub\'s)')
+    return parser

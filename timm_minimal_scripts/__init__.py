@@ -1,0 +1,81 @@
+"""The console scripts of timm-minimal, which answer ``--help`` before they import torch.
+
+Importing ``timm_minimal`` imports torch and timm and registers the architectures (2-7 s on a 2-core CPU), and
+a console script's module is imported only after its package. So the scripts start here, outside the package:
+a command line that asks for help imports the package without its models (``parsing`` below), builds the
+tool's parser and lets it print the help; any other command line imports the tool and runs its ``main`` as
+``python -m`` does. Each tool's parser module imports neither torch nor timm (a test checks them all).
+"""
+import importlib
+import sys
+from typing import Callable, Dict, NamedTuple, Sequence
+
+
+class Script(NamedTuple):
+    """A console script: its tool's ``main``, and the parser its ``--help`` prints (one module without torch)."""
+    main: str
+    parser: str
+    builder: str = 'build_parser'
+
+
+SCRIPTS: Dict[str, Script] = {
+    'timm-minimal-demo': Script('timm_minimal.tools.demo', 'timm_minimal.tools.demo'),
+    'timm-minimal-train': Script('timm_minimal.training.train', 'timm_minimal.training.cli'),
+    'timm-minimal-reproduce': Script('timm_minimal.tools.paper.reproduce', 'timm_minimal.tools.paper.reproduce'),
+    'timm-minimal-publish': Script('timm_minimal.tools.hub.publish', 'timm_minimal.tools.hub.cli'),
+    'timm-minimal-benchmark': Script('timm_minimal.tools.benchmark.cli', 'timm_minimal.tools.benchmark.cli'),
+    'timm-minimal-evaluate': Script('timm_minimal.tools.evaluate', 'timm_minimal.tools.cli'),
+    'timm-minimal-export': Script('timm_minimal.tools.deploy.export', 'timm_minimal.tools.deploy.cli'),
+    'timm-minimal-attention': Script('timm_minimal.tools.inside.attention', 'timm_minimal.tools.inside.cli'),
+    'timm-minimal-app': Script('timm_minimal.tools.inside.app', 'timm_minimal.tools.inside.cli', 'app_parser'),
+}
+
+# True while a script imports the package to print its help: ``timm_minimal`` then leaves its models unimported
+parsing = False
+
+
+def asks_for_help(argv: Sequence[str]) -> bool:
+    """Whether argparse would print the help: -h or --help before any ``--``."""
+    head = argv[:list(argv).index('--')] if '--' in argv else argv
+    return any(arg in ('-h', '--help') for arg in head)
+
+
+def print_help(script: Script, argv: Sequence[str]) -> None:
+    """Builds the script's parser with the package's models unimported and parses: argparse prints the help
+    and exits. It returns where ``-h`` was the value of an option, or where the parser module's ``DISPATCH`` flags
+    hand the command line to another module (``timm-minimal-benchmark --training --help``): the command then runs."""
+    global parsing
+    parsing = True
+    try:
+        module = importlib.import_module(script.parser)
+    finally:
+        parsing = False
+    if not any(flag in argv for flag in getattr(module, 'DISPATCH', ())):  # else the module handed to prints it
+        getattr(module, script.builder)().parse_args(argv)
+    importlib.import_module('timm_minimal').load_models()  # the command runs after all, with what it needs
+
+
+def run(name: str, argv: Sequence[str]) -> int:
+    script = SCRIPTS[name]
+    if asks_for_help(argv):
+        print_help(script, argv)
+    return importlib.import_module(script.main).main(list(argv))
+
+
+def _entry(name: str) -> Callable[[], int]:
+    def main() -> int:
+        return run(name, sys.argv[1:])
+    main.__qualname__ = main.__name__ = name.replace('timm-minimal-', '')
+    return main
+
+
+# the functions pyproject.toml's [project.scripts] names
+demo = _entry('timm-minimal-demo')
+train = _entry('timm-minimal-train')
+reproduce = _entry('timm-minimal-reproduce')
+publish = _entry('timm-minimal-publish')
+benchmark = _entry('timm-minimal-benchmark')
+evaluate = _entry('timm-minimal-evaluate')
+export = _entry('timm-minimal-export')
+attention = _entry('timm-minimal-attention')
+app = _entry('timm-minimal-app')
