@@ -11,6 +11,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -559,3 +560,18 @@ def test_a_failing_compilation_falls_back_to_eager(data, tmp_path, capsys, monke
     assert metrics(tmp_path / 'run')[0]['update'] == 12
     launch = json.loads((tmp_path / 'run' / 'run.json').read_text())['launches'][-1]
     assert launch['compiled'] is False and launch['compile_mode'] is None  # run.json says what ran
+
+
+@pytest.mark.slow
+def test_elapsed_leaves_out_what_the_shell_ran_before_python(data, tmp_path):
+    """A shell line that runs something and then execs the trainer: the process is the shell's, created before the
+    wait, yet ``elapsed`` counts from the trainer's interpreter."""
+    out = tmp_path / 'run'
+    argv = ' '.join(map(str, [sys.executable, '-m', 'timm_minimal.training.train', '--model', 'vit_minimal_sym_6x1',
+                                  '--model-kwargs', 'depth=1', '--output', out] + BASE + data + ['--epochs', '1']))
+    start = time.perf_counter()
+    r = run_subprocess([f'sleep 6 && exec {argv}'], launcher=('bash', '-c'))
+    wall = time.perf_counter() - start
+    assert r.returncode == 0, r.stderr[-2000:]
+    elapsed = json.loads((out / 'metrics.jsonl').read_text().splitlines()[-1])['elapsed']
+    assert 0 < elapsed < wall - 5, (elapsed, wall)

@@ -13,10 +13,16 @@ timm-only program never imports transformers)::
     from transformers import AutoModelForImageClassification
     model = AutoModelForImageClassification.from_pretrained('path/to/checkpoint')
 """
-import importlib
-import sys
+import time
 
-from .transformers_registration import register_with_transformers
+# When this interpreter imported the package, before torch: the clock of a training launch (``elapsed`` in
+# metrics.jsonl) starts here, so it leaves out whatever ran before Python (pip, in the same shell line)
+STARTED_AT = time.perf_counter()
+
+import importlib  # noqa: E402
+import sys  # noqa: E402
+
+from .transformers_registration import register_with_transformers  # noqa: E402
 
 # What ``import timm_minimal`` gives, by the module that defines it. Importing these imports torch and timm, and
 # importing ``models.vit_minimal`` registers the architectures with timm.

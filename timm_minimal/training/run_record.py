@@ -169,8 +169,8 @@ class RunRecord:
 
     def total_wall_time(self, metrics: Sequence[Dict[str, Any]] = ()) -> Optional[float]:
         """Seconds of training over all launches, start-up, data and compilation included: each launch's
-        ``elapsed`` at its last finished epoch in ``metrics`` (a launch's clock starts at its process start), so a
-        launch that was killed counts to the epoch it saved. The launches' ``first_epoch`` tell whose epoch is
+        ``elapsed`` at its last finished epoch in ``metrics`` (a launch's clock starts when its interpreter imports
+        the package), so a launch that was killed counts to the epoch it saved. The launches' ``first_epoch`` tell whose epoch is
         whose; a record written before launches kept it is told apart by the clock starting again. Without
         metrics, the launches' own wall times, else the record's; None where nothing tells."""
         if metrics and 'elapsed' in metrics[0] and self.launches and \
@@ -206,8 +206,8 @@ class RunRecord:
 
 def _elapsed_of(launch: Launch, metrics: Sequence[Dict[str, Any]], end: Optional[int] = None) -> Optional[float]:
     """The ``elapsed`` of the last epoch that ``launch`` finished, its epochs being ``first_epoch`` up to ``end``
-    (the next launch's first; each launch's clock starts at its process start); None where it finished none, or
-    where the record does not say which epochs were its own."""
+    (the next launch's first; each launch's clock starts when its interpreter imports the package); None where it
+    finished none, or where the record does not say which epochs were its own."""
     if launch.first_epoch is None:
         return None
     own = [m for m in metrics if launch.first_epoch <= m.get('epoch', 0) and (end is None or m['epoch'] < end)]
@@ -216,7 +216,7 @@ def _elapsed_of(launch: Launch, metrics: Sequence[Dict[str, Any]], end: Optional
 
 def _segmented_elapsed(metrics: Sequence[Dict[str, Any]]) -> Optional[float]:
     """Seconds over all launches from ``metrics`` alone: each launch's ``elapsed`` at its last epoch (a launch's
-    clock starts again at its process start)."""
+    clock starts again when its interpreter imports the package)."""
     if not metrics or 'elapsed' not in metrics[0]:
         return None
     total, previous = 0.0, 0.0

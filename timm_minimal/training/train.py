@@ -152,10 +152,11 @@ def _device_name(device: torch.device) -> str:
     return f'{platform.processor() or platform.machine()}, {os.cpu_count()} cores'
 
 
-def _process_elapsed() -> float:
-    """Seconds since this process started (imports, data loading and compilation included)."""
-    import psutil
-    return time.time() - psutil.Process().create_time()
+def _launch_elapsed() -> float:
+    """Seconds since this interpreter imported the package (imports, data loading and compilation included; a
+    process's creation time would count what a shell ran before it ``exec``-ed Python)."""
+    import timm_minimal
+    return time.perf_counter() - timm_minimal.STARTED_AT
 
 
 # -- set-up ----------------------------------------------------------------------------------------
@@ -487,7 +488,7 @@ def write_run_record(run: Run, state: TrainState, info: Dict[str, Any], last_dir
             updates_per_epoch=run.batches_per_epoch // args.grad_accum_steps,
             train_samples_per_epoch=run.batches_per_epoch * args.batch_size,
             units=dict(accuracy='percent', loss='cross-entropy (nats)', throughput='training images per second',
-                       time='seconds', elapsed='seconds since the launch\'s process started'),
+                       time='seconds', elapsed='seconds since the launch\'s interpreter imported timm_minimal'),
             versions=_versions(), launches=[launch])
     folder.write_record(record)
     folder.write_metrics(state.history)
@@ -638,7 +639,7 @@ def _train(run: Run, state: TrainState, info: Dict[str, Any], last_dir: Optional
             t_eval = time.perf_counter()
             ev = evaluate(run, run.unwrapped)
             ema_ev = evaluate(run, run.ema.module) if run.ema is not None else None
-            row = epoch_row(run, state, epoch, part, ev, ema_ev, time.perf_counter() - t_eval, _process_elapsed())
+            row = epoch_row(run, state, epoch, part, ev, ema_ev, time.perf_counter() - t_eval, _launch_elapsed())
             is_best = state.end_epoch(row)
             save_checkpoint(run, state, is_best=is_best)  # before the metrics line: a logged epoch is a saved one
             if run.is_main:
