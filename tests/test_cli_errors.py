@@ -98,8 +98,9 @@ def test_each_tool_names_only_its_own_options_when_data_are_missing(tmp_path, ca
     """The remedy of a missing dataset names the option of the tool that was run, and no option it lacks."""
     from timm_minimal.training import train
     nothing = str(tmp_path / 'nothing')
-    _one_line(capsys, _call(evaluate.main, ['vit_minimal_sym_6x4.mnist', '--dataset', 'mnist', '--data-dir', nothing]),
-              'pass --data-dir pointing at them, or allow the download (add --download)')
+    _one_line(capsys, _call(evaluate.main, ['vit_minimal_sym_6x4.mnist', '--dataset', 'mnist', '--data-dir', nothing,
+                                            '--no-download']),
+              'pass --data-dir pointing at them, or allow the download (drop --no-download)')
     _one_line(capsys, _call(train.main, ['--model', 'vit_minimal_sym_6x4', '--dataset', 'cifar10', '--data-dir',
                                          nothing, '--no-download', '--output', str(tmp_path / 'r'), '--epochs', '1']),
               'fix --data-dir, or allow the download (drop --no-download)')
@@ -180,3 +181,13 @@ def test_every_tool_states_the_default_of_every_option_in_its_help():
             text = formatter._expand_help(action).lower()
             assert text.count('(default') <= 1, (name, action.option_strings, 'the default is stated twice')
         assert parser.format_help() and '(default: None)' not in parser.format_help()  # renders, says no None
+
+
+def test_evaluate_downloads_a_missing_dataset_by_default_as_the_trainer_does():
+    from timm_minimal.tools.cli import build_parser
+    from timm_minimal.training.cli import build_parser as train_parser
+    parse = build_parser().parse_args
+    assert parse(['--model', 'm']).download and not parse(['--model', 'm', '--no-download']).download
+    assert parse(['--model', 'm', '--download']).download  # the earlier flag, now the default
+    assert parse(['--model', 'm']).data_dir is None and train_parser().parse_args([]).data_dir is None
+    assert '--download ' not in build_parser().format_help()

@@ -1,6 +1,8 @@
 """The command line of ``timm-minimal-evaluate``, which imports neither torch nor timm (``--help`` answers at once;
 ``timm_minimal_scripts``). The other tools of this folder keep theirs in their own module, or in their room's
 ``cli.py``."""
+import argparse
+
 from ..cli import OneLineParser, positive_int
 
 __all__ = ['DESCRIPTION', 'build_parser']
@@ -14,10 +16,12 @@ def build_parser() -> OneLineParser:
     p.add_renamed('model', '--model')  # the model was the first word until --model
     p.add_argument('--dataset', default=None,
                    help="mnist, cifar10, imagenet or an image folder (default: the dataset of the model's tag)")
-    p.add_argument('--data-dir', default='data', help='where the dataset lies')
+    p.add_argument('--data-dir', default=None, help='where the dataset lies; default ./data, as the trainer\'s')
     p.add_argument('--batch-size', type=positive_int, default=1000, help='images per forward pass')
     p.add_argument('--device', default='cpu', help='torch device')
-    p.add_argument('--download', action='store_true', help='download the dataset when it is missing')
+    p.add_argument('--no-download', dest='download', action='store_false',
+                   help='never download a missing dataset (by default it is downloaded, as the trainer does)')
+    p.add_argument('--download', action='store_true', help=argparse.SUPPRESS)  # the default now; kept for a release
     p.add_argument('--labels-by-order', action='store_true',
                    help="take an image folder's class folders in alphabetical order as class 0, 1, ... instead of "
                         "matching their names to the model's label names")

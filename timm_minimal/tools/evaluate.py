@@ -134,7 +134,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                          f'give mnist, cifar10, imagenet or an image folder.')
     try:
         res = evaluate_model(model, dataset, args.data_dir, args.batch_size, args.device, args.download,
-                             args.labels_by_order, download_hint='add --download')
+                             args.labels_by_order, download_hint='drop --no-download')
     except (DatasetError, RuntimeError, ValueError) as e:
         raise UsageError(str(e)) from None
     top5 = f", top-5 {res['acc5']:.2f}%" if res['acc5'] is not None else ''
