@@ -8,7 +8,7 @@ tool's parser and lets it print the help; any other command line imports the too
 """
 import importlib
 import sys
-from typing import Callable, Dict, NamedTuple, Sequence
+from typing import Callable, Dict, NamedTuple, Optional, Sequence
 
 
 class Script(NamedTuple):
@@ -62,9 +62,9 @@ def run(name: str, argv: Sequence[str]) -> int:
     return importlib.import_module(script.main).main(list(argv))
 
 
-def _entry(name: str) -> Callable[[], int]:
-    def main() -> int:
-        return run(name, sys.argv[1:])
+def _entry(name: str) -> Callable[..., int]:
+    def main(argv: Optional[Sequence[str]] = None) -> int:
+        return run(name, sys.argv[1:] if argv is None else list(argv))
     main.__qualname__ = main.__name__ = name.replace('timm-minimal-', '')
     return main
 
