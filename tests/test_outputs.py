@@ -35,3 +35,29 @@ def test_the_report_folders_are_ignored():
     ignored = (ROOT / '.gitignore').read_text().split()
     for folder in ('/runs/', '/reports/', '/export/', '/hub/'):
         assert folder in ignored
+
+
+# The documented commands that finish in a minute on a CPU from a clone alone; the others train for hours, serve,
+# upload or read data a clone lacks, and their outputs are checked above, through their parsers' defaults.
+QUICK_PAGES_COMMANDS = ('--dataset mnist-sample', 'timm-minimal-attention', 'timm-minimal-export --model '
+                        'vit_minimal_sym_6x4.mnist ')
+
+
+@pytest.mark.slow
+def test_the_quick_documented_commands_leave_a_clean_clone_clean(tmp_path):
+    from test_docs import commands
+    files, _ = _tracked()
+    clone = tmp_path / 'clone'
+    subprocess.run(['git', 'clone', '-q', str(ROOT), str(clone)], check=True)
+    ran = []
+    for page, words in commands():
+        line = ' '.join(words) + ' '
+        if not words[0].startswith('timm-minimal-') or not any(key in line for key in QUICK_PAGES_COMMANDS):
+            continue
+        r = subprocess.run(words, cwd=clone, capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, f'{page.name}: {line}\n{r.stderr[-2000:]}'
+        ran.append(line)
+    status = subprocess.run(['git', 'status', '--porcelain', '--untracked-files=no'], cwd=clone, capture_output=True,
+                            text=True, check=True).stdout
+    assert len(ran) >= 5, ran
+    assert status == '', f'documented commands changed tracked files: {status}'
