@@ -9,7 +9,6 @@ import torch
 
 import timm_minimal
 from timm_minimal.tools import benchmark as B
-from timm_minimal.tools.benchmark.accuracy import as_percent
 
 torch.set_num_threads(1)
 
@@ -75,22 +74,29 @@ def test_scaling_geometry():
 
 
 def test_accuracy_results_reader(tmp_path):
+    """The benchmark reads reproduce's rows as reproduce's own report does: typed, in percent, a bad row refused."""
+    from timm_minimal.cli import UsageError
     assert B.load_reproduce_results(str(tmp_path / 'missing.json')) is None
     path = tmp_path / 'reproduce_paper.json'
-    rows = [dict(model='vit_minimal_sym_6x1', dataset='mnist', params=70930, epochs=5, val_acc=0.97, train_acc=0.98,
-                 paper_params=69910, paper_val_acc=97.80),
-            dict(model='vit_minimal_std_mlp_6x1', dataset='mnist', params=279106, epochs=5, val_acc=None)]
-    path.write_text(json.dumps(rows))
+    row = dict(model='vit_minimal_sym_6x1', architecture='vit_minimal_sym_6x1', dataset='mnist', depth=6,
+               params=70930, epochs=5, val_acc=97.0, train_acc=98.0, paper_params=69910, paper_val_acc=97.80)
+    untrained = dict(row, model='vit_minimal_std_mlp_6x1', val_acc=None)
+    path.write_text(json.dumps([row, untrained, row]))  # a row of both tables, once
     loaded = B.load_reproduce_results(str(path))
-    assert len(loaded) == 1 and as_percent([r['val_acc'] for r in loaded]) == [97.0]
+    assert len(loaded) == 1 and loaded[0]['val_acc'] == 97.0
+    for bad in (dict(row, val_acc='97'), dict(row, val_acc=float('nan')), {'rows': [row]}):
+        path.write_text(json.dumps(bad if isinstance(bad, dict) and 'rows' in bad else [bad]))
+        with pytest.raises(UsageError, match='--results: '):
+            B.load_reproduce_results(str(path))
 
 
 @pytest.fixture(scope='module')
 def quick_run(tmp_path_factory):
     out = tmp_path_factory.mktemp('bench')
     results_json = out / 'reproduce_paper.json'
-    results_json.write_text(json.dumps([dict(model='vit_minimal_sym_6x1', dataset='mnist', params=70930, epochs=1,
-                                             val_acc=91.5, train_acc=92.0)]))
+    results_json.write_text(json.dumps([dict(model='vit_minimal_sym_6x1', architecture='vit_minimal_sym_6x1',
+                                             dataset='mnist', depth=6, params=70930, epochs=1, val_acc=91.5,
+                                             train_acc=92.0, paper_val_acc=None)]))
     argv = ['--quick', '--output', str(out / 'BENCHMARKS.md'), '--results', str(results_json), '--threads', '1',
             '--device', 'cpu']  # the CPU clock and memory methods, on a machine with a GPU too
     results = B.run(argv)

@@ -1,9 +1,11 @@
 """Accuracy against parameters: the paper's Table 2 and this project's reproduce-paper results."""
-import json
 import os
-from typing import Any, Dict, List, Optional, Sequence
+from pathlib import Path
+from typing import Any, Dict, List, Optional
 
+from ...cli import UsageError
 from ...models.paper import TABLE2
+from ..paper.results_summary import load_rows
 
 # The paper's Table 2 (MNIST, 6 layers, 500 epochs, numbers of the last epoch), as the accuracy plot reads it.
 PAPER_TABLE2: List[Dict[str, Any]] = [
@@ -12,19 +14,12 @@ PAPER_TABLE2: List[Dict[str, Any]] = [
 
 
 def load_reproduce_results(path: str) -> Optional[List[Dict[str, Any]]]:
-    """Rows of the reproduce-paper results (a list of dicts, or ``{'rows': [...]}``), None if absent."""
+    """The trained rows of a ``timm-minimal-reproduce --json`` file, read by the reader of its own reports
+    (``results_summary.load_rows``: every key typed, accuracies in percent, a bad row named in one line); None
+    if there is no file."""
     if not path or not os.path.exists(path):
         return None
-    with open(path) as f:
-        data = json.load(f)
-    if isinstance(data, dict):
-        data = data.get('rows', data.get('results', []))
-    rows = [r for r in data if isinstance(r, dict) and r.get('params') is not None and r.get('val_acc') is not None]
-    return list({r.get('model', i): r for i, r in enumerate(rows)}.values())  # a model in both tables counts once
-
-
-def as_percent(values: Sequence[float]) -> List[float]:
-    """Accuracies as percentages (a column whose values are all <= 1 is read as fractions)."""
-    values = [float(v) for v in values]
-    return [v * 100. for v in values] if values and max(values) <= 1.0 else values
-
+    try:
+        return load_rows([Path(path)])
+    except ValueError as e:
+        raise UsageError(f'--results: {e}') from None

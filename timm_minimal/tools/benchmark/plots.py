@@ -2,7 +2,7 @@
 from typing import Any, Dict, List, Optional, Tuple
 
 from ...models.paper import BASELINE
-from .accuracy import PAPER_TABLE2, as_percent
+from .accuracy import PAPER_TABLE2
 from .measure import median
 
 
@@ -95,7 +95,7 @@ def plot_accuracy(repro: Optional[List[Dict[str, Any]]], path: str) -> str:
         datasets = sorted({str(r.get('dataset', '')) for r in repro})
         for ds in datasets:
             sel = [r for r in repro if str(r.get('dataset', '')) == ds]
-            acc = as_percent([r['val_acc'] for r in sel])
+            acc = [r['val_acc'] for r in sel]
             ax.scatter([r['params'] for r in sel], acc, marker='o', label=f'this project ({ds or "?"})', zorder=4)
             for r, a in zip(sel, acc):
                 ax.annotate(str(r.get('model', '')).replace('vit_minimal_', ''), (r['params'], a),

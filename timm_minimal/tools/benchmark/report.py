@@ -11,7 +11,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ...models.paper import PAPER_EPOCHS, VARIANTS
 from ...models.vit_minimal import ARCHITECTURES
-from .accuracy import as_percent, load_reproduce_results
+from .accuracy import load_reproduce_results
 from .measure import TIMM_REF, geometry, median, parse_name, ratios
 from .plots import plot_accuracy, plot_scaling, plot_speedups
 
@@ -393,7 +393,7 @@ def _accuracy_section(results: Dict[str, Any], results_path: Optional[str], plot
     if repro:
         md.append(f'The paper\'s Table 2 (MNIST, 6 layers, {PAPER_EPOCHS} epochs) and this project\'s reproduction '
                   f'(`{results_path}`, {len(repro)} runs).\n')
-        acc = as_percent([r['val_acc'] for r in repro])
+        acc = [r['val_acc'] for r in repro]
         paper_acc = [r.get('paper_val_acc') for r in repro]
         rows = [[f'`{str(r.get("model", "?")).replace("vit_minimal_", "")}`', str(r.get('dataset', '')),
                  str(r.get('epochs', '')), _fmt_int(r['params']),
