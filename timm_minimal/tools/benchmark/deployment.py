@@ -27,7 +27,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 
 from ..common import cpu_environment, cpu_flags_lines, write_report
-from ...cli import OneLineParser, non_negative_int, positive_int
+from ...cli import Failure, OneLineParser, UsageError, command, non_negative_int, positive_int
 from ..deploy.export import (FP32_FILE, INPUT_NAME, INT8_FILE, ExportError, MissingExtraError, VerificationError, export_model,
                      ort_session, require_export_extra, resolve_model)
 
@@ -219,6 +219,7 @@ def config_from_args(args: argparse.Namespace, command: str) -> DeploymentConfig
                             out_md=args.output, quick=args.quick, command=command, **counts)
 
 
+@command(PROG)
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """The command line; returns the exit status (0 done, 1 an export failed verification, 2 bad command line)."""
     from ...training.data import DatasetError
@@ -231,11 +232,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         config = config_from_args(args, command=f'{PROG} {shlex.join(argv)}'.rstrip())
         results = run(config, log=lambda text: print(text, flush=True))
     except (MissingExtraError, ExportError, DatasetError) as e:
-        print(f'{PROG}: error: {e}', file=sys.stderr, flush=True)
-        return 2
+        raise UsageError(str(e)) from None
     except VerificationError as e:
-        print(f'{PROG}: {e}', file=sys.stderr, flush=True)
-        return 1
+        raise Failure(str(e)) from None
     write_report(results, render_markdown(results), config.out_json, config.out_md)
     return 0
 

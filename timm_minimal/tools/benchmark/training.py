@@ -54,7 +54,7 @@ from timm.optim import create_optimizer_v2
 from ...models.paper import TABLE2
 from ...models.vit_minimal import ARCHITECTURES
 from ..common import cpu_environment, cpu_flags_lines, write_report
-from ...cli import OneLineParser, UsageError, non_negative_int, number, positive_int
+from ...cli import Failure, OneLineParser, UsageError, command, non_negative_int, number, positive_int
 from ...training.cli import SEED
 
 __all__ = [
@@ -79,8 +79,8 @@ TrainerRunner = Callable[[Sequence[str], Path], None]
 
 
 
-class MeasurementError(RuntimeError):
-    """A measurement failed; the message says which and why."""
+class MeasurementError(Failure):
+    """A measurement failed; the message says which and why (exit 1)."""
 
 
 class TrainerError(MeasurementError):
@@ -624,6 +624,7 @@ def config_from_args(args: argparse.Namespace, trainer_args: Sequence[str] = (),
     return config
 
 
+@command(PROG)
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """The command line; returns the exit status (0 done, 1 a measurement failed, 2 bad command line)."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -632,15 +633,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         args = build_parser().parse_args(ours)
     except SystemExit as e:  # --help (0) or a bad command line (2), already printed
         return e.code if isinstance(e.code, int) else 2
-    try:
-        config = config_from_args(args, trainer_args, command=f'{PROG} {shlex.join(argv)}'.rstrip())
-        results = run(config)
-    except UsageError as e:
-        print(f'{PROG}: error: {e}', file=sys.stderr, flush=True)
-        return 2
-    except MeasurementError as e:
-        print(f'{PROG}: {e}', file=sys.stderr, flush=True)
-        return 1
+    config = config_from_args(args, trainer_args, command=f'{PROG} {shlex.join(argv)}'.rstrip())
+    results = run(config)
     write_report(results, render_markdown(results), config.out_json, config.out_md)
     return 0
 
