@@ -413,3 +413,29 @@ def test_the_beyond_pilots_reuse_resume_and_report(tmp_path, capsys):
     text = report.read_text()
     assert '| sym_6x4-mimetic |' in text and '| 3 |' in text and '2 of 3 (running)' in text
     assert beyond.main(['--only', 'nothing']) == 2
+
+
+def test_combine_adds_the_pilots_beyond_the_paper_each_against_its_plain_run(tmp_path, capsys):
+    mnist = _rows_json(tmp_path / 'mnist.json', 'mnist', 100, {'vit_minimal_sym_6x4': (97.7, 70930)})
+    pilot = dict(model='vit_minimal_sym_6x4.cifar10', options=[], status='finished', epochs=36, planned_epochs=36)
+    pilots = [dict(pilot, name='sym-plain', what='the recipe as it is', test_acc=70.72),
+              dict(pilot, name='sym-mimetic', what='mimetic initialisation', options=['--model-kwargs', 'weight_init=mimetic'],
+                   test_acc=71.02),
+              dict(pilot, name='sym-kd', what='distilled', options=['--teacher', 't'], status='running', epochs=5,
+                   test_acc=44.5)]
+    beyond = tmp_path / 'pilots.json'
+    beyond.write_text(json.dumps(pilots))
+    beyond.with_suffix('.md').write_text('# the pilots\n')
+    md = tmp_path / 'R.md'
+    assert reproduce.main(['--combine', str(mnist), '--output', str(md), '--beyond', str(beyond)]) == 0
+    section = md.read_text().split('## Beyond the paper')[1]
+    assert '| mimetic initialisation | 36 | 71.02 | +0.30 |' in section
+    assert '| distilled | 5 of 36 (running) | 44.50 | – |' in section and '(pilots.md)' in section
+    for bad, message in (([dict(pilots[0], test_acc='70')], '"test_acc" must be a number'), ([], 'non-empty list')):
+        beyond.write_text(json.dumps(bad))
+        with pytest.raises(SystemExit) as e:
+            reproduce.main(['--combine', str(mnist), '--output', str(md), '--beyond', str(beyond)])
+        assert e.value.code == 2 and message in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        reproduce.main(['--beyond', str(beyond)])
+    assert 'give --combine too' in capsys.readouterr().err

@@ -72,6 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument('--combine', nargs='+', metavar='JSON',
                    help='train nothing; write --output over the --json files of earlier runs, each dataset and depth '
                         'at its own budget (tools/paper/results_summary.py)')
+    p.add_argument('--beyond', default=None, metavar='JSON',
+                   help="with --combine: also a section on the pilots beyond the paper, from this --json of "
+                        "python -m timm_minimal.tools.paper.beyond")
     p.add_argument('--note', default='', help='a sentence for the report\'s setup (e.g. how the runs shared a device)')
     return p
 
@@ -89,9 +92,11 @@ def _combine(args: argparse.Namespace, argv: Sequence[str], parser: argparse.Arg
     missing = [p for p in args.combine if not Path(p).is_file()]
     if missing:
         parser.error(f"--combine: no such file: {', '.join(missing)}")
+    if args.beyond and not Path(args.beyond).is_file():
+        parser.error(f'--beyond: no such file: {args.beyond}')
     try:
         write_summary([Path(p) for p in args.combine], Path(args.output), 'timm-minimal-reproduce ' + shlex.join(argv),
-                      Path(args.plot) if args.plot else None)
+                      Path(args.plot) if args.plot else None, Path(args.beyond) if args.beyond else None)
     except ValueError as e:
         parser.error(str(e))
     say(f'[reproduce] wrote {args.output}' + (f', {args.plot}' if args.plot else ''))
@@ -108,6 +113,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     # the reports go beside the runs unless named: a committed report is regenerated only by naming it
     args.output = args.output or str(Path(args.runs_dir) / 'RESULTS.md')
     args.json = args.json or str(Path(args.runs_dir) / 'reproduce_paper.json')
+    if args.beyond and not args.combine:
+        parser.error('--beyond adds a section to the report of --combine: give --combine too')
     if args.combine:
         return _combine(args, argv, parser)
     args.plot = str(Path(args.runs_dir) / 'reproduce_paper.png') if args.plot is None else args.plot

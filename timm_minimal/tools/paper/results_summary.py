@@ -61,22 +61,24 @@ _ROW_KEYS = {'model': str, 'architecture': str, 'dataset': str, 'depth': int, 'e
 _RANGES = {'depth': (1, None), 'epochs': (1, None), 'params': (1, None), 'val_acc': (0, 100), 'paper_val_acc': (0, 100)}
 
 
-def _check_row(r: Row, where: str) -> None:
+def _check_row(r: Row, where: str, keys: Dict[str, Any] = _ROW_KEYS, ranges: Dict[str, Tuple] = _RANGES) -> None:
     import math
-    for key, kind in _ROW_KEYS.items():
+    if not isinstance(r, dict):
+        raise ValueError(f'{where}: not a row (a JSON object), got {r!r}')
+    for key, kind in keys.items():
         if key not in r:
-            raise ValueError(f'{where}: the key "{key}" is missing (a row needs {", ".join(_ROW_KEYS)})')
+            raise ValueError(f'{where}: the key "{key}" is missing (a row needs {", ".join(keys)})')
         value, kinds = r[key], kind if isinstance(kind, tuple) else (kind,)
         numeric = float in kinds and isinstance(value, int) and not isinstance(value, bool)
         if not (isinstance(value, kinds) and not isinstance(value, bool)) and not numeric:
             raise ValueError(f'{where}: "{key}" must be {"a number" if float in kinds else kinds[0].__name__}, '
                              f'got {value!r}')
-        low, high = _RANGES.get(key, (None, None))
+        low, high = ranges.get(key, (None, None))
         if isinstance(value, (int, float)) and (not math.isfinite(value) or (low is not None and value < low)
                                                 or (high is not None and value > high)):
             raise ValueError(f'{where}: "{key}" must be {"at least " + str(low) if high is None else f"from {low} to {high}"}, '
                              f'got {value!r}')
-    if r['dataset'] not in DATASETS:
+    if 'dataset' in keys and r['dataset'] not in DATASETS:
         raise ValueError(f'{where}: unknown dataset {r["dataset"]!r}; the datasets are {", ".join(DATASETS)}')
 
 
@@ -314,14 +316,56 @@ def write_plot(rows: List[Row], path: Path) -> None:
     plt.close(fig)
 
 
-def write_summary(paths: Sequence[Path], out: Path, command: str, plot: Optional[Path] = None) -> str:
-    """RESULTS-style markdown over the rows of ``paths``; returns the text written to ``out``."""
+# what the section reads of each row of tools/paper/beyond.py's --json
+_PILOT_KEYS = {'name': str, 'model': str, 'what': str, 'options': list, 'status': str, 'epochs': int,
+               'planned_epochs': int, 'test_acc': float}
+_PILOT_RANGES = {'epochs': (1, None), 'planned_epochs': (1, None), 'test_acc': (0, 100)}
+
+
+def load_pilots(path: Path) -> List[Row]:
+    """The rows of the pilots' JSON (``python -m timm_minimal.tools.paper.beyond --json``), each checked."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        raise ValueError(f'{path}: not a pilots JSON file ({e})') from None
+    if not isinstance(data, list) or not data:
+        raise ValueError(f'{path}: not a pilots JSON file (expected a non-empty list of rows)')
+    for i, r in enumerate(data, 1):
+        _check_row(r, f'{path} row {i}', _PILOT_KEYS, _PILOT_RANGES)
+    return data
+
+
+def beyond_section(pilots: List[Row], report: Optional[Path], out: Path) -> List[str]:
+    """Each pilot against the plain run of its model (the one that adds no options to the recipe), at one budget."""
+    plain = {r['model']: r for r in pilots if not r['options'] and r['status'] == 'finished'}
+    where = f'; the pilots\' report, with its command, recipe and CPU: {_link(str(report), out)}' if report else ''
+    lines = ['## Beyond the paper: CIFAR-10 pilots', '',
+             f'Each architecture trained past the paper\'s recipe at one short budget, every change against the plain '
+             f'run of the same model, one seed each{where}.',
+             '', '| model | what changes | epochs | test acc % | Δ against the plain run |', '|---|---|---:|---:|---:|']
+    for r in sorted(pilots, key=lambda r: (r['model'], bool(r['options']), r['name'])):
+        base, done = plain.get(r['model']), r['status'] == 'finished'
+        same = done and base is not None and base is not r and base['epochs'] == r['epochs']
+        epochs = f"{r['epochs']}" if done else f"{r['epochs']} of {r['planned_epochs']} (running)"
+        lines.append(f"| `{r['model']}` | {r['what']} | {epochs} | {r['test_acc']:.2f} "
+                     f"| {cell(r['test_acc'] - base['test_acc'] if same else None, '+.2f')} |")
+    return lines + ['']
+
+
+def write_summary(paths: Sequence[Path], out: Path, command: str, plot: Optional[Path] = None,
+                  pilots: Optional[Path] = None) -> str:
+    """RESULTS-style markdown over the rows of ``paths`` (and the pilots' JSON ``pilots``); returns the text
+    written to ``out``."""
     rows = load_rows(paths)
+    beyond = load_pilots(pilots) if pilots is not None else None
     lines = ["# Results: the paper's Tables 1 and 2 on MNIST and CIFAR-10", '',
              f'Our minimal transformers next to the numbers of {PAPER}. Generated by `{command}` from the rows of '
              'the reports below; each report was built from its run folders and states its recipe, hardware and '
              'versions.', '']
     lines += budgets_section(rows, out) + claim_section(rows) + paper_section(rows)
+    if beyond is not None:
+        report = pilots.with_suffix('.md')
+        lines += beyond_section(beyond, report if report.is_file() else None, out)
     if plot is not None:
         write_plot(rows, plot)
         lines += [f'![accuracy lost against parameters saved]({os.path.relpath(plot, out.parent)})', '']
