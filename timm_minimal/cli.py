@@ -12,13 +12,14 @@ import argparse
 import errno
 import functools
 import math
+import os
 import shutil
 import sys
 from pathlib import Path
 from typing import Callable, NoReturn, Optional, Sequence, Union
 
-__all__ = ['UsageError', 'Failure', 'OneLineParser', 'HelpFormatter', 'number', 'INT_LIMIT', 'env_number', 'positive_int', 'positive_float',
-           'non_negative_int', 'non_negative_float', 'probability', 'is_disk_full', 'describe_os_error', 'command',
+__all__ = ['UsageError', 'Failure', 'OneLineParser', 'HelpFormatter', 'number', 'INT_LIMIT', 'env_number', 'usable_cores',
+           'positive_int', 'positive_float', 'non_negative_int', 'non_negative_float', 'probability', 'is_disk_full', 'describe_os_error', 'command',
            'EXIT_FAILURE', 'EXIT_USAGE', 'EXIT_DIVERGED']
 
 EXIT_FAILURE, EXIT_USAGE, EXIT_DIVERGED = 1, 2, 3
@@ -150,6 +151,12 @@ def _convert(kind: type, text: Union[str, int, float]) -> Union[int, float, None
         return float(text)
     except (ValueError, OverflowError, TypeError):
         return None
+
+
+def usable_cores() -> int:
+    """The CPU cores this process may use: its affinity where the system has one, else the machine's count (the one
+    reading of it: the trainer's core budget, the grid's thread split, the benchmarks' headers)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else (os.cpu_count() or 1)
 
 
 def env_number(name: str, kind: type, default: Union[int, float, None], low: Optional[float] = None,

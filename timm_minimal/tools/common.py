@@ -77,8 +77,8 @@ def cpu_environment() -> Dict[str, str]:
     (its SIMD flags), from the one reading of the CPU that the trainer's process split uses."""
     from ..training.cpu_split import cpu_signature
     cpu = cpu_signature()
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()
-    return dict(device=f"{cpu['cpu']}, {cores} cores", flags=cpu['flags'])
+    from ..cli import usable_cores
+    return dict(device=f"{cpu['cpu']}, {usable_cores()} cores", flags=cpu['flags'])
 
 
 def cpu_flags_lines(env: Dict[str, Any]) -> List[str]:

@@ -27,7 +27,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import torch
 
-from ..cli import env_number
+from ..cli import env_number, usable_cores
 
 __all__ = ['SPLIT_MIN_IMAGES', 'core_budget', 'cpu_signature', 'bare_step_rate', 'measure', 'decide', 'worker_command', 'run_split_processes',
            'end_process_group']
@@ -41,7 +41,7 @@ MARGIN = 1.05  # a split must be measured this much faster: a tie keeps the simp
 
 def core_budget() -> int:
     """The cores this run may use: its CPU affinity, capped by ``OMP_NUM_THREADS`` where that is set."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else (os.cpu_count() or 1)
+    cores = usable_cores()
     threads = env_number('OMP_NUM_THREADS', int, cores, low=1)
     return max(1, min(cores, threads))
 

@@ -33,7 +33,7 @@ import torch
 from ...training.cpu_split import cpu_signature
 from ...training.run_folder import RunFolder
 from ..common import write_report
-from ...cli import HelpFormatter, OneLineParser, positive_int
+from ...cli import HelpFormatter, OneLineParser, positive_int, usable_cores
 
 __all__ = ['MODES', 'measure_mode', 'measure_jobs', 'measure_trainer', 'run', 'main']
 
@@ -41,10 +41,6 @@ PROG = 'python -m timm_minimal.tools.benchmark.cpu_modes'
 # mode: (torch.compile, autocast dtype, heads padded for SDPA)
 MODES = {'eager-unpadded': (False, None, False), 'eager': (False, None, True), 'compile': (True, None, True),
          'bf16': (False, torch.bfloat16, True), 'compile+bf16': (True, torch.bfloat16, True)}
-
-
-def _cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else (os.cpu_count() or 1)
 
 
 def measure_mode(model: str, mode: str, batch_size: int, threads: int, steps: int, warmup: int,
@@ -68,7 +64,7 @@ _CHILD = ('import json, sys; from timm_minimal.tools.benchmark.cpu_modes import 
 def measure_jobs(model: str, mode: str, jobs: int, batch_size: int, steps: int, warmup: int,
                  repeats: int) -> List[List[float]]:
     """The step in ``mode`` as ``jobs`` processes at once, ``cores // jobs`` threads each: each process's rates."""
-    threads = max(1, _cores() // jobs)
+    threads = max(1, usable_cores() // jobs)
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     argv = [sys.executable, '-c', _CHILD, model, mode, str(batch_size), str(threads), str(steps), str(warmup),
             str(repeats)]
@@ -163,7 +159,7 @@ def render(results: Dict[str, Any]) -> str:
 def run(models: Sequence[str], batch_size: int, modes: Sequence[str], jobs: int, steps: int, warmup: int,
         repeats: int, jobs_modes: Sequence[str] = ('eager',), trainer_data_dir: Optional[str] = None,
         trainer_subset: int = 10240, trainer_repeats: int = 1) -> Dict[str, Any]:
-    threads = _cores()
+    threads = usable_cores()
     results: Dict[str, Any] = dict(batch_size=batch_size, threads=threads, steps=steps, warmup=warmup, repeats=repeats,
                                    models={}, environment=dict(
                                        cpu=cpu_signature()['cpu'], flags=cpu_signature()['flags'], cores=threads,

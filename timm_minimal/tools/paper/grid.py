@@ -10,7 +10,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from ...models.datasets import DATASETS
 from ...models.paper import NUM_CLASSES, PAPER_EPOCHS, TABLE1, TABLE2, TABLE2_CIFAR10, PaperRow
-from ...cli import UsageError
+from ...cli import UsageError, usable_cores
 from ...training.files import FolderBusy
 from ...training.run_folder import RunFolder
 from .pool import Command, CommandResult, run_commands, say
@@ -44,8 +44,7 @@ def thread_env(jobs: int) -> Optional[Dict[str, str]]:
     """With several runs at once, split this machine's CPU cores among them (unless OMP_NUM_THREADS is set)."""
     if jobs == 1 or 'OMP_NUM_THREADS' in os.environ:
         return None
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else (os.cpu_count() or 1)
-    return dict(os.environ, OMP_NUM_THREADS=str(max(1, cores // jobs)))
+    return dict(os.environ, OMP_NUM_THREADS=str(max(1, usable_cores() // jobs)))
 
 
 def _own_run(folder: RunFolder, row: PaperRow) -> bool:
