@@ -83,10 +83,11 @@ def _field_type(annotation: Any) -> Any:
     return annotation
 
 
-# One typed field per keyword of VisionTransformerMinimal, with the model's default: read from its signature.
+# The model's defaults, read from its signature (their one home), and one typed field per keyword with its default.
+_MODEL_DEFAULTS = {name: p.default for name, p in inspect.signature(VisionTransformerMinimal.__init__).parameters.items()}
 _ModelFields = dataclasses.make_dataclass(
     'VitMinimalModelFields',
-    [(name, _field_type(param.annotation), dataclasses.field(default=param.default))
+    [(name, _field_type(param.annotation), dataclasses.field(default=_MODEL_DEFAULTS[name]))
      for name, param in inspect.signature(VisionTransformerMinimal.__init__).parameters.items()
      if name in MODEL_ARG_NAMES],
     kw_only=True, repr=False)
@@ -225,7 +226,8 @@ class VitMinimalConfig(PreTrainedConfig, _ModelFields):
         fields = {k: getattr(self, k) for k in ('img_size', 'patch_size', 'in_chans', 'embed_dim', 'depth', 'num_heads',
                                                 'use_mlp', 'mlp_hidden_dim', 'class_token', 'pos_embed')}
         try:
-            check_model_size(**fields, num_classes=int(10 if num_classes is None else num_classes))
+            check_model_size(**fields, num_classes=int(_MODEL_DEFAULTS['num_classes'] if num_classes is None
+                                                       else num_classes))
         except (TypeError, OverflowError):
             pass
 
@@ -233,7 +235,7 @@ class VitMinimalConfig(PreTrainedConfig, _ModelFields):
 
     def validate_architecture(self):
         super().validate_architecture()
-        check_model_args(**self.model_kwargs())  # the model's own rules
+        check_model_args(**self.model_kwargs(), num_classes=self.num_labels)  # the model's own rules
 
     # -- the two views of the config ----------------------------------------------------------------
 

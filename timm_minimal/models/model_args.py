@@ -24,15 +24,15 @@ def _check_choice(name: str, value: Any, choices: Any) -> None:
 
 
 def check_model_args(
-        img_size: Union[int, Tuple[int, int]] = 28, patch_size: Union[int, Tuple[int, int]] = 7, in_chans: int = 1,
-        num_classes: int = 10, global_pool: str = 'avg', embed_dim: int = 60, depth: int = 6, num_heads: int = 1,
-        attn_type: str = 'std', use_mlp: bool = False, mlp_hidden_dim: int = 256, class_token: bool = False,
-        pos_embed: str = 'sincos',
-        dynamic_img_size: bool = False, drop_rate: float = 0., pos_drop_rate: float = 0., proj_drop_rate: float = 0.,
-        attn_drop_rate: float = 0., drop_path_rate: float = 0., **_: Any) -> None:
+        *, img_size: Union[int, Tuple[int, int]], patch_size: Union[int, Tuple[int, int]], in_chans: int,
+        num_classes: int, global_pool: str, embed_dim: int, depth: int, num_heads: int, attn_type: str,
+        use_mlp: bool, mlp_hidden_dim: int, class_token: bool, pos_embed: str, dynamic_img_size: bool,
+        drop_rate: float, pos_drop_rate: float, proj_drop_rate: float, attn_drop_rate: float, drop_path_rate: float,
+        **_: Any) -> None:
     """The rules a set of ``VisionTransformerMinimal`` keywords must follow (ValueError naming the keyword and
     what is allowed). The model checks its arguments here, and so does the transformers config, which can thus
-    refuse a config without building a model. The attention layer's own rules live with the layer."""
+    refuse a config without building a model. The attention layer's own rules live with the layer. Every keyword
+    is given: the defaults are the model's signature's alone."""
     for name, value, low in (('num_classes', num_classes, 0), ('in_chans', in_chans, 1), ('depth', depth, 1),
                              ('num_heads', num_heads, 1), ('embed_dim', embed_dim, 1),
                              ('mlp_hidden_dim', mlp_hidden_dim, 1)):

@@ -24,10 +24,9 @@ def _pair(v: Union[int, Tuple[int, int]]) -> Tuple[int, int]:
     return (v, v) if isinstance(v, int) else (int(v[0]), int(v[-1]))
 
 
-def size_terms(img_size: Union[int, Tuple[int, int]] = 28, patch_size: Union[int, Tuple[int, int]] = 7,
-               in_chans: int = 1, num_classes: int = 10, embed_dim: int = 60, depth: int = 6, num_heads: int = 1,
-               use_mlp: bool = False, mlp_hidden_dim: int = 256, class_token: bool = False,
-               pos_embed: str = 'sincos', **_: Any) -> Tuple[Dict[str, int], Dict[str, int]]:
+def size_terms(*, img_size: Union[int, Tuple[int, int]], patch_size: Union[int, Tuple[int, int]], in_chans: int,
+               num_classes: int, embed_dim: int, depth: int, num_heads: int, use_mlp: bool, mlp_hidden_dim: int,
+               class_token: bool, pos_embed: str, **_: Any) -> Tuple[Dict[str, int], Dict[str, int]]:
     """Upper bounds of the parameters and of the activations per image, each by the field that makes it (the
     attention counted as the unchanged transformer's 4N^2 + 4N, the largest variant)."""
     (h, w), (ph, pw) = _pair(img_size), _pair(patch_size)
@@ -74,7 +73,7 @@ def check_model_size(**kwargs: Any) -> None:
     in one layer or ``MAX_DEPTH`` blocks (``ValueError`` naming the count, the field that dominates it and how to raise
     the limit). Depth is bounded apart: each block is a dozen modules whatever its width, so 200,000 blocks of width
     4 are 2% of the parameter limit and yet take minutes and gigabytes to build."""
-    depth, depth_limit = kwargs.get('depth', 6), _limit('TIMM_MINIMAL_MAX_DEPTH', MAX_DEPTH)
+    depth, depth_limit = kwargs['depth'], _limit('TIMM_MINIMAL_MAX_DEPTH', MAX_DEPTH)
     if depth > depth_limit:
         raise ValueError(f'depth {depth:,} is over the limit of {depth_limit:,} blocks; check the config (set '
                          f'TIMM_MINIMAL_MAX_DEPTH to raise the limit).')
