@@ -14,7 +14,7 @@ import yaml
 
 from timm_minimal.cli import UsageError
 from timm_minimal.training import cpu_split
-from timm_minimal.training import train as train_mod
+from timm_minimal.training import cpu_policy, train as train_mod
 
 from test_train import DDP_ARGS, data, metrics, run_inprocess, run_subprocess, weights  # noqa: F401 (data: a fixture)
 
@@ -73,17 +73,17 @@ def test_the_decision_is_measured_once_and_kept(monkeypatch, tmp_path):
 def test_short_runs_gpu_runs_and_launched_processes_stay_one_process(monkeypatch):
     monkeypatch.setattr(cpu_split, 'decide', lambda *a, **k: pytest.fail('measured a run that does not split'))
     args, _ = train_mod.parse_args(['--model', 'vit_minimal_sym_6x4', '--dataset', 'cifar10', '--epochs', '2', '--cpu'])
-    assert train_mod.cpu_processes(args) == 1 and args.cpu_processes == 1  # 100,000 images: too short to repay
+    assert cpu_policy.cpu_processes(args) == 1 and args.cpu_processes == 1  # 100,000 images: too short to repay
     args, _ = train_mod.parse_args(['--model', 'vit_minimal_sym_6x4', '--dataset', 'cifar10', '--epochs', '100',
                                     '--cpu'])
     monkeypatch.setenv('WORLD_SIZE', '2')
-    assert train_mod.cpu_processes(args) == 1
+    assert cpu_policy.cpu_processes(args) == 1
     monkeypatch.delenv('WORLD_SIZE')
     monkeypatch.setattr(cpu_split, 'decide', lambda *a, **k: 2)
-    assert train_mod.cpu_processes(args) == 2 and args.cpu_processes == 2
+    assert cpu_policy.cpu_processes(args) == 2 and args.cpu_processes == 2
     args, _ = train_mod.parse_args(['--model', 'vit_minimal_sym_6x4', '--dataset', 'cifar10', '--epochs', '100', '--cpu',
                                     '--cpu-processes', '1'])
-    assert train_mod.cpu_processes(args) == 1
+    assert cpu_policy.cpu_processes(args) == 1
 
 
 def test_a_resumed_run_keeps_its_process_count(data, tmp_path):
@@ -101,12 +101,12 @@ def test_more_processes_than_cores_are_refused_unless_a_resume_kept_them(monkeyp
     args, _ = train_mod.parse_args(['--model', 'vit_minimal_sym_6x4', '--dataset', 'cifar10', '--cpu',
                                     '--cpu-processes', '3'])
     with pytest.raises(UsageError, match='--cpu-processes 3 is more than the 2 core'):
-        train_mod.cpu_processes(args)
+        cpu_policy.cpu_processes(args)
     args.resume = 'run'  # the count came from the resumed run's args.yaml: said, and kept (the same training)
-    assert train_mod.cpu_processes(args, explicit=False) == 3
+    assert cpu_policy.cpu_processes(args, explicit=False) == 3
     assert 'they share them (slower, the same training)' in capsys.readouterr().out
     with pytest.raises(UsageError):  # asked for on this command line: refused
-        train_mod.cpu_processes(args, explicit=True)
+        cpu_policy.cpu_processes(args, explicit=True)
 
 
 @pytest.mark.slow
@@ -187,16 +187,16 @@ def test_a_one_process_run_takes_the_cores_other_work_leaves_free(monkeypatch, c
     before = torch.get_num_threads()
     try:
         args, _ = train_mod.parse_args(['--model', 'vit_minimal_sym_6x4', '--dataset', 'mnist-sample', '--cpu'])
-        train_mod.cpu_threads(args)
+        cpu_policy.cpu_threads(args)
         assert args.threads == 1 and torch.get_num_threads() == 1
         assert 'Other work keeps 1 of the 2 cores busy: training on 1 thread(s)' in capsys.readouterr().out
         args, _ = train_mod.parse_args(['--model', 'vit_minimal_sym_6x4', '--dataset', 'mnist-sample', '--cpu',
                                         '--threads', '2'])
-        train_mod.cpu_threads(args)
+        cpu_policy.cpu_threads(args)
         assert args.threads == 2 and torch.get_num_threads() == 2
         monkeypatch.setenv('OMP_NUM_THREADS', '2')
         args, _ = train_mod.parse_args(['--model', 'vit_minimal_sym_6x4', '--dataset', 'mnist-sample', '--cpu'])
-        train_mod.cpu_threads(args)
+        cpu_policy.cpu_threads(args)
         assert args.threads == 2
     finally:
         torch.set_num_threads(before)

@@ -21,7 +21,7 @@ import yaml
 from PIL import Image
 from safetensors.torch import load_file
 
-from timm_minimal.training import train as train_mod
+from timm_minimal.training import cpu_policy, train as train_mod
 
 torch.set_num_threads(1)
 
@@ -281,8 +281,8 @@ def test_cpu_default_precision_follows_the_model_family(model, kwargs, pays, mon
     """bf16 autocast by default on a CPU with native bf16 for the models with an MLP only; fp32 without native bf16."""
     monkeypatch.delenv('ACCELERATE_MIXED_PRECISION', raising=False)
     for native in (True, False):
-        monkeypatch.setattr(train_mod, 'cpu_has_bf16', lambda: native)
-        assert train_mod.cpu_bf16_pays(model, kwargs) is (pays and native)
+        monkeypatch.setattr(cpu_policy, 'cpu_has_bf16', lambda: native)
+        assert cpu_policy.cpu_bf16_pays(model, kwargs) is (pays and native)
         for given in (None, 'no'):
             reset_accelerate_state()
             args = train_mod.build_parser().parse_args(['--cpu'] + (['--model', model] if model else []) +
@@ -307,7 +307,7 @@ def test_default_compile_follows_the_device_the_model_family_and_the_run_length(
     args = train_mod.build_parser().parse_args(['--model', model, '--epochs', str(epochs)] +
                                                ([] if given is None else ['--compile' if given else '--no-compile']))
     args.model_kwargs = kwargs
-    assert train_mod.default_compile(args, device, 50_000) is expected
+    assert cpu_policy.default_compile(args, device, 50_000) is expected
 
 
 def test_a_long_cpu_run_of_a_model_with_an_mlp_compiles_by_default(data, tmp_path, monkeypatch):
@@ -316,7 +316,7 @@ def test_a_long_cpu_run_of_a_model_with_an_mlp_compiles_by_default(data, tmp_pat
     calls = []
     monkeypatch.setattr(torch, 'compile', lambda model, **kwargs: calls.append(kwargs) or model)
     for bar, compiles in ((385, False), (384, True)):  # 1 epoch of the 384 training images
-        monkeypatch.setattr(train_mod, 'CPU_COMPILE_MIN_IMAGES', bar)
+        monkeypatch.setattr(cpu_policy, 'CPU_COMPILE_MIN_IMAGES', bar)
         out = tmp_path / f'run-{bar}'
         assert run_inprocess(DDP_ARGS + data + ['--epochs', '1', '--output', out]) == 0
         assert len(calls) == int(compiles)
