@@ -39,37 +39,29 @@ gradients or the weights became NaN or infinite (the last good checkpoint is kep
 import argparse
 import logging
 import os
-import platform
-import shlex
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Dict, Optional, Sequence, Tuple
 
-import numpy as np
 import torch
 import torch.nn as nn
 from timm.models import split_model_name_tag
 
 from ..cli import EXIT_DIVERGED, EXIT_FAILURE, EXIT_USAGE, Failure, command, env_number
-from ..models.datasets import channel_stats
-from ..models.images import convert_image, image_mode
 from . import checkpoint as ckpt
-from .batch_augment import BatchAugment, BatchAugmentConfig
-from .data import DatasetError, ImageData, build_transforms, dataset_kind, dataset_len, load_dataset, subset
-from .loader_data import LoaderDataPath, TransformDataset
-from .seeding import mix_seed
-from .device_data import DeviceDataPath, cache_file, dataset_bytes, device_budget_bytes, images_to_array
+from .data import DatasetError, ImageData, dataset_kind, dataset_len, load_dataset
 from .engine import (
     CheckpointNotWritten, Diverged, FiniteGuard, LoopConfig, Run, TrainHooks, TrainState, check_finite, epoch_row,
-    evaluate, save_checkpoint, train_one_epoch, weights_hash,
+    evaluate, save_checkpoint, train_one_epoch,
 )
 from .distill import Bf16Teacher, TeacherInfo, build_distillation, build_teacher
 from .files import FolderBusy, describe_write_error, is_disk_full
 from .run_folder import RunFolder
-from .run_record import Launch, RunRecord
+from .recording import finish_run, launch_elapsed, rank_report, write_run_record
 from .cli import UsageError, build_parser, check_numbers, load_recipe, parse_args  # noqa: F401  (also reachable here)
+from .data_paths import build_data_path, count_batches, data_config
 from .cpu_policy import SPLIT_STATUS_ENV, cpu_bf16_pays, cpu_processes, cpu_threads, default_compile, run_split
 from .resume import restore
 
@@ -100,60 +92,6 @@ def resolve_model_name(name: str, data: ImageData) -> str:
     if not tag and arch.startswith('vit_minimal'):
         tag = data.default_tag
     return f'{arch}.{tag}' if tag else arch
-
-
-def _versions() -> Dict[str, str]:
-    import accelerate
-    import timm
-    import torchvision
-    from .. import __version__
-    return dict(python=platform.python_version(), torch=torch.__version__, torchvision=torchvision.__version__,
-                timm=timm.__version__, accelerate=accelerate.__version__, timm_minimal=__version__,
-                numpy=np.__version__)
-
-
-def _data_config(model: nn.Module, args: argparse.Namespace) -> Dict[str, Any]:
-    """Input size and preprocessing for the model: its pretrained config, its actual geometry, overrides."""
-    from timm.data import resolve_data_config
-    cfg = resolve_data_config({}, model=model)
-    in_chans = getattr(model, 'in_chans', cfg['input_size'][0])
-    patch_embed = getattr(model, 'patch_embed', None)
-    img_size = getattr(patch_embed, 'img_size', None)
-    hw = tuple(img_size) if img_size is not None else tuple(cfg['input_size'][1:])
-    cfg['input_size'] = (in_chans, *hw)
-    for key in ('mean', 'std'):
-        try:
-            cfg[key] = tuple(channel_stats(getattr(args, key) or cfg[key], in_chans, f'--{key}'))
-        except ValueError as e:
-            raise UsageError(str(e)) from e
-    if args.interpolation:
-        cfg['interpolation'] = args.interpolation
-    if args.crop_pct:
-        cfg['crop_pct'] = args.crop_pct
-    return cfg
-
-
-class _ConvertThen:
-    """Convert a PIL image to a mode ('L' or 'RGB'), then apply a transform."""
-
-    def __init__(self, mode: str, transform: Any) -> None:
-        self.mode, self.transform = mode, transform
-
-    def __call__(self, img):
-        return self.transform(convert_image(img, self.mode))
-
-
-def _device_name(device: torch.device) -> str:
-    if device.type == 'cuda':
-        return torch.cuda.get_device_name(device)
-    return f'{platform.processor() or platform.machine()}, {os.cpu_count()} cores'
-
-
-def _launch_elapsed() -> float:
-    """Seconds since this interpreter imported the package (imports, data loading and compilation included; a
-    process's creation time would count what a shell ran before it ``exec``-ed Python)."""
-    import timm_minimal
-    return time.perf_counter() - timm_minimal.STARTED_AT
 
 
 # -- set-up ----------------------------------------------------------------------------------------
@@ -244,118 +182,6 @@ def model_config(model: nn.Module, model_name: str, model_kwargs: Dict[str, Any]
                 num_features=getattr(model, 'num_features', None), model_args=model_kwargs, pretrained_cfg=cfg)
 
 
-# -- data paths ------------------------------------------------------------------------------------
-
-def _batch_augment_config(args: argparse.Namespace) -> BatchAugmentConfig:
-    if args.no_aug:
-        return BatchAugmentConfig()
-    try:
-        return BatchAugmentConfig(
-            scale=tuple(args.scale or (0.08, 1.0)), ratio=tuple(args.ratio or (3 / 4, 4 / 3)),
-            translate=args.translate, rotate=args.rotate, hflip=args.hflip, vflip=args.vflip, reprob=args.reprob,
-            remode=args.remode)
-    except ValueError as e:
-        raise UsageError(str(e)) from e
-
-
-def device_path_blockers(args: argparse.Namespace, data: ImageData, input_size: Sequence[int],
-                         device: torch.device) -> list:
-    """Why the device data path cannot take this run (empty when it can)."""
-    from .batch_augment import ERASE_MODES
-    reasons = []
-    if isinstance(data.train, torch.utils.data.IterableDataset):
-        reasons.append('the dataset is streamed (an iterable dataset)')
-    for opt, value in (('aa', args.aa), ('color-jitter', args.color_jitter)):
-        if value and not args.no_aug:
-            reasons.append(f'--{opt} {value} is a per-image transform')
-    if args.reprob > 0 and (args.remode not in ERASE_MODES or args.recount != 1):
-        reasons.append(f'random erasing with --remode {args.remode} --recount {args.recount} (the device path '
-                       f'erases one rectangle, --remode {" or ".join(ERASE_MODES)})')
-    if not reasons:
-        size = dataset_bytes(len(data.train) + len(data.eval), input_size)
-        budget = device_budget_bytes(device, args.device_data_limit)
-        if size > budget:
-            reasons.append(f'the data need {size / 2 ** 30:.2f} GiB at the input size, more than the device path '
-                           f'holds ({budget / 2 ** 30:.2f} GiB: --device-data-limit'
-                           f'{", at most half the free GPU memory" if device.type == "cuda" else ""})')
-    return reasons
-
-
-def _device_arrays(args, data: ImageData, split: str, indices: np.ndarray, eval_tf, data_cfg, img_mode: str):
-    from .data import default_cache_dir
-    ds = data.train if split == 'train' else data.eval
-    cache, content = None, data.fingerprints.get('train' if split == 'train' else 'eval')
-    if content:  # only where the content is known: a cache is never read for other images
-        cache_dir = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
-        cache = cache_file(cache_dir, content, split, data_cfg['input_size'], img_mode, eval_tf)
-    images, labels = images_to_array(ds, eval_tf, data_cfg['input_size'], img_mode, cache)
-    return images[indices], labels[indices]
-
-
-def build_data_path(args: argparse.Namespace, data: ImageData, data_cfg: Dict[str, Any], accelerator: Any,
-                    batches_per_epoch: int) -> Any:
-    """The device data path where it can run (``--data-path auto``), else the loader path."""
-    from .data import subset_indices
-    device, world, rank = accelerator.device, accelerator.num_processes, accelerator.process_index
-    input_size = data_cfg['input_size']
-    try:
-        img_mode = image_mode(input_size[0])
-    except ValueError as e:
-        raise UsageError(f'{e} (the model takes {input_size[0]} input channels)') from e
-    blockers = device_path_blockers(args, data, input_size, device)
-    if args.data_path == 'device' and blockers:
-        raise UsageError('--data-path device cannot take this run: ' + '; '.join(blockers) + '. Use --data-path loader.')
-    _, eval_tf = build_transforms(input_size, data_cfg['mean'], data_cfg['std'],
-                                  interpolation=data_cfg['interpolation'], crop_pct=data_cfg['crop_pct'])
-    eval_bs = args.eval_batch_size or 2 * args.batch_size
-    common = dict(device=device, seed=args.seed, batch_size=args.batch_size, batches_per_epoch=batches_per_epoch,
-                  eval_batch_size=eval_bs, world=world, rank=rank)
-    if args.data_path == 'loader' or blockers:
-        if args.data_path == 'auto':
-            accelerator.print('Data path: loader (' + '; '.join(blockers) + ').')
-        return _loader_path(args, data, data_cfg, img_mode, eval_tf, common)
-    with accelerator.main_process_first():
-        train = _device_arrays(args, data, 'train', subset_indices(len(data.train), args.train_subset,
-                                                                    mix_seed(args.seed, 1)), eval_tf, data_cfg, img_mode)
-        evaluation = _device_arrays(args, data, 'eval', subset_indices(len(data.eval), args.eval_subset,
-                                                                        mix_seed(args.seed, 2)), eval_tf, data_cfg, img_mode)
-    return DeviceDataPath(train, evaluation, _batch_augment_config(args), data_cfg['mean'], data_cfg['std'], **common)
-
-
-def _loader_path(args, data: ImageData, data_cfg, img_mode: str, eval_tf, common: Dict[str, Any]) -> LoaderDataPath:
-    from timm.data.random_erasing import RandomErasing
-    device = common['device']
-    train_tf, _ = build_transforms(
-        data_cfg['input_size'], data_cfg['mean'], data_cfg['std'], interpolation=data_cfg['interpolation'],
-        crop_pct=data_cfg['crop_pct'], no_aug=args.no_aug, scale=args.scale, ratio=args.ratio, hflip=args.hflip,
-        vflip=args.vflip, color_jitter=args.color_jitter, auto_augment=args.aa,
-        train_interpolation=args.train_interpolation, translate=args.translate, rotate=args.rotate)
-    train_base = subset(data.train, args.train_subset, mix_seed(args.seed, 1))
-    eval_base = subset(data.eval, args.eval_subset, mix_seed(args.seed, 2))
-    if isinstance(train_base, torch.utils.data.IterableDataset):  # streaming: the dataset applies the transform
-        train_base.transform = _ConvertThen(img_mode, train_tf)
-        eval_base.transform = _ConvertThen(img_mode, eval_tf)
-        train_ds, eval_ds = train_base, eval_base
-    else:
-        train_ds = TransformDataset(train_base, train_tf, img_mode, seed=args.seed)
-        eval_ds = TransformDataset(eval_base, eval_tf, img_mode, seed=None)
-    normalize = BatchAugment(BatchAugmentConfig(), data_cfg['mean'], data_cfg['std'], device).normalize
-    eraser = None
-    if args.reprob > 0 and not args.no_aug:
-        eraser = RandomErasing(args.reprob, mode=args.remode, max_count=args.recount, device=device)
-    return LoaderDataPath(train_ds, eval_ds, normalize, eraser, num_workers=args.num_workers, **common)
-
-
-def count_batches(args: argparse.Namespace, data: ImageData) -> Tuple[int, int, int]:
-    """Training samples used, optimizer updates per epoch and batches per epoch (whole global batches only)."""
-    n_train = len(data.train) if args.train_subset is None else min(args.train_subset, len(data.train))
-    updates = n_train // (args.batch_size * args.grad_accum_steps)
-    if updates < 1:
-        raise UsageError(f'{n_train} training samples make no full batch of {args.batch_size} x '
-                         f'{args.grad_accum_steps} accumulation steps; lower --batch-size.')
-    return n_train, updates, updates * args.grad_accum_steps
-
-
 # -- optimisation ----------------------------------------------------------------------------------
 
 def build_optimization(args: argparse.Namespace, model: nn.Module, updates_per_epoch: int, device: torch.device):
@@ -412,67 +238,6 @@ def compile_mode(args: argparse.Namespace, accelerator: Any) -> Optional[str]:
     return None
 
 
-# -- resume and the run record ---------------------------------------------------------------------
-
-def write_run_record(run: Run, state: TrainState, info: Dict[str, Any], last_dir: Optional[Path]) -> None:
-    """args.yaml, run.json (a new record, or a new launch of a resumed one) and the metrics kept so far."""
-    args, acc, folder = run.args, run.accelerator, run.folder
-    saved_args = {k: v for k, v in vars(args).items() if k != 'resume'}
-    saved_args['output'] = str(folder)
-    folder.write_args(saved_args)
-    command = 'timm-minimal-train ' + ' '.join(shlex.quote(a) for a in info['argv'])
-    launch = Launch(command=command, started=datetime.now(timezone.utc).isoformat(timespec='seconds'),
-                    num_processes=run.world, device=str(run.device), device_name=_device_name(run.device),
-                    mixed_precision=acc.mixed_precision,
-                    compiled=run.compiled, compile_mode=compile_mode(args, acc) if run.compiled else None,
-                    data_path=run.data.describe(), torch_threads=torch.get_num_threads(),
-                    num_workers=args.num_workers, resumed_from=str(last_dir) if last_dir else None,
-                    first_epoch=len(state.history) + 1)
-    record = folder.read_record() if args.resume is not None and folder.run_file.is_file() else None
-    if record is not None:
-        record.add_launch(launch, state.history)
-    else:
-        record = RunRecord(
-            command=command, model=run.model_name,
-            architecture=split_model_name_tag(run.model_name)[0], model_kwargs=info['model_kwargs'],
-            num_params=info['num_params'], num_classes=run.model_config['num_classes'], dataset=info['dataset'],
-            data_config={k: (list(v) if isinstance(v, tuple) else v) for k, v in info['data_cfg'].items()},
-            recipe=info['provenance'].get('recipe', args.recipe), recipe_values=info['provenance'].get('recipe_values'),
-            teacher=info.get('teacher'),
-            args=saved_args,
-            distributed=dict(num_processes=run.world, global_batch_size=args.batch_size,
-                             per_process_batch_size=args.batch_size // run.world,
-                             grad_accum_steps=args.grad_accum_steps,
-                             effective_batch_size=args.batch_size * args.grad_accum_steps),
-            updates_per_epoch=run.batches_per_epoch // args.grad_accum_steps,
-            train_samples_per_epoch=run.batches_per_epoch * args.batch_size,
-            units=dict(accuracy='percent', loss='cross-entropy (nats)', throughput='training images per second',
-                       time='seconds', elapsed='seconds since the launch\'s interpreter imported timm_minimal'),
-            versions=_versions(), launches=[launch])
-    folder.write_record(record)
-    folder.write_metrics(state.history)
-
-
-def finish_run(run: Run, state: TrainState, status: str, message: Optional[str], launch_time: float) -> Dict[str, Any]:
-    """Close run.json (status, wall time, final and best metrics) and the curves; main process only. Returns the
-    record as a dict (what ``run.json`` holds)."""
-    folder = run.folder
-    record = folder.read_record()
-    if record.launches and not run.compiled:  # what ran: a compilation that failed fell back to eager
-        record.last_launch.compiled, record.last_launch.compile_mode = False, None
-    record.close(status, datetime.now(timezone.utc).isoformat(timespec='seconds'), launch_time, state.history,
-                 state.best if state.best.get('epoch') else None, message)
-    folder.write_record(record)
-    folder.plot_curves(state.history, title=f'{run.model_name} on {record.dataset.get("name")}')
-    return record.to_dict()
-
-
-def _rank_report(run: Run, status: str, samples: int) -> None:
-    ckpt.write_json_atomic(run.folder.path / f'rank{run.rank}.json', dict(
-        rank=run.rank, num_processes=run.world, weights_sha256=weights_hash(run.unwrapped.state_dict()),
-        per_process_batch_size=run.args.batch_size // run.world, local_train_samples=samples, status=status))
-
-
 # -- the run ---------------------------------------------------------------------------------------
 
 def setup(args: argparse.Namespace, provenance: Dict[str, Any], argv: Sequence[str],
@@ -506,7 +271,7 @@ def _assemble(args: argparse.Namespace, accelerator: Any, folder: RunFolder, las
             train_split=args.train_split, eval_split=args.val_split, num_classes=args.num_classes, seed=args.seed,
             batch_size=args.batch_size // world, download_hint='drop --no-download')
     model, model_name, model_kwargs = build_model(args, data)
-    data_cfg = _data_config(model, args)
+    data_cfg = data_config(model, args)
     n_train, updates_per_epoch, batches_per_epoch = count_batches(args, data)
     data_path = build_data_path(args, data, data_cfg, accelerator, batches_per_epoch)
     optimizer, scheduler = build_optimization(args, model, updates_per_epoch, accelerator.device)
@@ -588,7 +353,7 @@ def _train(run: Run, state: TrainState, info: Dict[str, Any], last_dir: Optional
     """The epochs of a set-up run, then its record; raises ``Diverged`` or ``WriteFailed`` when it stopped early."""
     acc = run.accelerator
     if run.is_main:
-        write_run_record(run, state, info, last_dir)
+        write_run_record(run, state, info, last_dir, compile_mode(args, run.accelerator) if run.compiled else None)
     status, message, local_samples, last_plot = 'finished', None, 0, time.perf_counter()
     try:
         for epoch in range(state.epoch, args.epochs):
@@ -598,7 +363,7 @@ def _train(run: Run, state: TrainState, info: Dict[str, Any], last_dir: Optional
             t_eval = time.perf_counter()
             ev = evaluate(run, run.unwrapped)
             ema_ev = evaluate(run, run.ema.module) if run.ema is not None else None
-            row = epoch_row(run, state, epoch, part, ev, ema_ev, time.perf_counter() - t_eval, _launch_elapsed())
+            row = epoch_row(run, state, epoch, part, ev, ema_ev, time.perf_counter() - t_eval, launch_elapsed())
             is_best = state.end_epoch(row)
             save_checkpoint(run, state, is_best=is_best)  # before the metrics line: a logged epoch is a saved one
             if run.is_main:
@@ -627,7 +392,7 @@ def _train(run: Run, state: TrainState, info: Dict[str, Any], last_dir: Optional
                                      f'{kept or "none"}, and --resume {run.folder} continues from it.')
     acc.wait_for_everyone()
     if args.rank_report:
-        _rank_report(run, status, local_samples)
+        rank_report(run, status, local_samples)
     summary = _finish(run, state, status, message, time.perf_counter() - t_launch) if run.is_main else {}
     acc.wait_for_everyone()
     acc.end_training()

@@ -1,0 +1,103 @@
+"""What a training launch writes about itself: ``args.yaml`` and ``run.json`` at its start (a ``RunRecord``, or a new
+launch of a resumed one), each process's ``rank<N>.json`` at its end, and the closed record with the curves."""
+import os
+import platform
+import shlex
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+import numpy as np
+import torch
+from timm.models import split_model_name_tag
+
+from . import checkpoint as ckpt
+from .engine import Run, TrainState, weights_hash
+from .run_record import Launch, RunRecord
+
+__all__ = ['versions', 'device_name', 'launch_elapsed', 'write_run_record', 'finish_run', 'rank_report']
+
+
+def versions() -> Dict[str, str]:
+    import accelerate
+    import timm
+    import torchvision
+    from .. import __version__
+    return dict(python=platform.python_version(), torch=torch.__version__, torchvision=torchvision.__version__,
+                timm=timm.__version__, accelerate=accelerate.__version__, timm_minimal=__version__,
+                numpy=np.__version__)
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == 'cuda':
+        return torch.cuda.get_device_name(device)
+    return f'{platform.processor() or platform.machine()}, {os.cpu_count()} cores'
+
+
+def launch_elapsed() -> float:
+    """Seconds since this interpreter imported the package (imports, data loading and compilation included; a
+    process's creation time would count what a shell ran before it ``exec``-ed Python)."""
+    import timm_minimal
+    return time.perf_counter() - timm_minimal.STARTED_AT
+
+
+def write_run_record(run: Run, state: TrainState, info: Dict[str, Any], last_dir: Optional[Path],
+                     compile_mode: Optional[str]) -> None:
+    """args.yaml, run.json (a new record, or a new launch of a resumed one) and the metrics kept so far;
+    ``compile_mode`` is torch.compile's mode where the run compiled."""
+    args, acc, folder = run.args, run.accelerator, run.folder
+    saved_args = {k: v for k, v in vars(args).items() if k != 'resume'}
+    saved_args['output'] = str(folder)
+    folder.write_args(saved_args)
+    command = 'timm-minimal-train ' + ' '.join(shlex.quote(a) for a in info['argv'])
+    launch = Launch(command=command, started=datetime.now(timezone.utc).isoformat(timespec='seconds'),
+                    num_processes=run.world, device=str(run.device), device_name=device_name(run.device),
+                    mixed_precision=acc.mixed_precision,
+                    compiled=run.compiled, compile_mode=compile_mode,
+                    data_path=run.data.describe(), torch_threads=torch.get_num_threads(),
+                    num_workers=args.num_workers, resumed_from=str(last_dir) if last_dir else None,
+                    first_epoch=len(state.history) + 1)
+    record = folder.read_record() if args.resume is not None and folder.run_file.is_file() else None
+    if record is not None:
+        record.add_launch(launch, state.history)
+    else:
+        record = RunRecord(
+            command=command, model=run.model_name,
+            architecture=split_model_name_tag(run.model_name)[0], model_kwargs=info['model_kwargs'],
+            num_params=info['num_params'], num_classes=run.model_config['num_classes'], dataset=info['dataset'],
+            data_config={k: (list(v) if isinstance(v, tuple) else v) for k, v in info['data_cfg'].items()},
+            recipe=info['provenance'].get('recipe', args.recipe), recipe_values=info['provenance'].get('recipe_values'),
+            teacher=info.get('teacher'),
+            args=saved_args,
+            distributed=dict(num_processes=run.world, global_batch_size=args.batch_size,
+                             per_process_batch_size=args.batch_size // run.world,
+                             grad_accum_steps=args.grad_accum_steps,
+                             effective_batch_size=args.batch_size * args.grad_accum_steps),
+            updates_per_epoch=run.batches_per_epoch // args.grad_accum_steps,
+            train_samples_per_epoch=run.batches_per_epoch * args.batch_size,
+            units=dict(accuracy='percent', loss='cross-entropy (nats)', throughput='training images per second',
+                       time='seconds', elapsed='seconds since the launch\'s interpreter imported timm_minimal'),
+            versions=versions(), launches=[launch])
+    folder.write_record(record)
+    folder.write_metrics(state.history)
+
+
+def finish_run(run: Run, state: TrainState, status: str, message: Optional[str], launch_time: float) -> Dict[str, Any]:
+    """Close run.json (status, wall time, final and best metrics) and the curves; main process only. Returns the
+    record as a dict (what ``run.json`` holds)."""
+    folder = run.folder
+    record = folder.read_record()
+    if record.launches and not run.compiled:  # what ran: a compilation that failed fell back to eager
+        record.last_launch.compiled, record.last_launch.compile_mode = False, None
+    record.close(status, datetime.now(timezone.utc).isoformat(timespec='seconds'), launch_time, state.history,
+                 state.best if state.best.get('epoch') else None, message)
+    folder.write_record(record)
+    folder.plot_curves(state.history, title=f'{run.model_name} on {record.dataset.get("name")}')
+    return record.to_dict()
+
+
+def rank_report(run: Run, status: str, samples: int) -> None:
+    ckpt.write_json_atomic(run.folder.path / f'rank{run.rank}.json', dict(
+        rank=run.rank, num_processes=run.world, weights_sha256=weights_hash(run.unwrapped.state_dict()),
+        per_process_batch_size=run.args.batch_size // run.world, local_train_samples=samples, status=status))
