@@ -11,7 +11,7 @@ import torch
 from timm.models import split_model_name_tag
 
 from ..cli import EXIT_FAILURE, UsageError
-from ..models.datasets import DATASETS, dataset_for_kind
+from ..models.datasets import dataset_for_kind, tag_for_kind
 from .cli import CPU_COMPILE_MIN_IMAGES, trains_on_cpu
 from .data import dataset_kind, load_dataset
 
@@ -83,10 +83,11 @@ def cpu_processes(args: argparse.Namespace, explicit: bool = True) -> int:
 
 
 def model_for_probe(args: argparse.Namespace) -> str:
-    """The model the split's probe times: the run's, tagged with its dataset's tag where it is untagged."""
+    """The model the split's probe times: the run's, with the tag the trainer gives an untagged one
+    (``tag_for_kind``: its dataset's, else ImageNet's geometry)."""
     arch, tag = split_model_name_tag(args.model)
-    info_tag = tag or (dataset_for_kind(dataset_kind(args.dataset)) or DATASETS['mnist']).tag
-    return f'{arch}.{info_tag}' if arch.startswith('vit_minimal') else arch
+    tag = tag or tag_for_kind(dataset_kind(args.dataset))
+    return f'{arch}.{tag}' if arch.startswith('vit_minimal') else arch
 
 
 def cpu_threads(args: argparse.Namespace) -> None:
