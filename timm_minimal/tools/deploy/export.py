@@ -28,6 +28,7 @@ import logging
 import math
 import sys
 import tempfile
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
@@ -156,9 +157,12 @@ def export_onnx(model: nn.Module, path: Path, opset: Optional[int] = None) -> No
     exporter's per-node debugging metadata (source paths and stack traces; onnx_ir's metadata pass)."""
     from onnx_ir.passes.common import ClearMetadataAndDocStringPass
     example = torch.randn(EXPORT_BATCH, *model.pretrained_cfg['input_size'])
-    program = torch.onnx.export(
-        model, (example,), dynamo=True, verbose=False, opset_version=opset, input_names=[INPUT_NAME],
-        output_names=[OUTPUT_NAME], dynamic_shapes=({0: torch.export.Dim('batch')},), external_data=False)
+    with warnings.catch_warnings():  # torch 2.13's exporter warns about its own use of pytree's LeafSpec
+        warnings.filterwarnings('ignore', message=r'`isinstance\(treespec, LeafSpec\)` is deprecated',
+                                category=FutureWarning)
+        program = torch.onnx.export(
+            model, (example,), dynamo=True, verbose=False, opset_version=opset, input_names=[INPUT_NAME],
+            output_names=[OUTPUT_NAME], dynamic_shapes=({0: torch.export.Dim('batch')},), external_data=False)
     ClearMetadataAndDocStringPass()(program.model)
     program.save(str(path), external_data=False)
 
