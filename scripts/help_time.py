@@ -43,8 +43,9 @@ def main() -> int:
         times[name] = [statistics.median(side) for side in zip(*pairs)]
     import timm
     import torch
-    print(f'CPU flags: {cpu_flags()}, {os.cpu_count()} cores; python {sys.version.split()[0]}, torch {torch.__version__}, '
-          f'timm {timm.__version__}; median of {args.repeats} alternating runs, each a fresh interpreter')
+    print(f'CPU flags: {cpu_flags()}, {os.cpu_count()} cores; python {sys.version.split()[0]}, '
+          f'torch {torch.__version__}, timm {timm.__version__}; median of {args.repeats} alternating runs, each a fresh '
+          f'interpreter')
     print('| script | --help (s) | tool imported first (s) | ratio |')
     print('|---|---:|---:|---:|')
     for name, (light, heavy) in times.items():

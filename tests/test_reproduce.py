@@ -419,8 +419,8 @@ def test_combine_adds_the_pilots_beyond_the_paper_each_against_its_plain_run(tmp
     mnist = _rows_json(tmp_path / 'mnist.json', 'mnist', 100, {'vit_minimal_sym_6x4': (97.7, 70930)})
     pilot = dict(model='vit_minimal_sym_6x4.cifar10', options=[], status='finished', epochs=36, planned_epochs=36)
     pilots = [dict(pilot, name='sym-plain', what='the recipe as it is', test_acc=70.72),
-              dict(pilot, name='sym-mimetic', what='mimetic initialisation', options=['--model-kwargs', 'weight_init=mimetic'],
-                   test_acc=71.02),
+              dict(pilot, name='sym-mimetic', what='mimetic initialisation',
+                   options=['--model-kwargs', 'weight_init=mimetic'], test_acc=71.02),
               dict(pilot, name='sym-kd', what='distilled', options=['--teacher', 't'], status='running', epochs=5,
                    test_acc=44.5)]
     beyond = tmp_path / 'pilots.json'

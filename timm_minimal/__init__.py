@@ -37,7 +37,8 @@ _EAGER = {
 
 def load_models() -> None:
     """Imports the models (torch, timm) and registers every architecture with timm; done by ``import
-    timm_minimal`` itself, unless a console script imports the package to print its help (``timm_minimal_scripts``)."""
+    timm_minimal`` itself, unless a console script imports the package to print its help
+    (``timm_minimal_scripts``)."""
     for module, names in _EAGER.items():
         loaded = importlib.import_module(f'.{module}', __name__)
         globals().update({name: getattr(loaded, name) for name in names})

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Callable, NoReturn, Optional, Sequence, Union
 
 __all__ = ['UsageError', 'Failure', 'OneLineParser', 'HelpFormatter', 'number', 'INT_LIMIT', 'env_number', 'usable_cores',
-           'positive_int', 'positive_float', 'non_negative_int', 'non_negative_float', 'probability', 'is_disk_full', 'describe_os_error', 'command',
-           'EXIT_FAILURE', 'EXIT_USAGE', 'EXIT_DIVERGED']
+           'positive_int', 'positive_float', 'non_negative_int', 'non_negative_float', 'probability', 'is_disk_full',
+           'describe_os_error', 'command', 'EXIT_FAILURE', 'EXIT_USAGE', 'EXIT_DIVERGED']
 
 EXIT_FAILURE, EXIT_USAGE, EXIT_DIVERGED = 1, 2, 3
 # torch.save reports a short write without the OS error ("unexpected pos ..."): below this much free space a

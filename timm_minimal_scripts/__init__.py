@@ -1,10 +1,11 @@
 """The console scripts of timm-minimal, which answer ``--help`` before they import torch.
 
-Importing ``timm_minimal`` imports torch and timm and registers the architectures (2-7 s on a 2-core CPU), and
-a console script's module is imported only after its package. So the scripts start here, outside the package:
-a command line that asks for help imports the package without its models (``parsing`` below), builds the
-tool's parser and lets it print the help; any other command line imports the tool and runs its ``main`` as
-``python -m`` does. Each tool's parser module imports neither torch nor timm (a test checks them all).
+Importing ``timm_minimal`` imports torch and timm and registers the architectures (about 4 s on a quiet 2-core
+CPU: ``scripts/help_time.py``), and a console script's module is imported only after its package. So the
+scripts start here, outside the package: a command line that asks for help imports the package without its
+models (``parsing`` below), builds the tool's parser and lets it print the help; any other command line imports
+the tool and runs its ``main`` as ``python -m`` does. Each tool's parser module imports neither torch nor timm
+(a test checks them all).
 """
 import importlib
 import sys

@@ -84,7 +84,8 @@ def _field_type(annotation: Any) -> Any:
 
 
 # The model's defaults, read from its signature (their one home), and one typed field per keyword with its default.
-_MODEL_DEFAULTS = {name: p.default for name, p in inspect.signature(VisionTransformerMinimal.__init__).parameters.items()}
+_MODEL_DEFAULTS = {name: p.default
+                   for name, p in inspect.signature(VisionTransformerMinimal.__init__).parameters.items()}
 _ModelFields = dataclasses.make_dataclass(
     'VitMinimalModelFields',
     [(name, _field_type(param.annotation), dataclasses.field(default=_MODEL_DEFAULTS[name]))
