@@ -1,6 +1,7 @@
 """One training run on a multi-core CPU as data-parallel processes (timm_minimal.training.cpu_split): the split is
 decided by a measurement kept per machine, never exceeds the cores a run may use (under reproduce --jobs too),
 trains what one process trains, and a resumed run keeps its process count."""
+import functools
 import json
 import os
 import signal
@@ -32,7 +33,7 @@ def test_the_budget_is_the_affinity_capped_by_omp_num_threads(monkeypatch):
             cpu_split.core_budget()
 
 
-def test_under_reproduce_jobs_processes_times_threads_never_exceed_the_cores(monkeypatch, tmp_path):
+def test_under_reproduce_jobs_processes_times_threads_never_exceed_the_cores(monkeypatch, tmp_path, quiet):
     """reproduce --jobs N gives each run cores / N threads; a run's split then has at most that many processes of
     budget / processes threads, so jobs x processes x threads <= cores; one core left measures nothing."""
     from timm_minimal.tools.paper import grid
@@ -52,10 +53,16 @@ def test_under_reproduce_jobs_processes_times_threads_never_exceed_the_cores(mon
             assert (measured == []) == (budget == 1)
 
 
-def test_the_decision_is_measured_once_and_kept(monkeypatch, tmp_path):
+@pytest.fixture
+def quiet(monkeypatch):
+    """A machine on which no other work keeps cores busy (what the decision checks before it keeps a measurement)."""
+    monkeypatch.setattr(cpu_split, 'free_cores', lambda budget, seconds=0.3: budget)
+
+
+def test_the_decision_is_measured_once_and_kept(monkeypatch, tmp_path, quiet):
     calls = []
 
-    def fake(model, batch, processes, threads, seconds=0):
+    def fake(model, batch, processes, threads, seconds=0, **step):
         calls.append(processes)
         return {1: 800.0, 2: 1100.0}[processes]
     monkeypatch.setattr(cpu_split, 'measure', fake)
@@ -68,6 +75,36 @@ def test_the_decision_is_measured_once_and_kept(monkeypatch, tmp_path):
     assert cpu_split.decide('vit_minimal_std_6x1.cifar10', 256, tmp_path, budget=2, say=lambda *a: None) == 1
     monkeypatch.setattr(cpu_split, 'measure', lambda m, b, n, t, **k: {1: 1000.0, 2: 1040.0}[n])  # within the margin
     assert cpu_split.decide('vit_minimal_qk_6x1.cifar10', 256, tmp_path, budget=2, say=lambda *a: None) == 1
+
+
+def test_the_decision_measures_the_runs_own_step_and_keys_the_cache_by_it(monkeypatch, tmp_path, quiet):
+    """bf16, compilation and the model keywords reach the probe, and each is its own entry of the cache."""
+    steps = []
+    monkeypatch.setattr(cpu_split, 'measure', lambda m, b, n, t, **step: steps.append((n, step)) or float(n))
+    decide = functools.partial(cpu_split.decide, 'vit_minimal_std_mlp_6x1.cifar10', 256, tmp_path, budget=2,
+                               say=lambda *a: None)
+    for step in (dict(), dict(bf16=True), dict(compiled=True), dict(model_kwargs={'depth': 2}), dict(bf16=True)):
+        decide(**step)
+    assert len(steps) == 8  # four steps measured, 1 and 2 processes each; the last was kept
+    assert steps[2] == (1, dict(model_kwargs={}, bf16=True, compiled=False))
+    assert len(json.loads((tmp_path / 'cpu_split.json').read_text())) == 4
+
+
+def test_a_decision_taken_beside_other_work_is_not_kept(monkeypatch, tmp_path):
+    measured, said = [], []
+    monkeypatch.setattr(cpu_split, 'measure', lambda m, b, n, t, **step: measured.append(n) or float(n))
+    monkeypatch.setattr(cpu_split, 'free_cores', lambda budget, seconds=0.3: 1)  # one of two cores busy
+    for _ in range(2):
+        assert cpu_split.decide('vit_minimal_sym_6x4.cifar10', 256, tmp_path, budget=2, say=said.append) == 2
+    assert measured == [1, 2, 1, 2] and not (tmp_path / 'cpu_split.json').exists()
+    assert any('not kept' in line for line in said)
+
+
+def test_a_probe_runs_the_step_it_is_given():
+    """The real probe, briefly: bf16 autocast and the model keywords (a 1-block model) in a bare step."""
+    rate = cpu_split.bare_step_rate('vit_minimal_std_mlp_6x1.mnist', 8, 1, 0.05, warmup=1,
+                                    model_kwargs={'depth': 1}, bf16=True)
+    assert rate > 0
 
 
 def test_short_runs_gpu_runs_and_launched_processes_stay_one_process(monkeypatch):

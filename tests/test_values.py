@@ -226,7 +226,8 @@ def test_a_bad_cpu_decision_cache_is_measured_again(content, tmp_path):
 def test_a_forged_process_count_is_not_taken(tmp_path, monkeypatch):
     """A cached count that is not a candidate of this machine (3 on 2 cores, a million) is measured again."""
     measured = []
-    monkeypatch.setattr(cpu_split, 'measure', lambda model, batch, n, threads: measured.append(n) or float(n))
+    monkeypatch.setattr(cpu_split, 'measure', lambda model, batch, n, threads, **step: measured.append(n) or float(n))
+    monkeypatch.setattr(cpu_split, 'free_cores', lambda budget, seconds=0.3: budget)  # a quiet machine: kept
     first = cpu_split.decide('vit_minimal_sym_6x4.mnist', 256, tmp_path, budget=2, say=lambda *_: None)
     path = tmp_path / 'cpu_split.json'
     known = json.loads(path.read_text())

@@ -15,7 +15,7 @@ from ..models.datasets import dataset_for_kind, tag_for_kind
 from .cli import CPU_COMPILE_MIN_IMAGES, trains_on_cpu
 from .data import dataset_kind, load_dataset
 
-__all__ = ['cpu_has_bf16', 'minimal_with_mlp', 'cpu_bf16_pays', 'default_compile', 'cpu_processes', 'model_for_probe',
+__all__ = ['cpu_has_bf16', 'minimal_with_mlp', 'cpu_bf16_pays', 'cpu_precision', 'default_compile', 'cpu_processes', 'model_for_probe',
            'cpu_threads', 'run_split', 'SPLIT_STATUS_ENV']
 
 
@@ -45,6 +45,15 @@ def cpu_bf16_pays(model: Optional[str], model_kwargs: Optional[Dict[str, Any]] =
     return minimal_with_mlp(model, model_kwargs) and cpu_has_bf16()
 
 
+def cpu_precision(args: argparse.Namespace) -> str:
+    """The autocast of a CPU run: ``--mixed-precision`` or accelerate's environment where given, else bf16 where it
+    pays (``cpu_bf16_pays``), else 'no'."""
+    given = args.mixed_precision or os.environ.get('ACCELERATE_MIXED_PRECISION')
+    if given:
+        return given
+    return 'bf16' if cpu_bf16_pays(args.model, args.model_kwargs) else 'no'
+
+
 def default_compile(args: argparse.Namespace, device_type: str, train_images: int) -> bool:
     """``--compile``/``--no-compile`` where given; else always on a CUDA GPU, and on the CPU for the minimal
     transformers with an MLP in a run of at least ``CPU_COMPILE_MIN_IMAGES`` training images (epochs x images per
@@ -70,8 +79,11 @@ def cpu_processes(args: argparse.Namespace, explicit: bool = True) -> int:
         info = dataset_for_kind(dataset_kind(args.dataset))
         images = min(args.train_subset or info.train_samples, info.train_samples) if info else 0
         long_run = args.epochs * images >= SPLIT_MIN_IMAGES and core_budget() > 1
+        step = dict(model_kwargs=args.model_kwargs, bf16=cpu_precision(args) == 'bf16',
+                    compiled=default_compile(args, 'cpu', images))
         args.cpu_processes = decide(model_for_probe(args), args.batch_size,
-                                    Path(args.cache_dir) if args.cache_dir else default_cache_dir()) if long_run else 1
+                                    Path(args.cache_dir) if args.cache_dir else default_cache_dir(),
+                                    **step) if long_run else 1
     budget = core_budget()
     if args.cpu_processes > budget:
         if args.resume is None or explicit:

@@ -75,19 +75,25 @@ def cpu_signature() -> Dict[str, str]:
     return dict(cpu=name, flags=flags, cores=str(os.cpu_count() or 1), torch=torch.__version__.split('+')[0])
 
 
-def bare_step_rate(model: str, batch: int, threads: int, seconds: float, warmup: int = PROBE_WARMUP) -> float:
-    """Images per second of the bare training step (forward, cross-entropy, backward, AdamW) of ``model``."""
+def bare_step_rate(model: str, batch: int, threads: int, seconds: float, warmup: int = PROBE_WARMUP,
+                   model_kwargs: Optional[Dict[str, Any]] = None, bf16: bool = False, compiled: bool = False) -> float:
+    """Images per second of the bare training step (forward, cross-entropy, backward, AdamW) of ``model`` built with
+    ``model_kwargs``, as the run will take it: in bf16 autocast where ``bf16``, through ``torch.compile`` where
+    ``compiled`` (the warm-up steps compile)."""
     import timm
     torch.set_num_threads(threads)
     torch.manual_seed(0)
-    net = timm.create_model(model).train()
+    net = timm.create_model(model, **(model_kwargs or {})).train()
     x = torch.randn(batch, *net.pretrained_cfg['input_size'])
     y = torch.randint(0, max(1, net.num_classes), (batch,))
     opt = torch.optim.AdamW(net.parameters(), lr=1e-4)
+    forward = torch.compile(net, dynamic=False) if compiled else net
     steps, t0 = 0, None
     while True:
         opt.zero_grad(set_to_none=True)
-        torch.nn.functional.cross_entropy(net(x), y).backward()
+        with torch.autocast('cpu', dtype=torch.bfloat16, enabled=bf16):
+            loss = torch.nn.functional.cross_entropy(forward(x), y)
+        loss.backward()
         opt.step()
         steps += 1
         if steps == warmup:
@@ -96,19 +102,21 @@ def bare_step_rate(model: str, batch: int, threads: int, seconds: float, warmup:
             return (steps - warmup) * batch / (time.perf_counter() - t0)
 
 
-def measure(model: str, batch: int, processes: int, threads: int, seconds: float = PROBE_SECONDS) -> float:
+def measure(model: str, batch: int, processes: int, threads: int, seconds: float = PROBE_SECONDS,
+            **step: Any) -> float:
     """Images per second of ``processes`` concurrent processes of ``threads`` threads, each stepping its share of
-    the global ``batch``: what a run of that split trains, summed. No probe outlives this call: on a failure or a
-    timeout of one, every one is ended."""
+    the global ``batch`` (``step``: ``bare_step_rate``'s model_kwargs, bf16, compiled): what a run of that split
+    trains, summed. No probe outlives this call: on a failure or a timeout of one, every one is ended."""
     code = (f'from timm_minimal.training.cpu_split import bare_step_rate; '
-            f'print(bare_step_rate({model!r}, {max(1, batch // processes)}, {threads}, {seconds}))')
+            f'print(bare_step_rate({model!r}, {max(1, batch // processes)}, {threads}, {seconds}, **{step!r}))')
+    timeout = PROBE_TIMEOUT * (3 if step.get('compiled') else 1)  # a cold compilation on one thread takes a minute
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     procs: List[subprocess.Popen] = []
     try:
         for _ in range(processes):
             procs.append(subprocess.Popen([sys.executable, '-c', code], stdout=subprocess.PIPE,
                                           stderr=subprocess.DEVNULL, text=True, env=env))
-        deadline = time.monotonic() + PROBE_TIMEOUT
+        deadline = time.monotonic() + timeout
         outputs = [p.communicate(timeout=max(1.0, deadline - time.monotonic()))[0] for p in procs]
         if any(p.returncode for p in procs):
             raise RuntimeError(f'the measurement of {processes} x {threads} failed')
@@ -143,31 +151,40 @@ def read_cache(path: Path, say=print) -> Dict[str, Dict[str, Any]]:
         return {}
 
 
-def decide(model: str, batch: int, cache_dir: Path, budget: Optional[int] = None, say=print) -> int:
-    """The number of processes that trains ``model`` at ``batch`` fastest here, measured once per machine, model and
-    batch (kept in ``cache_dir/cpu_split.json``); 1 where nothing else can run or a measurement fails."""
+def decide(model: str, batch: int, cache_dir: Path, budget: Optional[int] = None, say=print,
+           model_kwargs: Optional[Dict[str, Any]] = None, bf16: bool = False, compiled: bool = False) -> int:
+    """The number of processes that trains ``model`` at ``batch`` fastest here, measured on the step the run will
+    take (its model kwargs, bf16 autocast, compilation) once per machine, model, batch and step, and kept in
+    ``cache_dir/cpu_split.json``; 1 where nothing else can run or a measurement fails. A measurement taken while
+    other work keeps cores busy decides this run only: it is not kept as the machine's answer."""
     budget = core_budget() if budget is None else budget
     candidates = [n for n in _candidates(budget) if batch % n == 0]
     if len(candidates) < 2:
         return 1
-    key = hashlib.sha256(json.dumps(dict(cpu_signature(), model=model, batch=batch, budget=budget),
-                                    sort_keys=True).encode()).hexdigest()[:16]
+    step = dict(model_kwargs=dict(model_kwargs or {}), bf16=bool(bf16), compiled=bool(compiled))
+    key = hashlib.sha256(json.dumps(dict(cpu_signature(), model=model, batch=batch, budget=budget, **step),
+                                    sort_keys=True, default=repr).encode()).hexdigest()[:16]
     path = Path(cache_dir) / 'cpu_split.json'
     known = read_cache(path, say)
     cached = known.get(key)
     if cached is not None and cached['processes'] in candidates:
         return cached['processes']
-    say(f'Measuring once on this CPU whether {model} at batch {batch} trains faster as {budget} processes than as '
-        f'one ({len(candidates) * (PROBE_SECONDS + 8):.0f} s or so) ...')
+    quiet = free_cores(budget) >= budget
+    mode = ''.join((', bf16' if bf16 else '', ', compiled' if compiled else ''))
+    say(f'Measuring once on this CPU whether {model} at batch {batch}{mode} trains faster as {budget} processes than '
+        f'as one ({len(candidates) * (PROBE_SECONDS + (60 if compiled else 8)):.0f} s or so) ...')
     try:
-        rates = {n: measure(model, batch, n, budget // n) for n in candidates}
+        rates = {n: measure(model, batch, n, budget // n, **step) for n in candidates}
     except (RuntimeError, ValueError, IndexError, subprocess.SubprocessError, OSError):
         return 1
     best = max(rates, key=lambda n: rates[n] / (MARGIN if n > 1 else 1.0))
     say('  ' + ', '.join(f'{n} x {budget // n} threads: {r:,.0f} img/s' for n, r in rates.items())
         + f' -> {best} process(es)')
+    if not quiet:
+        say('  (other work kept cores busy: this decision is not kept, the next long run measures again)')
+        return best
     known[key] = dict(processes=best, rates={str(n): round(r, 1) for n, r in rates.items()}, **cpu_signature(),
-                      model=model, batch=batch, budget=budget)
+                      model=model, batch=batch, budget=budget, **step)
     try:
         from .checkpoint import write_json_atomic
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -62,7 +62,8 @@ from .run_folder import RunFolder
 from .recording import finish_run, launch_elapsed, rank_report, write_run_record
 from .cli import UsageError, build_parser, check_numbers, load_recipe, parse_args  # noqa: F401  (also reachable here)
 from .data_paths import build_data_path, count_batches, data_config
-from .cpu_policy import SPLIT_STATUS_ENV, cpu_bf16_pays, cpu_processes, cpu_threads, default_compile, run_split
+from .cpu_policy import (SPLIT_STATUS_ENV, cpu_bf16_pays, cpu_precision, cpu_processes, cpu_threads, default_compile,
+                         run_split)
 from .resume import restore
 
 _logger = logging.getLogger('timm_minimal.training.train')
@@ -109,8 +110,7 @@ def make_accelerator(args: argparse.Namespace):
         if torch.cuda.is_available() and not args.cpu:
             precision = 'bf16' if torch.cuda.is_bf16_supported() else 'no'
         else:
-            on_cpu = args.cpu or not has_gpu
-            precision = 'bf16' if on_cpu and cpu_bf16_pays(args.model, args.model_kwargs) else 'no'
+            precision = cpu_precision(args) if args.cpu or not has_gpu else 'no'
     return Accelerator(mixed_precision=precision, gradient_accumulation_steps=args.grad_accum_steps,
                        cpu=args.cpu or multi_cpu, step_scheduler_with_optimizer=False)
 
