@@ -395,7 +395,8 @@ def test_combine_bad_input_is_one_line_and_exit_2(tmp_path, capsys, content, mes
 
 def test_the_beyond_pilots_reuse_resume_and_report(tmp_path, capsys):
     """python -m timm_minimal.tools.paper.beyond: a finished pilot is reused, an interrupted one resumed, one not
-    started trains with its options; the report lists each run's last epoch and says which are still running."""
+    started trains with its options; the report lists each run's last epoch and says which are unfinished (stopped,
+    or still training)."""
     from timm_minimal.tools.paper import beyond
     runs = tmp_path / 'runs'
     for name, status, epochs in (('sym_6x4-mimetic', 'finished', 3), ('sym_6x4-kd', 'running', 2)):
@@ -411,7 +412,7 @@ def test_the_beyond_pilots_reuse_resume_and_report(tmp_path, capsys):
     report = tmp_path / 'pilots.md'
     assert beyond.main(['--runs-dir', str(runs), '--report-only', '--output', str(report)]) == 0
     text = report.read_text()
-    assert '| sym_6x4-mimetic |' in text and '| 3 |' in text and '2 of 3 (running)' in text
+    assert '| sym_6x4-mimetic |' in text and '| 3 |' in text and '2 of 3 (unfinished)' in text
     assert beyond.main(['--only', 'nothing']) == 2
 
 
@@ -430,7 +431,7 @@ def test_combine_adds_the_pilots_beyond_the_paper_each_against_its_plain_run(tmp
     assert reproduce.main(['--combine', str(mnist), '--output', str(md), '--beyond', str(beyond)]) == 0
     section = md.read_text().split('## Beyond the paper')[1]
     assert '| mimetic initialisation | 36 | 71.02 | +0.30 |' in section
-    assert '| distilled | 5 of 36 (running) | 44.50 | – |' in section and '(pilots.md)' in section
+    assert '| distilled | 5 of 36 (unfinished) | 44.50 | – |' in section and '(pilots.md)' in section
     for bad, message in (([dict(pilots[0], test_acc='70')], '"test_acc" must be a number'), ([], 'non-empty list')):
         beyond.write_text(json.dumps(bad))
         with pytest.raises(SystemExit) as e:

@@ -118,7 +118,7 @@ def write_report(rows: Sequence[Dict[str, Any]], path: Path, command_line: str, 
         '|---|---|---:|---|---:|---:|---:|---:|---:|',
     ]
     for r in rows:
-        done = f'{r["epochs"]}' + ('' if r['status'] == 'finished' else f' of {r["planned_epochs"]} (running)')
+        done = f'{r["epochs"]}' + ('' if r['status'] == 'finished' else f' of {r["planned_epochs"]} (unfinished)')
         params = f'{r["params"]:,}' if r['params'] is not None else '-'
         lines.append(f'| {r["name"]} | `{r["model"]}` | {params} | {r["what"]} | {done} | {r["train_acc"]:.2f} '
                      f'| {r["test_acc"]:.2f} | {r["best_test_acc"]:.2f} ({r["best_epoch"]}) | {r["wall_time"]:,.0f} |')

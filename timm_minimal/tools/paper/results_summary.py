@@ -346,7 +346,7 @@ def beyond_section(pilots: List[Row], report: Optional[Path], out: Path) -> List
     for r in sorted(pilots, key=lambda r: (r['model'], bool(r['options']), r['name'])):
         base, done = plain.get(r['model']), r['status'] == 'finished'
         same = done and base is not None and base is not r and base['epochs'] == r['epochs']
-        epochs = f"{r['epochs']}" if done else f"{r['epochs']} of {r['planned_epochs']} (running)"
+        epochs = f"{r['epochs']}" if done else f"{r['epochs']} of {r['planned_epochs']} (unfinished)"
         lines.append(f"| `{r['model']}` | {r['what']} | {epochs} | {r['test_acc']:.2f} "
                      f"| {cell(r['test_acc'] - base['test_acc'] if same else None, '+.2f')} |")
     return lines + ['']
