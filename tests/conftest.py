@@ -36,6 +36,12 @@ def mnist_dir(tmp_path_factory):
     return root
 
 
+@pytest.fixture(scope='module')
+def data(mnist_dir):
+    """The trainer's options for the bundled MNIST digits (``mnist_dir``)."""
+    return ['--data-dir', mnist_dir]
+
+
 @pytest.fixture
 def small_disk(tmp_path):
     """A real file system of a given size (tmpfs), to fill up: ``small_disk(kib)`` mounts one and returns its

@@ -17,7 +17,7 @@ from timm_minimal.cli import UsageError
 from timm_minimal.training import cpu_split
 from timm_minimal.training import cpu_policy, train as train_mod
 
-from test_train import DDP_ARGS, data, metrics, run_inprocess, run_subprocess, weights  # noqa: F401 (data: a fixture)
+from trainer_runs import DDP_ARGS, metrics, run_inprocess, run_subprocess, weights
 
 
 def test_the_budget_is_the_affinity_capped_by_omp_num_threads(monkeypatch):

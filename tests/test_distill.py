@@ -12,7 +12,7 @@ import timm_minimal  # noqa: F401
 from timm_minimal.models.layers import ATTENTION_LAYERS, MimeticInit
 from timm_minimal.training.distill import build_distillation, build_teacher
 
-from test_train import BASE, assert_same_run, run_inprocess, run_killed, weights
+from trainer_runs import BASE, assert_same_run, run_inprocess, run_killed, weights
 
 torch.set_num_threads(1)
 
@@ -20,10 +20,6 @@ torch.set_num_threads(1)
 KD_ARGS = BASE + ['--model', 'vit_minimal_sym_6x1', '--model-kwargs', 'depth=2', '--eval-subset', '200',
                   '--teacher', 'vit_minimal_std_mlp_6x1', '--checkpoint-interval', '4']
 
-
-@pytest.fixture(scope='module')
-def data(mnist_dir):
-    return ['--data-dir', mnist_dir]
 
 
 def test_timm_factory_keywords_device_and_dtype():
@@ -170,7 +166,7 @@ def test_a_teacher_with_other_classes_is_refused(data, tmp_path, capsys):
 @pytest.mark.slow
 def test_a_distilled_run_trains_as_two_cpu_processes(data, tmp_path):
     """The CPU split with a teacher: each process holds the teacher outside DDP, the run ends and records it."""
-    from test_train import run_subprocess
+    from trainer_runs import run_subprocess
     out = tmp_path / 'run'
     proc = run_subprocess(KD_ARGS + data + ['--epochs', '1', '--output', out, '--cpu-processes', '2'], threads=2)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]

@@ -11,7 +11,7 @@ from PIL import Image
 from timm_minimal.training.data import DatasetError, load_cifar10, load_image_folder
 from timm_minimal.training.image_folder import scan_split
 
-from test_train import metrics, run_inprocess
+from trainer_runs import metrics, run_inprocess
 
 torch.set_num_threads(1)
 

@@ -69,7 +69,7 @@ def test_a_record_written_before_launches_kept_their_first_epoch_still_sums_its_
 @pytest.fixture
 def fresh_accelerate_state():
     """Each run builds its Accelerator from its own precision, and leaves none behind for the tests after it."""
-    from test_train import reset_accelerate_state
+    from trainer_runs import reset_accelerate_state
     yield reset_accelerate_state
     reset_accelerate_state()
 

@@ -9,7 +9,7 @@ import torch
 import yaml
 from safetensors.torch import load_file, save_file
 
-from test_train import DDP_ARGS, ROOT, metrics, run_inprocess, run_subprocess
+from trainer_runs import DDP_ARGS, ROOT, metrics, run_inprocess, run_subprocess
 from timm_minimal.training import train as train_mod
 from timm_minimal.training.files import FolderLock
 

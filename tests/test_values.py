@@ -16,7 +16,7 @@ from timm_minimal.training.run_folder import RunFolder
 from timm_minimal.training.run_record import RunRecord
 from timm_minimal_scripts import SCRIPTS
 
-from test_train import BASE, run_inprocess
+from trainer_runs import BASE, run_inprocess
 
 HUGE = '9' * 400
 
@@ -85,10 +85,6 @@ def test_bad_numbers_are_named(kind, text, named):
         number(kind, 0)(text)
     assert named in str(e.value) and len(str(e.value)) < 200
 
-
-@pytest.fixture(scope='module')
-def data(mnist_dir):
-    return ['--data-dir', mnist_dir]
 
 
 def _status(argv):
