@@ -44,8 +44,8 @@ def main() -> int:
     import timm
     import torch
     print(f'CPU flags: {cpu_flags()}, {os.cpu_count()} cores; python {sys.version.split()[0]}, '
-          f'torch {torch.__version__}, timm {timm.__version__}; median of {args.repeats} alternating runs, each a fresh '
-          f'interpreter')
+          f'torch {torch.__version__}, timm {timm.__version__}; median of {args.repeats} alternating runs, each a '
+          f'fresh interpreter')
     print('| script | --help (s) | tool imported first (s) | ratio |')
     print('|---|---:|---:|---:|')
     for name, (light, heavy) in times.items():

@@ -15,8 +15,8 @@ from ..models.datasets import dataset_for_kind, tag_for_kind
 from .cli import CPU_COMPILE_MIN_IMAGES, trains_on_cpu
 from .data import dataset_kind, load_dataset
 
-__all__ = ['cpu_has_bf16', 'minimal_with_mlp', 'cpu_bf16_pays', 'cpu_precision', 'default_compile', 'cpu_processes', 'model_for_probe',
-           'cpu_threads', 'run_split', 'SPLIT_STATUS_ENV']
+__all__ = ['cpu_has_bf16', 'minimal_with_mlp', 'cpu_bf16_pays', 'cpu_precision', 'default_compile', 'cpu_processes',
+           'model_for_probe', 'cpu_threads', 'run_split', 'SPLIT_STATUS_ENV']
 
 
 def cpu_has_bf16() -> bool:
