@@ -2,7 +2,11 @@
 project's dependencies as ``name===X`` (the registry's build of exactly that release; a locally built wheel such as
 ``2.13.0+cpu`` would not match the registry's torchvision), one per line, for ``pip install -c``."""
 import sys
-import tomllib
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
 
 TESTED = ('torch', 'torchvision', 'timm')
 

@@ -2,13 +2,11 @@
 of imports is the first thing a new user meets. Their timing: scripts/help_time.py."""
 import subprocess
 import sys
-import tomllib
-from pathlib import Path
+from importlib.metadata import distribution
 
 import timm_minimal_scripts
 from timm_minimal_scripts import SCRIPTS, asks_for_help
 
-ROOT = Path(__file__).resolve().parents[1]
 HEAVY = ('torch', 'timm', 'transformers', 'gradio', 'onnx', 'onnxruntime', 'matplotlib', 'numpy', 'PIL')
 
 EVERY_HELP = f'''
@@ -39,7 +37,8 @@ def test_every_script_prints_its_help_without_torch_and_the_package_still_loads(
 
 
 def test_the_installed_scripts_are_these():
-    scripts = tomllib.loads((ROOT / 'pyproject.toml').read_text())['project']['scripts']
+    """The installed console scripts (pyproject.toml's [project.scripts]) are the launcher's, one per tool."""
+    scripts = {e.name: e.value for e in distribution('timm-minimal').entry_points if e.group == 'console_scripts'}
     assert set(scripts) == set(SCRIPTS)
     for name, target in scripts.items():
         module, function = target.split(':')
