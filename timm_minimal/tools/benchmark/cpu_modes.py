@@ -1,6 +1,6 @@
 """The training step on the CPU in each mode, side by side, measured in one run: which default pays here.
 
-    python -m timm_minimal.tools.benchmark.cpu_modes                      # sym_6x4 and std_mlp_6x1, CIFAR-10
+    timm-minimal-benchmark --cpu-modes                                    # sym_6x4 and std_mlp_6x1, CIFAR-10
     timm-minimal-benchmark --cpu-modes --models vit_minimal_sym_6x4.cifar10 --batch-size 256
 
 For every model: the bare training step (forward, cross-entropy, backward, AdamW; resident random inputs;
@@ -37,7 +37,7 @@ from ...cli import HelpFormatter, OneLineParser, positive_int, usable_cores
 
 __all__ = ['MODES', 'measure_mode', 'measure_jobs', 'measure_trainer', 'run', 'main']
 
-PROG = 'python -m timm_minimal.tools.benchmark.cpu_modes'
+PROG = 'timm-minimal-benchmark --cpu-modes'  # the one spelling, in the help, the errors and the reports
 # mode: (torch.compile, autocast dtype, heads padded for SDPA)
 MODES = {'eager-unpadded': (False, None, False), 'eager': (False, None, True), 'compile': (True, None, True),
          'bf16': (False, torch.bfloat16, True), 'compile+bf16': (True, torch.bfloat16, True)}
