@@ -35,10 +35,14 @@ SCRIPTS: Dict[str, Script] = {
 parsing = False
 
 
+def _options(argv: Sequence[str]) -> Sequence[str]:
+    """The words before any ``--`` (after it, the words are another program's)."""
+    return argv[:list(argv).index('--')] if '--' in argv else argv
+
+
 def asks_for_help(argv: Sequence[str]) -> bool:
     """Whether argparse would print the help: -h or --help before any ``--``."""
-    head = argv[:list(argv).index('--')] if '--' in argv else argv
-    return any(arg in ('-h', '--help') for arg in head)
+    return any(arg in ('-h', '--help') for arg in _options(argv))
 
 
 def print_help(script: Script, argv: Sequence[str]) -> None:
@@ -51,7 +55,8 @@ def print_help(script: Script, argv: Sequence[str]) -> None:
         module = importlib.import_module(script.parser)
     finally:
         parsing = False
-    if not any(flag in argv for flag in getattr(module, 'DISPATCH', ())):  # else the module handed to prints it
+    handed_over = any(flag in _options(argv) for flag in getattr(module, 'DISPATCH', ()))
+    if not handed_over:  # else the module the command line is handed to prints its own help
         getattr(module, script.builder)().parse_args(argv)
     importlib.import_module('timm_minimal').load_models()  # the command runs after all, with what it needs
 
