@@ -2,6 +2,7 @@
 the pool that runs commands N at a time, and ``--jobs`` training several runs at once on the MNIST sample
 that ships with the package (``mnist_dir`` in conftest.py: the four idx files the trainer reads)."""
 import json
+import shutil
 import os
 import sys
 from pathlib import Path
@@ -413,6 +414,10 @@ def test_the_beyond_pilots_reuse_resume_and_report(tmp_path, capsys):
     assert beyond.main(['--runs-dir', str(runs), '--report-only', '--output', str(report)]) == 0
     text = report.read_text()
     assert '| sym_6x4-mimetic |' in text and '| 3 |' in text and '2 of 3 (unfinished)' in text
+    assert 'CPU 1: ' in text and '| 1 |' in text  # each row names the CPU it trained on
+    shutil.rmtree(runs / 'sym_6x4-kd')  # a folder that did not outlive its machine keeps its row
+    assert beyond.main(['--runs-dir', str(runs), '--report-only', '--output', str(report)]) == 0
+    assert report.read_text() == text
     assert beyond.main(['--only', 'nothing']) == 2
 
 

@@ -3,6 +3,7 @@ states the same device, precision and wall time of a run, a resumed one too."""
 import json
 
 import pytest
+import torch
 from huggingface_hub import ModelCard
 
 from timm_minimal.tools.hub import publish
@@ -92,6 +93,10 @@ def test_a_run_resumed_at_another_precision_is_reported_alike_by_the_card_and_th
     record = RunFolder(run).read_record()
     assert [la.mixed_precision for la in record.launches] == ['no', 'bf16']
     assert [la.first_epoch for la in record.launches] == [1, 2]
+    if not torch.cuda.is_available():  # each launch names the CPU it trained on: its model name and SIMD flags
+        from timm_minimal.training.cpu_split import cpu_signature
+        cpu = cpu_signature()
+        assert all(la.device_name.startswith(cpu['cpu']) and la.cpu_flags == cpu['flags'] for la in record.launches)
 
     rows = reproduce.collect(reproduce.select_rows([2], ['mnist'], ['vit_minimal_sym_6x1.mnist']), runs)
     assert rows[0]['mixed_precision'] == 'bf16' and rows[0]['epochs'] == 2

@@ -32,7 +32,16 @@ def versions() -> Dict[str, str]:
 def device_name(device: torch.device) -> str:
     if device.type == 'cuda':
         return torch.cuda.get_device_name(device)
-    return f'{platform.processor() or platform.machine()}, {os.cpu_count()} cores'
+    from .cpu_split import cpu_signature
+    return f"{cpu_signature()['cpu']}, {os.cpu_count()} cores"
+
+
+def cpu_flags(device: torch.device) -> Optional[str]:
+    """The CPU's SIMD flags where the run trains on the CPU (they decide its speed and its bf16 path)."""
+    if device.type == 'cuda':
+        return None
+    from .cpu_split import cpu_signature
+    return cpu_signature()['flags']
 
 
 def launch_elapsed() -> float:
@@ -52,7 +61,7 @@ def write_run_record(run: Run, state: TrainState, info: Dict[str, Any], last_dir
     folder.write_args(saved_args)
     command = 'timm-minimal-train ' + ' '.join(shlex.quote(a) for a in info['argv'])
     launch = Launch(command=command, started=datetime.now(timezone.utc).isoformat(timespec='seconds'),
-                    num_processes=run.world, device=str(run.device), device_name=device_name(run.device),
+                    num_processes=run.world, device=str(run.device), device_name=device_name(run.device), cpu_flags=cpu_flags(run.device),
                     mixed_precision=acc.mixed_precision,
                     compiled=run.compiled, compile_mode=compile_mode,
                     data_path=run.data.describe(), torch_threads=torch.get_num_threads(),

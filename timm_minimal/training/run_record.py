@@ -77,6 +77,7 @@ class Launch:
     num_processes: int = 1
     device: str = 'cpu'
     device_name: Optional[str] = None
+    cpu_flags: Optional[str] = None  # the CPU's SIMD flags, for a run on the CPU
     mixed_precision: Optional[str] = None
     compiled: bool = False
     compile_mode: Optional[str] = None

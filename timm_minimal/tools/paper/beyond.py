@@ -13,7 +13,8 @@ Every variant starts from the dataset's recipe (``--recipe``, default CIFAR-10's
 Each variant trains once into ``<runs-dir>/<name>/`` (a finished run is reused, an interrupted one resumed), up to
 ``--jobs`` at a time with the cores split among them. The report lists, per variant, the test accuracy of the last
 epoch (no checkpoint is chosen on the test split), the best epoch's for reference, and the last epoch's training
-accuracy, which tells underfitting from overfitting.
+accuracy, which tells underfitting from overfitting. A pilot whose folder is gone keeps its row of the report's
+earlier JSON, with the CPU it trained on.
 """
 import argparse
 import json
@@ -100,28 +101,45 @@ def collect(variants: Sequence[Variant], runs_dir: Path) -> List[Dict[str, Any]]
                          test_acc=last['test_acc'], train_acc=last['train_acc'], best_test_acc=best['test_acc'],
                          best_epoch=best['epoch'], teacher=record.teacher,
                          wall_time=sum(m['epoch_time'] for m in metrics), threads=record.last_launch.torch_threads,
-                         device=record.last_launch.device_name))
+                         device=record.last_launch.device_name, cpu_flags=record.last_launch.cpu_flags))
     return rows
 
 
-def write_report(rows: Sequence[Dict[str, Any]], path: Path, command_line: str, cpu: str) -> None:
+def keep_earlier(rows: List[Dict[str, Any]], earlier: Sequence[Dict[str, Any]],
+                 variants: Sequence[Variant]) -> List[Dict[str, Any]]:
+    """``rows`` and, for each chosen pilot with no run folder here, its row of an earlier report (run folders may not
+    outlive the machine that trained them; their measurements stay), in the order of ``variants``."""
+    by_name = {r['name']: r for r in earlier}
+    by_name.update({r['name']: r for r in rows})
+    return [by_name[v.name] for v in variants if v.name in by_name]
+
+
+def _machine(row: Dict[str, Any]) -> str:
+    """The CPU a row trained on, as its run recorded it (rows of runs that recorded no flags say so)."""
+    return f"{row['device']} (CPU flags: {row.get('cpu_flags') or 'not recorded'})"
+
+
+def write_report(rows: Sequence[Dict[str, Any]], path: Path, command_line: str) -> None:
+    machines = list(dict.fromkeys(_machine(r) for r in rows))
     lines = [
         '# Beyond the paper: CIFAR-10 pilots', '',
         f'Command: `{command_line}`', '',
         f'Every run: the `cifar10_cpu` recipe (AdamW, lr 6e-3, cosine) at the budget shown, seed 0, one process of one '
-        f'thread beside one other run, on {cpu}. Test accuracy is that of the last epoch on the full CIFAR-10 test '
+        f'thread beside one other run, on the CPU the last column names. Test accuracy is that of the last epoch on the full CIFAR-10 test '
         f'split; the best epoch is shown for reference only (no checkpoint was chosen on the test split). Train '
         f'accuracy is measured on the augmented batches of the last epoch (with mixup and cutmix: against each '
         f'image\'s own label, so it reads low). Wall times are those of a shared machine, not benchmarks.', '',
         '| pilot | model | parameters | what changes | epochs | train acc % | test acc % (last) | best test % (epoch) '
-        '| wall time (s) |',
-        '|---|---|---:|---|---:|---:|---:|---:|---:|',
+        '| wall time (s) | CPU |',
+        '|---|---|---:|---|---:|---:|---:|---:|---:|---:|',
     ]
     for r in rows:
         done = f'{r["epochs"]}' + ('' if r['status'] == 'finished' else f' of {r["planned_epochs"]} (unfinished)')
         params = f'{r["params"]:,}' if r['params'] is not None else '-'
         lines.append(f'| {r["name"]} | `{r["model"]}` | {params} | {r["what"]} | {done} | {r["train_acc"]:.2f} '
-                     f'| {r["test_acc"]:.2f} | {r["best_test_acc"]:.2f} ({r["best_epoch"]}) | {r["wall_time"]:,.0f} |')
+                     f'| {r["test_acc"]:.2f} | {r["best_test_acc"]:.2f} ({r["best_epoch"]}) | {r["wall_time"]:,.0f} '
+                     f'| {machines.index(_machine(r)) + 1} |')
+    lines += [''] + [f'CPU {i}: {m}.' for i, m in enumerate(machines, 1)]
     teachers = {r['teacher']['name']: r['teacher'] for r in rows if r.get('teacher')}
     for name, t in teachers.items():
         lines += ['', f'Teacher `{name}` ({t["num_params"]:,} parameters): {t["test_acc"]:.2f}% on the test split as '
@@ -164,13 +182,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 say(f'[beyond] {c.name}: {shlex.join(c.argv)}')
             return 0
         failed = [r for r in run_commands(commands, jobs=args.jobs, prefix='[beyond] ') if r.returncode != 0]
-    from ..common import cpu_environment
-    rows = collect(chosen, Path(args.runs_dir))
-    cpu = cpu_environment()
-    cpu_text = f'{cpu["device"]} (CPU flags: {cpu["flags"]})'
-    write_report(rows, Path(args.output), 'python -m timm_minimal.tools.paper.beyond ' + shlex.join(
-        [a for a in argv if a not in ('--report-only', '--dry-run')]), cpu_text)
     json_path = Path(args.json) if args.json else Path(args.output).with_suffix('.json')
+    earlier = json.loads(json_path.read_text()) if json_path.is_file() else []
+    rows = keep_earlier(collect(chosen, Path(args.runs_dir)), earlier, chosen)
+    write_report(rows, Path(args.output), 'python -m timm_minimal.tools.paper.beyond ' + shlex.join(
+        [a for a in argv if a not in ('--report-only', '--dry-run')]))
     json_path.write_text(json.dumps(rows, indent=2) + '\n')
     say(f'[beyond] wrote {args.output}, {json_path}')
     return 1 if failed else 0
