@@ -1,6 +1,7 @@
 """One training run on a multi-core CPU as data-parallel processes (timm_minimal.training.cpu_split): the split is
 decided by a measurement kept per machine, never exceeds the cores a run may use (under reproduce --jobs too),
 trains what one process trains, and a resumed run keeps its process count."""
+import dataclasses
 import functools
 import json
 import os
@@ -15,7 +16,8 @@ import yaml
 
 from timm_minimal.cli import UsageError
 from timm_minimal.training import cpu_split
-from timm_minimal.training import cpu_policy, train as train_mod
+from timm_minimal.training import train as train_mod
+from timm_minimal.training.plan import PLANNED, resolve_plan
 
 from trainer_runs import DDP_ARGS, metrics, run_inprocess, run_subprocess, weights
 
@@ -107,20 +109,49 @@ def test_a_probe_runs_the_step_it_is_given():
     assert rate > 0
 
 
+def _plan(argv, explicit=None, **kwargs):
+    args, provenance = train_mod.parse_args(argv)
+    if explicit is not None:
+        provenance['explicit'] = explicit
+    return resolve_plan(args, provenance, **kwargs)
+
+
 def test_short_runs_gpu_runs_and_launched_processes_stay_one_process(monkeypatch):
+    monkeypatch.setattr(cpu_split, 'core_budget', lambda: 2)
     monkeypatch.setattr(cpu_split, 'decide', lambda *a, **k: pytest.fail('measured a run that does not split'))
-    args, _ = train_mod.parse_args(['--model', 'vit_minimal_sym_6x4', '--dataset', 'cifar10', '--epochs', '2', '--cpu'])
-    assert cpu_policy.cpu_processes(args) == 1 and args.cpu_processes == 1  # 100,000 images: too short to repay
-    args, _ = train_mod.parse_args(['--model', 'vit_minimal_sym_6x4', '--dataset', 'cifar10', '--epochs', '100',
-                                    '--cpu'])
+    plan = _plan(['--model', 'vit_minimal_sym_6x4', '--dataset', 'cifar10', '--epochs', '2', '--cpu'])
+    assert plan.processes == 1 and not plan.starts_split  # 100,000 images: too short to repay a probe
+    assert plan.saved_options()['cpu_processes'] == 1  # kept for a resume
+    long_run = ['--model', 'vit_minimal_sym_6x4', '--dataset', 'cifar10', '--epochs', '100', '--cpu']
     monkeypatch.setenv('WORLD_SIZE', '2')
-    assert cpu_policy.cpu_processes(args) == 1
+    assert not _plan(long_run).starts_split  # a process of a launched group
     monkeypatch.delenv('WORLD_SIZE')
-    monkeypatch.setattr(cpu_split, 'decide', lambda *a, **k: 2)
-    assert cpu_policy.cpu_processes(args) == 2 and args.cpu_processes == 2
-    args, _ = train_mod.parse_args(['--model', 'vit_minimal_sym_6x4', '--dataset', 'cifar10', '--epochs', '100', '--cpu',
-                                    '--cpu-processes', '1'])
-    assert cpu_policy.cpu_processes(args) == 1
+    assert not _plan(long_run, split=False).starts_split  # train(args) from Python trains in its own process
+    measured = []
+    monkeypatch.setattr(cpu_split, 'decide', lambda model, batch, cache, **step: measured.append((model, step)) or 2)
+    plan = _plan(long_run + ['--model-kwargs', 'depth=2'])
+    assert plan.processes == 2 and plan.starts_split and plan.threads is None
+    # the probe times the run's own step: the tagged model, its keywords, its precision and compilation
+    assert measured == [('vit_minimal_sym_6x4.cifar10', dict(model_kwargs={'depth': 2}, bf16=False, compiled=False))]
+    assert _plan(long_run + ['--cpu-processes', '1']).processes == 1
+
+
+def test_the_plan_is_resolved_once_and_the_options_no_longer_hold_it(monkeypatch):
+    """Every field the plan decides is gone from the options that the stages after it read, so a stage that reads
+    one there fails at once; args.yaml records them as given, with the decided processes and threads."""
+    monkeypatch.delenv('OMP_NUM_THREADS', raising=False)
+    monkeypatch.setattr(cpu_split, 'core_budget', lambda: 2)
+    monkeypatch.setattr(cpu_split, 'free_cores', lambda budget: 1)
+    plan = _plan(['--model', 'vit_minimal_sym_6x4', '--dataset', 'mnist', '--cpu', '--epochs', '1'])
+    assert plan.model == 'vit_minimal_sym_6x4.mnist' and plan.dataset_kind == 'mnist' and plan.device == 'cpu'
+    assert plan.recipe == 'mnist_cpu' and plan.compile is False and plan.threads == 1
+    for name in PLANNED:
+        with pytest.raises(AttributeError):
+            getattr(plan.options, name)
+    saved = plan.saved_options()
+    assert saved['model'] == 'vit_minimal_sym_6x4' and saved['threads'] == 1 and 'resume' not in saved
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        plan.threads = 2
 
 
 def test_a_resumed_run_keeps_its_process_count(data, tmp_path):
@@ -138,12 +169,12 @@ def test_more_processes_than_cores_are_refused_unless_a_resume_kept_them(monkeyp
     args, _ = train_mod.parse_args(['--model', 'vit_minimal_sym_6x4', '--dataset', 'cifar10', '--cpu',
                                     '--cpu-processes', '3'])
     with pytest.raises(UsageError, match='--cpu-processes 3 is more than the 2 core'):
-        cpu_policy.cpu_processes(args)
+        resolve_plan(args, dict(explicit=['cpu_processes']))
     args.resume = 'run'  # the count came from the resumed run's args.yaml: said, and kept (the same training)
-    assert cpu_policy.cpu_processes(args, explicit=False) == 3
+    assert resolve_plan(args, dict(explicit=[])).processes == 3
     assert 'they share them (slower, the same training)' in capsys.readouterr().out
     with pytest.raises(UsageError):  # asked for on this command line: refused
-        cpu_policy.cpu_processes(args, explicit=True)
+        resolve_plan(args, dict(explicit=['cpu_processes']))
 
 
 @pytest.mark.slow
@@ -223,17 +254,11 @@ def test_a_one_process_run_takes_the_cores_other_work_leaves_free(monkeypatch, c
     monkeypatch.setattr(cpu_split, 'free_cores', lambda budget: 1)
     before = torch.get_num_threads()
     try:
-        args, _ = train_mod.parse_args(['--model', 'vit_minimal_sym_6x4', '--dataset', 'mnist-sample', '--cpu'])
-        cpu_policy.cpu_threads(args)
-        assert args.threads == 1 and torch.get_num_threads() == 1
+        sample = ['--model', 'vit_minimal_sym_6x4', '--dataset', 'mnist-sample', '--cpu']
+        assert _plan(sample).threads == 1
         assert 'Other work keeps 1 of the 2 cores busy: training on 1 thread(s)' in capsys.readouterr().out
-        args, _ = train_mod.parse_args(['--model', 'vit_minimal_sym_6x4', '--dataset', 'mnist-sample', '--cpu',
-                                        '--threads', '2'])
-        cpu_policy.cpu_threads(args)
-        assert args.threads == 2 and torch.get_num_threads() == 2
+        assert _plan(sample + ['--threads', '2']).threads == 2
         monkeypatch.setenv('OMP_NUM_THREADS', '2')
-        args, _ = train_mod.parse_args(['--model', 'vit_minimal_sym_6x4', '--dataset', 'mnist-sample', '--cpu'])
-        cpu_policy.cpu_threads(args)
-        assert args.threads == 2
+        assert _plan(sample).threads == 2
     finally:
         torch.set_num_threads(before)

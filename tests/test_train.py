@@ -20,6 +20,7 @@ from PIL import Image
 from safetensors.torch import load_file
 
 from timm_minimal.training import cpu_policy, train as train_mod
+from timm_minimal.training.plan import resolve_plan
 
 torch.set_num_threads(1)
 
@@ -203,11 +204,13 @@ def test_cpu_default_precision_follows_the_model_family(model, kwargs, pays, mon
         assert cpu_policy.cpu_bf16_pays(model, kwargs) is (pays and native)
         for given in (None, 'no'):
             reset_accelerate_state()
-            args = train_mod.build_parser().parse_args(['--cpu'] + (['--model', model] if model else []) +
+            args = train_mod.build_parser().parse_args(['--cpu', '--dataset', 'cifar10'] +
+                                                       (['--model', model] if model else ['--model', 'resnet18']) +
                                                        (['--mixed-precision', given] if given else []))
             args.model_kwargs = kwargs
             expected = 'bf16' if pays and native and given is None else 'no'
-            assert train_mod.make_accelerator(args).mixed_precision == expected
+            plan = resolve_plan(args, split=False)
+            assert plan.precision == expected and train_mod.make_accelerator(plan).mixed_precision == expected
     reset_accelerate_state()
 
 
@@ -222,10 +225,7 @@ def test_cpu_default_precision_follows_the_model_family(model, kwargs, pays, mon
     ('vit_minimal_std_mlp_6x1', {}, 'mps', 20, None, False)])
 def test_default_compile_follows_the_device_the_model_family_and_the_run_length(model, kwargs, device, epochs,
                                                                                  given, expected):
-    args = train_mod.build_parser().parse_args(['--model', model, '--epochs', str(epochs)] +
-                                               ([] if given is None else ['--compile' if given else '--no-compile']))
-    args.model_kwargs = kwargs
-    assert cpu_policy.default_compile(args, device, 50_000) is expected
+    assert cpu_policy.default_compile(given, model, kwargs, device, epochs * 50_000) is expected
 
 
 def test_a_long_cpu_run_of_a_model_with_an_mlp_compiles_by_default(data, tmp_path, monkeypatch):

@@ -1,6 +1,6 @@
 """How a run trains on the CPU: bf16 where it pays, compilation for a long enough run, the threads of one process
-and the processes of a split (``cpu_split`` measures and launches them). Each choice is kept in the run's options
-(``args.yaml``), so a resumed run keeps it."""
+and the processes of a split (``cpu_split`` measures and launches them). The rules live here; ``plan.resolve_plan``
+applies them once per run, and ``args.yaml`` keeps the process count and the threads, so a resumed run keeps them."""
 import argparse
 import os
 import tempfile
@@ -11,12 +11,11 @@ import torch
 from timm.models import split_model_name_tag
 
 from ..cli import EXIT_FAILURE, UsageError
-from ..models.datasets import dataset_for_kind, tag_for_kind
-from .cli import CPU_COMPILE_MIN_IMAGES, trains_on_cpu
-from .data import dataset_kind, load_dataset
+from .cli import CPU_COMPILE_MIN_IMAGES
+from .data import load_dataset
 
 __all__ = ['cpu_has_bf16', 'minimal_with_mlp', 'cpu_bf16_pays', 'cpu_precision', 'default_compile', 'cpu_processes',
-           'model_for_probe', 'cpu_threads', 'run_split', 'SPLIT_STATUS_ENV']
+           'cpu_threads', 'run_split', 'SPLIT_STATUS_ENV']
 
 
 def cpu_has_bf16() -> bool:
@@ -45,83 +44,70 @@ def cpu_bf16_pays(model: Optional[str], model_kwargs: Optional[Dict[str, Any]] =
     return minimal_with_mlp(model, model_kwargs) and cpu_has_bf16()
 
 
-def cpu_precision(args: argparse.Namespace) -> str:
-    """The autocast of a CPU run: ``--mixed-precision`` or accelerate's environment where given, else bf16 where it
+def cpu_precision(model: Optional[str], model_kwargs: Optional[Dict[str, Any]] = None) -> str:
+    """The autocast of a CPU run that names none (``--mixed-precision``, accelerate's environment): bf16 where it
     pays (``cpu_bf16_pays``), else 'no'."""
-    given = args.mixed_precision or os.environ.get('ACCELERATE_MIXED_PRECISION')
-    if given:
-        return given
-    return 'bf16' if cpu_bf16_pays(args.model, args.model_kwargs) else 'no'
+    return 'bf16' if cpu_bf16_pays(model, model_kwargs) else 'no'
 
 
-def default_compile(args: argparse.Namespace, device_type: str, train_images: int) -> bool:
-    """``--compile``/``--no-compile`` where given; else always on a CUDA GPU, and on the CPU for the minimal
+def default_compile(given: Optional[bool], model: str, model_kwargs: Optional[Dict[str, Any]], device_type: str,
+                    run_images: Optional[int]) -> bool:
+    """``--compile``/``--no-compile`` where ``given``; else always on a CUDA GPU, and on the CPU for the minimal
     transformers with an MLP in a run of at least ``CPU_COMPILE_MIN_IMAGES`` training images (epochs x images per
-    epoch), long enough to repay a cold compilation. The attention-only models gain nothing from it on the CPU."""
-    if args.compile is not None:
-        return args.compile
+    epoch; None, unknown before the data are read, counts as short), long enough to repay a cold compilation. The
+    attention-only models gain nothing from it on the CPU."""
+    if given is not None:
+        return given
     if device_type == 'cuda':
         return True
-    return (device_type == 'cpu' and minimal_with_mlp(args.model, args.model_kwargs)
-            and args.epochs * train_images >= CPU_COMPILE_MIN_IMAGES)
+    return (device_type == 'cpu' and minimal_with_mlp(model, model_kwargs)
+            and (run_images or 0) >= CPU_COMPILE_MIN_IMAGES)
 
 
-def cpu_processes(args: argparse.Namespace, explicit: bool = True) -> int:
-    """How many processes this run trains as: 1 on a GPU, inside a launched process group or for a short run;
-    else ``--cpu-processes`` or, unset, what ``cpu_split.decide`` measured on this machine. The count is kept in
-    ``args`` (and so in ``args.yaml``): a resumed run keeps it, on fewer cores too (said), unless ``explicit`` (given on
-    this command line) asks for another. A count above the core budget is refused otherwise."""
+def cpu_processes(args: argparse.Namespace, model: str, run_images: Optional[int], bf16: bool, compiled: bool,
+                  explicit: bool = True) -> int:
+    """How many processes a CPU run of ``model`` trains as: ``--cpu-processes``, or unset, 1 for a short run (under
+    ``SPLIT_MIN_IMAGES`` training images, the tests and the demo among them: they pay no probe) and for a machine
+    of one core, else what ``cpu_split.decide`` measured here on the run's own step (its model kwargs, ``bf16``
+    autocast, ``compiled``). A resumed run keeps its count from ``args.yaml``, on fewer cores too (said), unless
+    ``explicit`` (given on this command line) asks for another; a count above the core budget is refused otherwise."""
     from .cpu_split import SPLIT_MIN_IMAGES, core_budget, decide
     from .data import default_cache_dir
-    if 'WORLD_SIZE' in os.environ or not trains_on_cpu(vars(args)):
-        return 1
-    if args.cpu_processes is None:
-        info = dataset_for_kind(dataset_kind(args.dataset))
-        images = min(args.train_subset or info.train_samples, info.train_samples) if info else 0
-        long_run = args.epochs * images >= SPLIT_MIN_IMAGES and core_budget() > 1
-        step = dict(model_kwargs=args.model_kwargs, bf16=cpu_precision(args) == 'bf16',
-                    compiled=default_compile(args, 'cpu', images))
-        args.cpu_processes = decide(model_for_probe(args), args.batch_size,
-                                    Path(args.cache_dir) if args.cache_dir else default_cache_dir(),
-                                    **step) if long_run else 1
     budget = core_budget()
-    if args.cpu_processes > budget:
+    processes = args.cpu_processes
+    if processes is None:
+        long_run = (run_images or 0) >= SPLIT_MIN_IMAGES and budget > 1
+        cache = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
+        processes = decide(model, args.batch_size, cache, model_kwargs=args.model_kwargs, bf16=bf16,
+                           compiled=compiled) if long_run else 1
+    if processes > budget:
         if args.resume is None or explicit:
-            raise UsageError(f'--cpu-processes {args.cpu_processes} is more than the {budget} core(s) this run may use '
+            raise UsageError(f'--cpu-processes {processes} is more than the {budget} core(s) this run may use '
                              f'(its CPU affinity, capped by OMP_NUM_THREADS); give at most {budget}.')
-        print(f'The resumed run trained as {args.cpu_processes} processes; this machine gives it {budget} core(s), so '
+        print(f'The resumed run trained as {processes} processes; this machine gives it {budget} core(s), so '
               f'they share them (slower, the same training). --cpu-processes {budget} changes the split.', flush=True)
-    return args.cpu_processes
+    return processes
 
 
-def model_for_probe(args: argparse.Namespace) -> str:
-    """The model the split's probe times: the run's, with the tag the trainer gives an untagged one
-    (``tag_for_kind``: its dataset's, else ImageNet's geometry)."""
-    arch, tag = split_model_name_tag(args.model)
-    tag = tag or tag_for_kind(dataset_kind(args.dataset))
-    return f'{arch}.{tag}' if arch.startswith('vit_minimal') else arch
-
-
-def cpu_threads(args: argparse.Namespace) -> None:
-    """The torch threads of a one-process CPU run: ``--threads``, else OMP_NUM_THREADS where set, else the cores
-    that other work leaves free at the start (``cpu_split.free_cores``); kept in ``args`` (and so ``args.yaml``): a
-    resumed run keeps it, as it keeps its process count. A process of a launched group keeps what it was given."""
+def cpu_threads(given: Optional[int]) -> int:
+    """The torch threads of a one-process CPU run: ``--threads`` (``given``), else OMP_NUM_THREADS where set, else
+    the cores that other work leaves free at the start (``cpu_split.free_cores``)."""
     from .cpu_split import core_budget, free_cores
-    if 'WORLD_SIZE' in os.environ or not trains_on_cpu(vars(args)):
-        return
-    if args.threads is None:
-        budget = core_budget()
-        args.threads = budget if 'OMP_NUM_THREADS' in os.environ or budget == 1 else free_cores(budget)
-        if args.threads < budget:
-            print(f'Other work keeps {budget - args.threads} of the {budget} cores busy: training on {args.threads} '
-                  f'thread(s) (--threads sets the count).', flush=True)
-    torch.set_num_threads(args.threads)
+    if given is not None:
+        return given
+    budget = core_budget()
+    threads = budget if 'OMP_NUM_THREADS' in os.environ or budget == 1 else free_cores(budget)
+    if threads < budget:
+        print(f'Other work keeps {budget - threads} of the {budget} cores busy: training on {threads} '
+              f'thread(s) (--threads sets the count).', flush=True)
+    return threads
 
 
-def run_split(args: argparse.Namespace, argv: Sequence[str], processes: int) -> int:
-    """This run as ``processes`` processes of ``cores / processes`` threads each (``cpu_split``); its exit status,
-    the main process's (2 bad input, 3 diverged), which it leaves in a file."""
+def run_split(plan: Any, argv: Sequence[str]) -> int:
+    """The run of ``plan`` (a ``plan.RunPlan``) as ``plan.processes`` processes of ``cores / processes`` threads each
+    (``cpu_split``); its exit status, the main process's (2 bad input, 3 diverged), which it leaves in a file."""
     from .cpu_split import core_budget, run_split_processes
+    args, processes = plan.options, plan.processes
     threads = max(1, core_budget() // processes)
     # the data are found (downloaded, extracted) here first: a missing dataset is one line, not one per process
     load_dataset(args.dataset, args.data_dir, download=not args.no_download, cache_dir=args.cache_dir,

@@ -131,7 +131,8 @@ class LoopConfig:
 @dataclass
 class Run:
     """What the loop needs: built once by ``timm_minimal.training.train``."""
-    args: Any  # the resolved command line, for the run record and resuming
+    args: Any  # the resolved options less what the plan decided (``plan.RunPlan.options``): the record, resuming
+    plan: Any  # the run's ``plan.RunPlan``
     loop: LoopConfig
     accelerator: Any
     model: nn.Module  # prepared (DDP) and possibly compiled: the training forward

@@ -56,7 +56,7 @@ def write_run_record(run: Run, state: TrainState, info: Dict[str, Any], last_dir
     """args.yaml, run.json (a new record, or a new launch of a resumed one) and the metrics kept so far;
     ``compile_mode`` is torch.compile's mode where the run compiled."""
     args, acc, folder = run.args, run.accelerator, run.folder
-    saved_args = {k: v for k, v in vars(args).items() if k != 'resume'}
+    saved_args = run.plan.saved_options()
     saved_args['output'] = str(folder)
     folder.write_args(saved_args)
     command = 'timm-minimal-train ' + ' '.join(shlex.quote(a) for a in info['argv'])
@@ -76,7 +76,7 @@ def write_run_record(run: Run, state: TrainState, info: Dict[str, Any], last_dir
             architecture=split_model_name_tag(run.model_name)[0], model_kwargs=info['model_kwargs'],
             num_params=info['num_params'], num_classes=run.model_config['num_classes'], dataset=info['dataset'],
             data_config={k: (list(v) if isinstance(v, tuple) else v) for k, v in info['data_cfg'].items()},
-            recipe=info['provenance'].get('recipe', args.recipe), recipe_values=info['provenance'].get('recipe_values'),
+            recipe=run.plan.recipe, recipe_values=info['provenance'].get('recipe_values'),
             teacher=info.get('teacher'),
             args=saved_args,
             distributed=dict(num_processes=run.world, global_batch_size=args.batch_size,

@@ -49,9 +49,9 @@ import torch
 import torch.nn as nn
 from timm.models import split_model_name_tag
 
-from ..cli import EXIT_DIVERGED, EXIT_FAILURE, EXIT_USAGE, Failure, command, env_number
+from ..cli import EXIT_DIVERGED, EXIT_FAILURE, EXIT_USAGE, Failure, command
 from . import checkpoint as ckpt
-from .data import DatasetError, ImageData, dataset_kind, dataset_len, load_dataset
+from .data import DatasetError, ImageData, dataset_len, load_dataset
 from .engine import (
     CheckpointNotWritten, Diverged, FiniteGuard, LoopConfig, Run, TrainHooks, TrainState, check_finite, epoch_row,
     evaluate, save_checkpoint, train_one_epoch,
@@ -62,8 +62,8 @@ from .run_folder import RunFolder
 from .recording import finish_run, launch_elapsed, rank_report, write_run_record
 from .cli import UsageError, build_parser, check_numbers, load_recipe, parse_args  # noqa: F401  (also reachable here)
 from .data_paths import build_data_path, count_batches, data_config
-from .cpu_policy import (SPLIT_STATUS_ENV, cpu_bf16_pays, cpu_precision, cpu_processes, cpu_threads, default_compile,
-                         run_split)
+from .cpu_policy import SPLIT_STATUS_ENV, cpu_bf16_pays, run_split
+from .plan import RunPlan, resolve_model_name, resolve_plan
 from .resume import restore
 
 _logger = logging.getLogger('timm_minimal.training.train')
@@ -81,52 +81,28 @@ class WriteFailed(RuntimeError):
 
 
 
-# -- helpers ---------------------------------------------------------------------------------------
-
-def resolve_model_name(name: str, data: ImageData) -> str:
-    import timm
-    arch, tag = split_model_name_tag(name)
-    if not timm.is_model(arch):
-        minimal = ', '.join(timm.list_models('vit_minimal*'))
-        raise UsageError(f"Unknown model '{arch}'. The minimal transformers are: {minimal} "
-                         f"(any other timm model name works too).")
-    if not tag and arch.startswith('vit_minimal'):
-        tag = data.default_tag
-    return f'{arch}.{tag}' if tag else arch
-
-
 # -- set-up ----------------------------------------------------------------------------------------
 
-def make_accelerator(args: argparse.Namespace):
-    """accelerate's Accelerator: CPU, one or several GPUs; bf16 autocast by default where the GPU supports it, and on
-    the CPU where it pays (``cpu_bf16_pays``)."""
+def make_accelerator(plan: RunPlan):
+    """accelerate's Accelerator on the plan's device, in its precision (several processes without a GPU, from
+    torchrun, accelerate launch or the CPU split, train as CPU data parallelism: gloo)."""
     from accelerate import Accelerator
-    has_gpu = torch.cuda.is_available() or (hasattr(torch, 'xpu') and torch.xpu.is_available())
-    # several processes without a GPU (torchrun, accelerate launch on a CPU machine): accelerate only
-    # sets up CPU data parallelism (gloo) when told to use the CPU
-    multi_cpu = not has_gpu and env_number('WORLD_SIZE', int, 1, low=1) > 1
-    precision = args.mixed_precision
-    if precision is None and 'ACCELERATE_MIXED_PRECISION' not in os.environ:
-        if torch.cuda.is_available() and not args.cpu:
-            precision = 'bf16' if torch.cuda.is_bf16_supported() else 'no'
-        else:
-            precision = cpu_precision(args) if args.cpu or not has_gpu else 'no'
-    return Accelerator(mixed_precision=precision, gradient_accumulation_steps=args.grad_accum_steps,
-                       cpu=args.cpu or multi_cpu, step_scheduler_with_optimizer=False)
+    return Accelerator(mixed_precision=plan.precision, gradient_accumulation_steps=plan.options.grad_accum_steps,
+                       cpu=plan.device == 'cpu', step_scheduler_with_optimizer=False)
 
 
-def prepare_folder(args: argparse.Namespace, accelerator: Any) -> Tuple[RunFolder, Optional[Path]]:
+def prepare_folder(plan: RunPlan, accelerator: Any) -> Tuple[RunFolder, Optional[Path]]:
     """The run folder (named by the main process when --output is not given) and the checkpoint to resume."""
-    if args.output is None:
-        kind = dataset_kind(args.dataset)
+    args, output = plan.options, plan.options.output
+    if output is None:
         stamp = datetime.now().strftime('%Y%m%d-%H%M%S')
-        ds_short = Path(args.dataset).name if kind == 'folder' else args.dataset.replace('/', '_')
-        name = [str(Path('runs') / f'{ds_short}-{args.model.replace(".", "_")}-{stamp}')]
+        ds_short = Path(args.dataset).name if plan.dataset_kind == 'folder' else args.dataset.replace('/', '_')
+        name = [str(Path('runs') / f'{ds_short}-{plan.given["model"].replace(".", "_")}-{stamp}')]
         if accelerator.num_processes > 1:  # one folder for all processes: the main process's time stamp
             from accelerate.utils import broadcast_object_list
             broadcast_object_list(name)
-        args.output = name[0]
-    folder = RunFolder(args.output)
+        output = name[0]
+    folder = RunFolder(output)
     resuming = args.resume is not None
     if folder.path.exists() and not folder.path.is_dir():
         raise UsageError(f'--output {folder} is a file; the run folder must be a new or empty folder.')
@@ -148,10 +124,10 @@ def prepare_folder(args: argparse.Namespace, accelerator: Any) -> Tuple[RunFolde
     return folder, last_dir
 
 
-def build_model(args: argparse.Namespace, data: ImageData) -> Tuple[nn.Module, str, Dict[str, Any]]:
+def build_model(plan: RunPlan, data: ImageData) -> Tuple[nn.Module, str, Dict[str, Any]]:
     """The timm model (seeded), its full name with tag, and the model arguments given."""
     import timm
-    model_name = resolve_model_name(args.model, data)
+    args, model_name = plan.options, plan.model
     torch.manual_seed(args.seed)
     model_kwargs = dict(args.model_kwargs or {})
     if args.drop_path:
@@ -228,30 +204,20 @@ def build_loss(args: argparse.Namespace, num_classes: int, per_process_batch: in
     return nn.CrossEntropyLoss(), None
 
 
-def compile_mode(args: argparse.Namespace, accelerator: Any) -> Optional[str]:
-    """``--compile-mode``, else CUDA graphs (``reduce-overhead``) for one process on a GPU: the step of these
-    small models is launch-bound, and replaying it as a graph removes the launches."""
-    if args.compile_mode:
-        return args.compile_mode
-    if accelerator.device.type == 'cuda' and accelerator.num_processes == 1:
-        return 'reduce-overhead'
-    return None
-
-
 # -- the run ---------------------------------------------------------------------------------------
 
-def setup(args: argparse.Namespace, provenance: Dict[str, Any], argv: Sequence[str],
+def setup(plan: RunPlan, provenance: Dict[str, Any], argv: Sequence[str],
           hooks: TrainHooks) -> Tuple[Run, TrainState, Dict[str, Any], Optional[Path]]:
     """Everything a run needs: accelerator, run folder, data, model, optimizer, data path, state."""
-    check_numbers(args)
-    accelerator = make_accelerator(args)
+    args = plan.options
+    accelerator = make_accelerator(plan)
     world = accelerator.num_processes
     if args.batch_size % world:
         raise UsageError(f'--batch-size {args.batch_size} must be a multiple of the number of processes ({world}).')
     created = args.output is None or not Path(args.output).exists()
-    folder, last_dir = prepare_folder(args, accelerator)
+    folder, last_dir = prepare_folder(plan, accelerator)
     try:
-        return _assemble(args, accelerator, folder, last_dir, provenance, argv, hooks)
+        return _assemble(plan, accelerator, folder, last_dir, provenance, argv, hooks)
     except BaseException:
         folder.unlock()
         if created and accelerator.is_main_process:
@@ -259,18 +225,18 @@ def setup(args: argparse.Namespace, provenance: Dict[str, Any], argv: Sequence[s
         raise
 
 
-def _assemble(args: argparse.Namespace, accelerator: Any, folder: RunFolder, last_dir: Optional[Path],
+def _assemble(plan: RunPlan, accelerator: Any, folder: RunFolder, last_dir: Optional[Path],
               provenance: Dict[str, Any], argv: Sequence[str],
               hooks: TrainHooks) -> Tuple[Run, TrainState, Dict[str, Any], Optional[Path]]:
     """Data, model, optimizer, data path and state of a run whose folder is prepared (and locked)."""
     from timm.utils import ModelEmaV3
-    world = accelerator.num_processes
+    args, world = plan.options, accelerator.num_processes
     with accelerator.main_process_first():
         data = load_dataset(
             args.dataset, args.data_dir, download=not args.no_download, cache_dir=args.cache_dir,
             train_split=args.train_split, eval_split=args.val_split, num_classes=args.num_classes, seed=args.seed,
             batch_size=args.batch_size // world, download_hint='drop --no-download')
-    model, model_name, model_kwargs = build_model(args, data)
+    model, model_name, model_kwargs = build_model(plan, data)
     data_cfg = data_config(model, args)
     n_train, updates_per_epoch, batches_per_epoch = count_batches(args, data)
     data_path = build_data_path(args, data, data_cfg, accelerator, batches_per_epoch)
@@ -278,18 +244,18 @@ def _assemble(args: argparse.Namespace, accelerator: Any, folder: RunFolder, las
     loss_fn, mixup_fn = build_loss(args, data.num_classes, args.batch_size // world)
     teacher = None
     if args.teacher:  # built (and refused where it does not fit) before the student trains a step
-        name = args.teacher if ':' in args.teacher else resolve_model_name(args.teacher, data)
+        name = args.teacher if ':' in args.teacher else resolve_model_name(args.teacher, plan.dataset_kind)
         teacher = build_teacher(name, data.num_classes, data_cfg['input_size'], accelerator.device,
                                 bf16=teacher_bf16(name, accelerator))
     prepared, optimizer = accelerator.prepare(model, optimizer)
     unwrapped = accelerator.unwrap_model(prepared)
-    compiled = default_compile(args, accelerator.device.type, n_train)
-    train_model = torch.compile(prepared, mode=compile_mode(args, accelerator), dynamic=False) if compiled else prepared
+    compiled = plan.compile
+    train_model = torch.compile(prepared, mode=plan.compile_mode, dynamic=False) if compiled else prepared
     distill = None if teacher is None else build_distillation(
         train_model, teacher, loss_fn, args.distill_type, args.distill_temperature, args.distill_weight,
         args.distill_task_weight, data_cfg['mean'], data_cfg['std'], accelerator.device)
     ema = ModelEmaV3(unwrapped, decay=args.model_ema_decay, use_warmup=args.model_ema_warmup) if args.model_ema else None
-    run = Run(args=args, loop=LoopConfig.from_args(args), accelerator=accelerator, model=train_model,
+    run = Run(args=args, plan=plan, loop=LoopConfig.from_args(args), accelerator=accelerator, model=train_model,
               unwrapped=unwrapped, optimizer=optimizer, scheduler=scheduler, ema=ema, data=data_path, loss_fn=loss_fn, mixup_fn=mixup_fn, folder=folder,
               model_name=model_name, model_config=model_config(unwrapped, model_name, model_kwargs, data, data_cfg),
               batches_per_epoch=batches_per_epoch, hooks=hooks, compiled=compiled, distill=distill)
@@ -337,13 +303,18 @@ def teacher_bf16(name: str, accelerator: Any) -> bool:
 
 
 def train(args: argparse.Namespace, provenance: Optional[Dict[str, Any]] = None,
-          argv: Optional[Sequence[str]] = None, hooks: Optional[TrainHooks] = None) -> Dict[str, Any]:
-    """Run (or resume) one training run; returns the run summary written to run.json."""
+          argv: Optional[Sequence[str]] = None, hooks: Optional[TrainHooks] = None,
+          plan: Optional[RunPlan] = None) -> Dict[str, Any]:
+    """Run (or resume) one training run in this process; returns the run summary written to run.json. ``plan``:
+    the run's plan where the caller resolved it (``resolve_plan``), else resolved here without a CPU split."""
     t_launch = time.perf_counter()
     argv = list(sys.argv[1:] if argv is None else argv)
-    run, state, info, last_dir = setup(args, provenance or {}, argv, hooks or TrainHooks())
+    plan = plan or resolve_plan(args, provenance, split=False)
+    if plan.threads is not None:
+        torch.set_num_threads(plan.threads)
+    run, state, info, last_dir = setup(plan, provenance or {}, argv, hooks or TrainHooks())
     try:
-        return _train(run, state, info, last_dir, args, t_launch)
+        return _train(run, state, info, last_dir, plan.options, t_launch)
     finally:
         run.folder.unlock()
 
@@ -353,7 +324,7 @@ def _train(run: Run, state: TrainState, info: Dict[str, Any], last_dir: Optional
     """The epochs of a set-up run, then its record; raises ``Diverged`` or ``WriteFailed`` when it stopped early."""
     acc = run.accelerator
     if run.is_main:
-        write_run_record(run, state, info, last_dir, compile_mode(args, run.accelerator) if run.compiled else None)
+        write_run_record(run, state, info, last_dir, run.plan.compile_mode if run.compiled else None)
     status, message, local_samples, last_plot = 'finished', None, 0, time.perf_counter()
     try:
         for epoch in range(state.epoch, args.epochs):
@@ -426,11 +397,10 @@ def main(argv: Optional[Sequence[str]] = None, hooks: Optional[TrainHooks] = Non
     logging.basicConfig(level=logging.WARNING, format='%(message)s')
     try:
         args, provenance = parse_args(argv)
-        processes = cpu_processes(args, explicit='cpu_processes' in provenance['explicit'])
-        if processes > 1:
-            return run_split(args, list(sys.argv[1:] if argv is None else argv), processes)
-        cpu_threads(args)
-        train(args, provenance, argv, hooks)
+        plan = resolve_plan(args, provenance)
+        if plan.starts_split:
+            return run_split(plan, list(sys.argv[1:] if argv is None else argv))
+        train(args, provenance, argv, hooks, plan=plan)
     except DatasetError as e:
         raise UsageError(str(e)) from None
     except Diverged as e:

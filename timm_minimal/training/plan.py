@@ -1,0 +1,127 @@
+"""The plan of a run: what ``timm-minimal-train`` decides once, after its options are resolved, and every later
+stage reads.
+
+The options come from ``cli.parse_args`` (defaults < recipe < a resumed run's ``args.yaml`` < command line).
+``resolve_plan`` then decides, once and in this order: the dataset kind; the model's full name (an untagged minimal
+transformer takes its dataset's tag); the recipe; the device; the precision; compilation and its mode; and, on the
+CPU, the processes and the threads. The stages after it (the accelerator, the model, the loop, the run record) read
+the plan, as transformers' modules read one config. The options they get with it (``RunPlan.options``) no longer hold
+the fields the plan decided, so a stage that reads one of those from the Namespace fails at once
+(``AttributeError``) instead of reading an undecided value. ``args.yaml`` records the options as given, with the
+process count and the threads decided here, so a resumed run keeps them.
+"""
+import argparse
+import os
+from dataclasses import dataclass, field
+from typing import Any, Dict, Optional
+
+import torch
+from timm.models import split_model_name_tag
+
+from ..cli import UsageError, env_number
+from ..models.datasets import dataset_for_kind, tag_for_kind
+from .cli import check_numbers
+from .cpu_policy import cpu_precision, cpu_processes, cpu_threads, default_compile
+from .dataset_names import dataset_kind
+
+__all__ = ['RunPlan', 'PLANNED', 'resolve_plan', 'resolve_model_name', 'planned_images']
+
+# The options the plan decides; the stages after it read them from the plan alone.
+PLANNED = ('model', 'recipe', 'cpu', 'mixed_precision', 'compile', 'compile_mode', 'cpu_processes', 'threads')
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What a run decided, once: read by every stage after the options are resolved."""
+    dataset_kind: str  # 'mnist', 'cifar10', 'imagenet', 'folder', ... (``dataset_names.dataset_kind``)
+    model: str  # the full timm name; an untagged minimal transformer carries its dataset's tag
+    recipe: Optional[str]  # the recipe the options started from
+    device: str  # the device type the run trains on: 'cuda', 'xpu', 'mps' or 'cpu'
+    precision: str  # accelerate's mixed precision: 'no', 'bf16' or 'fp16'
+    compile: bool  # torch.compile the training forward
+    compile_mode: Optional[str]  # torch.compile's mode (None: its default)
+    processes: Optional[int]  # the CPU split's process count as args.yaml keeps it; None where none was decided
+    starts_split: bool  # this command starts ``processes`` processes of the run itself (the CPU split)
+    threads: Optional[int]  # torch threads of this process; None: it keeps what it was given (a launched group)
+    options: argparse.Namespace = field(repr=False)  # the other options, without the ones the plan decided
+    given: Dict[str, Any] = field(repr=False, default_factory=dict)  # the planned options as they were given
+
+    def saved_options(self) -> Dict[str, Any]:
+        """The run's options for ``args.yaml``: as given, with the process count and the threads decided here."""
+        saved = {**vars(self.options), **self.given, 'cpu_processes': self.processes, 'threads': self.threads}
+        saved.pop('resume', None)
+        return saved
+
+
+def resolve_model_name(name: str, kind: str) -> str:
+    """``name`` as timm creates it: a known architecture, and for an untagged minimal transformer the tag of its
+    dataset kind (``tag_for_kind``: the dataset's own, else ImageNet's geometry)."""
+    import timm
+    arch, tag = split_model_name_tag(name)
+    if not timm.is_model(arch):
+        minimal = ', '.join(timm.list_models('vit_minimal*'))
+        raise UsageError(f"Unknown model '{arch}'. The minimal transformers are: {minimal} "
+                         f"(any other timm model name works too).")
+    if not tag and arch.startswith('vit_minimal'):
+        tag = tag_for_kind(kind)
+    return f'{arch}.{tag}' if tag else arch
+
+
+def planned_images(args: argparse.Namespace, kind: str) -> Optional[int]:
+    """The training images the run will see (epochs x images per epoch) from the dataset's facts, capped by
+    ``--train-subset``; None for a dataset whose size is known only once it is read (image folders, timm
+    datasets), which the length-based defaults below then treat as short."""
+    info = dataset_for_kind(kind)
+    if info is None:
+        return None
+    return args.epochs * min(args.train_subset or info.train_samples, info.train_samples)
+
+
+def _device(args: argparse.Namespace) -> str:
+    if args.cpu:
+        return 'cpu'
+    if torch.cuda.is_available():
+        return 'cuda'
+    if hasattr(torch, 'xpu') and torch.xpu.is_available():
+        return 'xpu'
+    mps = getattr(torch.backends, 'mps', None)
+    return 'mps' if mps is not None and mps.is_available() else 'cpu'
+
+
+def _precision(args: argparse.Namespace, device: str) -> str:
+    """``--mixed-precision``, else accelerate's environment, else bf16 on a GPU that has it, and on the CPU where it
+    pays (``cpu_policy.cpu_precision``); 'no' elsewhere."""
+    given = args.mixed_precision or os.environ.get('ACCELERATE_MIXED_PRECISION')
+    if given:
+        return given
+    if device == 'cuda':
+        return 'bf16' if torch.cuda.is_bf16_supported() else 'no'
+    return cpu_precision(args.model, args.model_kwargs) if device == 'cpu' else 'no'
+
+
+def resolve_plan(args: argparse.Namespace, provenance: Optional[Dict[str, Any]] = None,
+                 split: bool = True) -> RunPlan:
+    """The plan of the run ``args`` describes (checked: every number in its range). ``split``: whether this command
+    may measure and start a CPU split (``timm-minimal-train`` does; ``train(args)`` from Python trains in this
+    process)."""
+    check_numbers(args)
+    provenance = provenance or {}
+    kind = dataset_kind(args.dataset)
+    model = resolve_model_name(args.model, kind)
+    device = _device(args)
+    precision = _precision(args, device)
+    compiled = default_compile(args.compile, model, args.model_kwargs, device, planned_images(args, kind))
+    launched = 'WORLD_SIZE' in os.environ  # a process of a group that accelerate, torchrun or the split started
+    world = env_number('WORLD_SIZE', int, 1, low=1)
+    mode = args.compile_mode or ('reduce-overhead' if device == 'cuda' and world == 1 else None)
+    processes, threads = args.cpu_processes, args.threads
+    if device == 'cpu' and not launched and split:
+        processes = cpu_processes(args, model, planned_images(args, kind), precision == 'bf16', compiled,
+                                  explicit='cpu_processes' in provenance.get('explicit', ()))
+        threads = cpu_threads(args.threads) if processes == 1 else None
+    planned = {k: getattr(args, k) for k in PLANNED}
+    options = argparse.Namespace(**{k: v for k, v in vars(args).items() if k not in PLANNED})
+    return RunPlan(dataset_kind=kind, model=model, recipe=provenance.get('recipe', args.recipe), device=device,
+                   precision=precision, compile=compiled, compile_mode=mode, processes=processes,
+                   starts_split=bool(processes and processes > 1 and device == 'cpu' and not launched and split),
+                   threads=threads, options=options, given=planned)
