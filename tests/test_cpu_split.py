@@ -49,7 +49,7 @@ def test_under_reproduce_jobs_processes_times_threads_never_exceed_the_cores(mon
             budget = cpu_split.core_budget()
             measured = []
             monkeypatch.setattr(cpu_split, 'measure', lambda m, b, n, t, **k: measured.append((n, t)) or float(n))
-            processes = cpu_split.decide('vit_minimal_sym_6x4.cifar10', 256, tmp_path / f'{cores}-{jobs}', budget)
+            processes = cpu_split.decide('vit_minimal_sym_6x4.cifar10', 256, tmp_path / f'{cores}-{jobs}', budget).processes
             assert jobs * processes * (budget // processes) <= cores
             assert all(jobs * n * t <= cores for n, t in measured)
             assert (measured == []) == (budget == 1)
@@ -68,15 +68,15 @@ def test_the_decision_is_measured_once_and_kept(monkeypatch, tmp_path, quiet):
         calls.append(processes)
         return {1: 800.0, 2: 1100.0}[processes]
     monkeypatch.setattr(cpu_split, 'measure', fake)
-    assert cpu_split.decide('vit_minimal_sym_6x4.cifar10', 256, tmp_path, budget=2, say=lambda *a: None) == 2
-    assert cpu_split.decide('vit_minimal_sym_6x4.cifar10', 256, tmp_path, budget=2, say=lambda *a: None) == 2
+    assert cpu_split.decide('vit_minimal_sym_6x4.cifar10', 256, tmp_path, budget=2, say=lambda *a: None).processes == 2
+    assert cpu_split.decide('vit_minimal_sym_6x4.cifar10', 256, tmp_path, budget=2, say=lambda *a: None).processes == 2
     assert calls == [1, 2]
     kept = json.loads((tmp_path / 'cpu_split.json').read_text())
     assert [v['rates'] for v in kept.values()] == [{'1': 800.0, '2': 1100.0}]
     monkeypatch.setattr(cpu_split, 'measure', lambda *a, **k: (_ for _ in ()).throw(RuntimeError('failed')))
-    assert cpu_split.decide('vit_minimal_std_6x1.cifar10', 256, tmp_path, budget=2, say=lambda *a: None) == 1
+    assert cpu_split.decide('vit_minimal_std_6x1.cifar10', 256, tmp_path, budget=2, say=lambda *a: None).processes == 1
     monkeypatch.setattr(cpu_split, 'measure', lambda m, b, n, t, **k: {1: 1000.0, 2: 1040.0}[n])  # within the margin
-    assert cpu_split.decide('vit_minimal_qk_6x1.cifar10', 256, tmp_path, budget=2, say=lambda *a: None) == 1
+    assert cpu_split.decide('vit_minimal_qk_6x1.cifar10', 256, tmp_path, budget=2, say=lambda *a: None).processes == 1
 
 
 def test_the_decision_measures_the_runs_own_step_and_keys_the_cache_by_it(monkeypatch, tmp_path, quiet):
@@ -92,12 +92,31 @@ def test_the_decision_measures_the_runs_own_step_and_keys_the_cache_by_it(monkey
     assert len(json.loads((tmp_path / 'cpu_split.json').read_text())) == 4
 
 
+def test_a_run_that_leaves_compilation_to_the_decision_gets_each_candidate_eager_and_compiled(monkeypatch, tmp_path,
+                                                                                             quiet):
+    rates = {(1, False): 800.0, (2, False): 1000.0, (1, True): 1300.0, (2, True): 1340.0}
+    measured = []
+    monkeypatch.setattr(cpu_split, 'measure', lambda m, b, n, t, compiled, **step: measured.append((n, compiled))
+                        or rates[n, compiled])
+    decide = functools.partial(cpu_split.decide, 'vit_minimal_std_mlp_6x1.cifar10', 256, tmp_path, budget=2,
+                               say=lambda *a: None)
+    # 2 x 1 compiled is within the 5% margin of 1 x 2 compiled: the simpler single process wins
+    assert decide(compiled=None) == cpu_split.Decision(1, True) and sorted(measured) == sorted(rates)
+    assert decide(compiled=False) == cpu_split.Decision(2, False)  # --no-compile: its own entry, eager candidates
+    assert decide(compiled=None) == cpu_split.Decision(1, True) and len(measured) == 6  # kept
+    assert len(json.loads((tmp_path / 'cpu_split.json').read_text())) == 2
+    rates[1, True], rates[2, True] = 820.0, 1040.0  # a compilation within the margin of the eager step: not taken
+    assert decide(compiled=None, model_kwargs={'depth': 2}) == cpu_split.Decision(2, False)
+    assert cpu_split.worker_command(['--model', 'm'], 2, True)[-3:] == ['--cpu-processes', '2', '--compile']
+    assert cpu_split.worker_command(['--model', 'm'], 2, False)[-1] == '--no-compile'
+
+
 def test_a_decision_taken_beside_other_work_is_not_kept(monkeypatch, tmp_path):
     measured, said = [], []
     monkeypatch.setattr(cpu_split, 'measure', lambda m, b, n, t, **step: measured.append(n) or float(n))
     monkeypatch.setattr(cpu_split, 'free_cores', lambda budget, seconds=0.3: 1)  # one of two cores busy
     for _ in range(2):
-        assert cpu_split.decide('vit_minimal_sym_6x4.cifar10', 256, tmp_path, budget=2, say=said.append) == 2
+        assert cpu_split.decide('vit_minimal_sym_6x4.cifar10', 256, tmp_path, budget=2, say=said.append).processes == 2
     assert measured == [1, 2, 1, 2] and not (tmp_path / 'cpu_split.json').exists()
     assert any('not kept' in line for line in said)
 
@@ -128,11 +147,14 @@ def test_short_runs_gpu_runs_and_launched_processes_stay_one_process(monkeypatch
     monkeypatch.delenv('WORLD_SIZE')
     assert not _plan(long_run, split=False).starts_split  # train(args) from Python trains in its own process
     measured = []
-    monkeypatch.setattr(cpu_split, 'decide', lambda model, batch, cache, **step: measured.append((model, step)) or 2)
+    monkeypatch.setattr(cpu_split, 'decide', lambda model, batch, cache, **step: measured.append((model, step))
+                        or cpu_split.Decision(2, True))
     plan = _plan(long_run + ['--model-kwargs', 'depth=2'])
     assert plan.processes == 2 and plan.starts_split and plan.threads is None
     # the probe times the run's own step: the tagged model, its keywords, its precision and compilation
-    assert measured == [('vit_minimal_sym_6x4.cifar10', dict(model_kwargs={'depth': 2}, bf16=False, compiled=False))]
+    # (compilation left to it: measured eager and compiled), and the split's choice is kept for a resume
+    assert measured == [('vit_minimal_sym_6x4.cifar10', dict(model_kwargs={'depth': 2}, bf16=False, compiled=None))]
+    assert plan.compile and plan.saved_options()['compile'] is True and plan.saved_options()['cpu_processes'] == 2
     assert _plan(long_run + ['--cpu-processes', '1']).processes == 1
 
 

@@ -14,7 +14,7 @@ from ..cli import EXIT_FAILURE, UsageError
 from .cli import CPU_COMPILE_MIN_IMAGES
 from .data import load_dataset
 
-__all__ = ['cpu_has_bf16', 'minimal_with_mlp', 'cpu_bf16_pays', 'cpu_precision', 'default_compile', 'cpu_processes',
+__all__ = ['cpu_has_bf16', 'minimal_with_mlp', 'cpu_bf16_pays', 'cpu_precision', 'default_compile', 'cpu_decision',
            'cpu_threads', 'run_split', 'SPLIT_STATUS_ENV']
 
 
@@ -64,29 +64,34 @@ def default_compile(given: Optional[bool], model: str, model_kwargs: Optional[Di
             and (run_images or 0) >= CPU_COMPILE_MIN_IMAGES)
 
 
-def cpu_processes(args: argparse.Namespace, model: str, run_images: Optional[int], bf16: bool, compiled: bool,
-                  explicit: bool = True) -> int:
-    """How many processes a CPU run of ``model`` trains as: ``--cpu-processes``, or unset, 1 for a short run (under
-    ``SPLIT_MIN_IMAGES`` training images, the tests and the demo among them: they pay no probe) and for a machine
-    of one core, else what ``cpu_split.decide`` measured here on the run's own step (its model kwargs, ``bf16``
-    autocast, ``compiled``). A resumed run keeps its count from ``args.yaml``, on fewer cores too (said), unless
+def cpu_decision(args: argparse.Namespace, model: str, run_images: Optional[int], bf16: bool, explicit: bool = True):
+    """How a CPU run of ``model`` trains (a ``cpu_split.Decision``: processes, compiled).
+
+    - ``--cpu-processes`` where set; compilation then follows ``--compile`` or the rule of ``default_compile``.
+    - A short run (under ``SPLIT_MIN_IMAGES`` training images: the tests and the demo among them) and a machine of
+      one core pay no probe: one process, compiled by the same rule.
+    - Else what ``cpu_split.decide`` measured here on the run's own step (its model kwargs, ``bf16`` autocast): one
+      process or one per core, each eager and compiled unless ``--compile``/``--no-compile`` chose.
+
+    A resumed run keeps its count (and its compilation) from ``args.yaml``, on fewer cores too (said), unless
     ``explicit`` (given on this command line) asks for another; a count above the core budget is refused otherwise."""
-    from .cpu_split import SPLIT_MIN_IMAGES, core_budget, decide
+    from .cpu_split import SPLIT_MIN_IMAGES, Decision, core_budget, decide
     from .data import default_cache_dir
     budget = core_budget()
-    processes = args.cpu_processes
-    if processes is None:
-        long_run = (run_images or 0) >= SPLIT_MIN_IMAGES and budget > 1
+    ruled = default_compile(args.compile, model, args.model_kwargs, 'cpu', run_images)
+    decision = Decision(args.cpu_processes or 1, ruled)
+    if args.cpu_processes is None and (run_images or 0) >= SPLIT_MIN_IMAGES and budget > 1:
         cache = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
-        processes = decide(model, args.batch_size, cache, model_kwargs=args.model_kwargs, bf16=bf16,
-                           compiled=compiled) if long_run else 1
-    if processes > budget:
+        decision = decide(model, args.batch_size, cache, model_kwargs=args.model_kwargs, bf16=bf16,
+                          compiled=args.compile)
+    if decision.processes > budget:
         if args.resume is None or explicit:
-            raise UsageError(f'--cpu-processes {processes} is more than the {budget} core(s) this run may use '
-                             f'(its CPU affinity, capped by OMP_NUM_THREADS); give at most {budget}.')
-        print(f'The resumed run trained as {processes} processes; this machine gives it {budget} core(s), so '
-              f'they share them (slower, the same training). --cpu-processes {budget} changes the split.', flush=True)
-    return processes
+            raise UsageError(f'--cpu-processes {decision.processes} is more than the {budget} core(s) this run may '
+                             f'use (its CPU affinity, capped by OMP_NUM_THREADS); give at most {budget}.')
+        print(f'The resumed run trained as {decision.processes} processes; this machine gives it {budget} core(s), '
+              f'so they share them (slower, the same training). --cpu-processes {budget} changes the split.',
+              flush=True)
+    return decision
 
 
 def cpu_threads(given: Optional[int]) -> int:
@@ -118,7 +123,7 @@ def run_split(plan: Any, argv: Sequence[str]) -> int:
     with tempfile.TemporaryDirectory(prefix='timm-minimal-split-') as tmp:
         status_file = Path(tmp) / 'status'
         env = dict(os.environ, OMP_NUM_THREADS=str(threads), **{SPLIT_STATUS_ENV: str(status_file)})
-        rc = run_split_processes(argv, processes, env)
+        rc = run_split_processes(argv, processes, env, compiled=plan.compile)
         text = status_file.read_text().strip() if status_file.is_file() else ''
     return int(text) if text.isdigit() else (EXIT_FAILURE if rc else 0)
 

@@ -8,11 +8,13 @@ measurement on this machine says that pays:
 
 - the cores a run may use are its CPU affinity, or ``OMP_NUM_THREADS`` where that is set (so ``reproduce --jobs N``,
   which gives each job ``cores / N`` threads, never makes N x processes x threads exceed the cores);
-- the candidates are 1 process with all of them as threads and one process per core, each measured as the bare
-  training step of the run's model at the run's batch, both at once where there are several (``measure``);
-- a split must be measured at least 5% faster (``MARGIN``), or the run stays one process;
-- the answer is kept in the cache folder per CPU (model name, flags, cores), torch version, model and batch, so a
-  machine measures once; ``--cpu-processes N`` overrides it, and every launch records what ran in ``run.json``.
+- the candidates are 1 process with all of them as threads and one process per core, each eager and compiled
+  (where the run leaves compilation to the decision), each measured as the run's own training step (its model and
+  keywords at its batch, in its precision), the processes of a split at once (``measure``);
+- a split, or a compilation, must be measured at least 5% faster (``MARGIN``), or the run stays one eager process;
+- the answer is kept in the cache folder per CPU (model name, flags, cores), torch version, model, batch and step,
+  so a machine measures once (a measurement disturbed by other load is not kept); ``--cpu-processes N`` and
+  ``--compile``/``--no-compile`` override it, and every launch records what ran in ``run.json``.
 """
 import functools
 import hashlib
@@ -23,20 +25,26 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence
 
 import torch
 
 from ..cli import env_number, usable_cores
 
-__all__ = ['SPLIT_MIN_IMAGES', 'core_budget', 'cpu_signature', 'bare_step_rate', 'measure', 'decide', 'worker_command', 'run_split_processes',
+__all__ = ['Decision', 'SPLIT_MIN_IMAGES', 'core_budget', 'cpu_signature', 'bare_step_rate', 'measure', 'decide', 'worker_command', 'run_split_processes',
            'end_process_group']
 
 SPLIT_MIN_IMAGES = 500_000  # a shorter run (the tests, the demo) stays one process: a split costs seconds to start
 PROBE_SECONDS = 6.0  # timed, after PROBE_WARMUP steps: a 3 s probe measured one process at 0.6x its rate
 PROBE_WARMUP = 5
 PROBE_TIMEOUT = 120.0  # seconds for all the probes of one candidate together
-MARGIN = 1.05  # a split must be measured this much faster: a tie keeps the simpler single process
+MARGIN = 1.05  # a split or a compilation must be measured this much faster: a tie keeps the simpler eager process
+
+
+class Decision(NamedTuple):
+    """How a CPU run trains: its process count and whether its step is compiled."""
+    processes: int
+    compiled: bool
 
 
 def core_budget() -> int:
@@ -145,64 +153,80 @@ def read_cache(path: Path, say=print) -> Dict[str, Dict[str, Any]]:
         for key, entry in known.items():
             if not isinstance(entry, dict) or type(entry.get('processes')) is not int or entry['processes'] < 1:
                 raise ValueError(f'entry {key} has no whole "processes" of at least 1')
+            if not isinstance(entry.get('compiled', False), bool):
+                raise ValueError(f'entry {key} has a "compiled" that is not true or false')
         return known
     except (OSError, ValueError) as e:
         say(f'WARNING: {path} is not a record of CPU measurements ({str(e)[:120]}); measuring again.')
         return {}
 
 
+def _cached(entry: Optional[Dict[str, Any]], processes: Sequence[int], modes: Sequence[bool]) -> Optional[Decision]:
+    if entry is None or entry['processes'] not in processes or entry.get('compiled', modes[0]) not in modes:
+        return None
+    return Decision(entry['processes'], bool(entry.get('compiled', modes[0])))
+
+
 def decide(model: str, batch: int, cache_dir: Path, budget: Optional[int] = None, say=print,
-           model_kwargs: Optional[Dict[str, Any]] = None, bf16: bool = False, compiled: bool = False) -> int:
-    """The number of processes that trains ``model`` at ``batch`` fastest here, measured on the step the run will
-    take (its model kwargs, bf16 autocast, compilation) once per machine, model, batch and step, and kept in
-    ``cache_dir/cpu_split.json``; 1 where nothing else can run or a measurement fails. A measurement taken while
-    other work keeps cores busy decides this run only: it is not kept as the machine's answer."""
+           model_kwargs: Optional[Dict[str, Any]] = None, bf16: bool = False,
+           compiled: Optional[bool] = False) -> Decision:
+    """The process count (and, where ``compiled`` is None, the compilation) that trains ``model`` at ``batch``
+    fastest here, measured on the step the run will take (its model kwargs, bf16 autocast, compilation) once per
+    machine, model, batch and step, and kept in ``cache_dir/cpu_split.json``; one process (eager where compilation
+    was left to it) where nothing else can run or a measurement fails. A measurement taken while other work keeps
+    cores busy decides this run only: it is not kept as the machine's answer."""
     budget = core_budget() if budget is None else budget
-    candidates = [n for n in _candidates(budget) if batch % n == 0]
+    processes = [n for n in _candidates(budget) if batch % n == 0]
+    modes = [False, True] if compiled is None else [bool(compiled)]
+    candidates = [(n, c) for n in processes for c in modes]
     if len(candidates) < 2:
-        return 1
-    step = dict(model_kwargs=dict(model_kwargs or {}), bf16=bool(bf16), compiled=bool(compiled))
-    key = hashlib.sha256(json.dumps(dict(cpu_signature(), model=model, batch=batch, budget=budget, **step),
-                                    sort_keys=True, default=repr).encode()).hexdigest()[:16]
+        return Decision(1, modes[0])
+    step = dict(model_kwargs=dict(model_kwargs or {}), bf16=bool(bf16))
+    key = hashlib.sha256(json.dumps(dict(cpu_signature(), model=model, batch=batch, budget=budget, compiled=compiled,
+                                         **step), sort_keys=True, default=repr).encode()).hexdigest()[:16]
     path = Path(cache_dir) / 'cpu_split.json'
     known = read_cache(path, say)
-    cached = known.get(key)
-    if cached is not None and cached['processes'] in candidates:
-        return cached['processes']
+    cached = _cached(known.get(key), processes, modes)
+    if cached is not None:
+        return cached
     quiet = free_cores(budget) >= budget
-    mode = ''.join((', bf16' if bf16 else '', ', compiled' if compiled else ''))
-    say(f'Measuring once on this CPU whether {model} at batch {batch}{mode} trains faster as {budget} processes than '
-        f'as one ({len(candidates) * (PROBE_SECONDS + (60 if compiled else 8)):.0f} s or so) ...')
+    what = ', '.join(f'{n} x {budget // n} threads{" compiled" if c else ""}' for n, c in candidates)
+    seconds = sum(PROBE_SECONDS + (60 if c else 8) for _, c in candidates)
+    say(f'Measuring once on this CPU how {model} at batch {batch}{", bf16" if bf16 else ""} trains fastest: {what} '
+        f'({seconds:.0f} s or so) ...')
     try:
-        rates = {n: measure(model, batch, n, budget // n, **step) for n in candidates}
+        rates = {(n, c): measure(model, batch, n, budget // n, compiled=c, **step) for n, c in candidates}
     except (RuntimeError, ValueError, IndexError, subprocess.SubprocessError, OSError):
-        return 1
-    best = max(rates, key=lambda n: rates[n] / (MARGIN if n > 1 else 1.0))
-    say('  ' + ', '.join(f'{n} x {budget // n} threads: {r:,.0f} img/s' for n, r in rates.items())
-        + f' -> {best} process(es)')
+        return Decision(1, modes[0])
+    best = max(rates, key=lambda k: rates[k] / MARGIN ** ((k[0] > 1) + (k[1] and len(modes) > 1)))
+    say('  ' + ', '.join(f'{n} x {budget // n}{" compiled" if c else ""}: {r:,.0f} img/s' for (n, c), r in rates.items())
+        + f' -> {best[0]} process(es){", compiled" if best[1] else ""}')
     if not quiet:
         say('  (other work kept cores busy: this decision is not kept, the next long run measures again)')
-        return best
-    known[key] = dict(processes=best, rates={str(n): round(r, 1) for n, r in rates.items()}, **cpu_signature(),
-                      model=model, batch=batch, budget=budget, **step)
+        return Decision(*best)
+    known[key] = dict(processes=best[0], compiled=best[1], compile_given=compiled, **cpu_signature(), model=model,
+                      batch=batch, budget=budget, **step,
+                      rates={f'{n}{"c" if c else ""}': round(r, 1) for (n, c), r in rates.items()})
     try:
         from .checkpoint import write_json_atomic
         path.parent.mkdir(parents=True, exist_ok=True)
         write_json_atomic(path, known)
     except OSError:
         pass  # measured again next time
-    return best
+    return Decision(*best)
 
 
-def worker_command(argv: Sequence[str], processes: int) -> List[str]:
-    """The command of one process of a split run: the same training run, which records ``--cpu-processes`` so that a
-    resume keeps the count."""
-    return [sys.executable, '-m', 'timm_minimal.training.train', *argv, '--cpu-processes', str(processes)]
+def worker_command(argv: Sequence[str], processes: int, compiled: bool) -> List[str]:
+    """The command of one process of a split run: the same training run, which records ``--cpu-processes`` and the
+    compilation the decision chose (and so a resume keeps them)."""
+    return [sys.executable, '-m', 'timm_minimal.training.train', *argv, '--cpu-processes', str(processes),
+            '--compile' if compiled else '--no-compile']
 
 
-def run_split_processes(argv: Sequence[str], processes: int, env: Dict[str, str], grace: float = 30.0) -> int:
-    """Run ``processes`` processes of this training run on this machine, gloo through accelerate, and return the
-    exit status of the first that failed (0 when none did).
+def run_split_processes(argv: Sequence[str], processes: int, env: Dict[str, str], grace: float = 30.0,
+                        compiled: bool = False) -> int:
+    """Run ``processes`` processes of this training run on this machine (``compiled`` or eager), gloo through
+    accelerate, and return the exit status of the first that failed (0 when none did).
 
     The processes meet at a store this process serves on the loopback address alone (torch's launcher would serve
     it on every interface, without authentication), and they form a process group of their own: Ctrl-C or SIGTERM
@@ -231,7 +255,7 @@ def run_split_processes(argv: Sequence[str], processes: int, env: Dict[str, str]
                                   LOCAL_WORLD_SIZE=str(processes), MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port),
                                   TORCHELASTIC_USE_AGENT_STORE='True')  # the ranks join this store, none serves one
                 leader = group[0].pid if group else 0  # a process group of their own, led by the first
-                group.append(subprocess.Popen(worker_command(argv, processes), env=worker_env,
+                group.append(subprocess.Popen(worker_command(argv, processes, compiled), env=worker_env,
                                               preexec_fn=functools.partial(os.setpgid, 0, leader)))
             return _wait_all(group)
         finally:

@@ -21,7 +21,7 @@ from timm.models import split_model_name_tag
 from ..cli import UsageError, env_number
 from ..models.datasets import dataset_for_kind, tag_for_kind
 from .cli import check_numbers
-from .cpu_policy import cpu_precision, cpu_processes, cpu_threads, default_compile
+from .cpu_policy import cpu_decision, cpu_precision, cpu_threads, default_compile
 from .dataset_names import dataset_kind
 
 __all__ = ['RunPlan', 'PLANNED', 'resolve_plan', 'resolve_model_name', 'planned_images']
@@ -47,8 +47,11 @@ class RunPlan:
     given: Dict[str, Any] = field(repr=False, default_factory=dict)  # the planned options as they were given
 
     def saved_options(self) -> Dict[str, Any]:
-        """The run's options for ``args.yaml``: as given, with the process count and the threads decided here."""
+        """The run's options for ``args.yaml``: as given, with what the CPU decision chose (the process count, the
+        compilation) and the threads, so that a resume trains the same way."""
         saved = {**vars(self.options), **self.given, 'cpu_processes': self.processes, 'threads': self.threads}
+        if self.processes is not None:  # the CPU decision may have measured the compilation too
+            saved['compile'] = self.compile
         saved.pop('resume', None)
         return saved
 
@@ -116,8 +119,8 @@ def resolve_plan(args: argparse.Namespace, provenance: Optional[Dict[str, Any]] 
     mode = args.compile_mode or ('reduce-overhead' if device == 'cuda' and world == 1 else None)
     processes, threads = args.cpu_processes, args.threads
     if device == 'cpu' and not launched and split:
-        processes = cpu_processes(args, model, planned_images(args, kind), precision == 'bf16', compiled,
-                                  explicit='cpu_processes' in provenance.get('explicit', ()))
+        processes, compiled = cpu_decision(args, model, planned_images(args, kind), precision == 'bf16',
+                                           explicit='cpu_processes' in provenance.get('explicit', ()))
         threads = cpu_threads(args.threads) if processes == 1 else None
     planned = {k: getattr(args, k) for k in PLANNED}
     options = argparse.Namespace(**{k: v for k, v in vars(args).items() if k not in PLANNED})
