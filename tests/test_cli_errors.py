@@ -153,7 +153,7 @@ def test_the_earlier_option_spellings_still_work_for_one_release(capsys):
     assert '--amp' not in bench.format_help()
     from timm_minimal.tools.benchmark import cpu_modes, deployment, training as training_benchmark
     from timm_minimal.tools.paper import reproduce
-    for parser, old_words in ((cpu_modes._parser(), ('--out-md', '--out-json')),
+    for parser, old_words in ((cpu_modes.build_parser(), ('--out-md', '--out-json')),
                               (deployment.build_parser(), ('--out-md', '--out-json')),
                               (training_benchmark.build_parser(), ('--out-md', '--out-json')),
                               (reproduce.build_parser(), ('--results', '--json'))):

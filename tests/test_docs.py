@@ -46,9 +46,9 @@ def tool_of(words):
 
 
 def help_text(tool, args):
-    """The tool's --help; for timm-minimal-benchmark, that of the part a flag like --training hands the command to."""
-    from timm_minimal.tools.benchmark.cli import DISPATCH
-    part = [a for a in args if tool == 'timm-minimal-benchmark' and a in DISPATCH][:1]
+    """The tool's --help; for timm-minimal-benchmark, that of its subcommand (``training``, ...)."""
+    from timm_minimal.tools.benchmark.cli import SUBCOMMANDS
+    part = args[:1] if tool == 'timm-minimal-benchmark' and args[:1] and args[0] in SUBCOMMANDS else []
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         try:
@@ -96,7 +96,8 @@ def test_shell_commands_name_only_options_their_tool_has():
 
 
 def _check_options(helps, page, tool, args):
-    key = (tool, tuple(a for a in args if a in ('--training', '--deployment', '--cpu-modes')))
+    from timm_minimal.tools.benchmark.cli import SUBCOMMANDS
+    key = (tool, tuple(args[:1]) if args[:1] and args[0] in SUBCOMMANDS else ())
     if key not in helps:
         helps[key] = help_text(tool, args)
     for option in (a.split('=')[0] for a in args if a.startswith('--')):

@@ -2,6 +2,8 @@
 of imports is the first thing a new user meets. Their timing: scripts/help_time.py."""
 import subprocess
 import sys
+
+import pytest
 from importlib.metadata import distribution
 
 import timm_minimal_scripts
@@ -56,9 +58,31 @@ def test_a_command_that_is_not_help_runs_the_tool(capsys):
     assert 'cannot load vit_minimal_nope' in capsys.readouterr().err
 
 
-def test_a_flag_that_hands_over_prints_the_help_of_the_module_it_hands_to(capsys):
+@pytest.mark.parametrize('words', [['training', '--help'], ['deployment', '-h'], ['cpu-modes', '--help'],
+                                   ['--training', '--help']])
+def test_a_benchmark_subcommand_prints_its_own_help(words, capsys):
+    """timm-minimal-benchmark's subcommands: one parser names them, each module parses its own words and prints its
+    own help (the earlier --training flag still names its subcommand, with a note)."""
     try:
-        timm_minimal_scripts.run('timm-minimal-benchmark', ['--training', '--help'])
-    except SystemExit as e:
-        assert e.code == 0
-    assert 'usage: timm-minimal-benchmark --training' in capsys.readouterr().out
+        status = timm_minimal_scripts.run('timm-minimal-benchmark', words)
+    except SystemExit as e:  # argparse's help exits; a module that returns its parser's status returns it
+        status = e.code
+    assert status == 0
+    name = words[0].lstrip('-')
+    captured = capsys.readouterr()
+    assert f'usage: timm-minimal-benchmark {name}' in captured.out
+    assert ('is now the subcommand' in captured.err) == words[0].startswith('--')
+
+
+def test_the_benchmark_parser_lists_its_subcommands_and_they_fail_through_the_layer(capsys):
+    from timm_minimal.tools.benchmark import cli
+    with pytest.raises(SystemExit):
+        cli.build_parser().parse_args(['--help'])
+    out = capsys.readouterr().out
+    assert all(name in out for name in cli.SUBCOMMANDS)
+    assert cli.subcommand(['--models', 'x']) == ('suite', ['--models', 'x'], None)
+    assert cli.main(['cpu-modes', '--models', 'vit_minimal_nope.cifar10']) == 2
+    err = capsys.readouterr().err
+    assert err.count('\n') == 1 and "timm-minimal-benchmark cpu-modes: error: unknown model 'vit_minimal_nope" in err
+
+

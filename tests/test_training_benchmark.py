@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from timm_minimal.tools import benchmark as B
-from timm_minimal.tools.benchmark.cli import _dispatch
+from timm_minimal.tools.benchmark.cli import subcommand
 from timm_minimal.tools.benchmark import training as T
 from timm_minimal.training.cpu_split import cpu_signature
 
@@ -171,13 +171,13 @@ def test_missing_data_dir_exits_2(tmp_path, capsys):
     assert 'nowhere' in capsys.readouterr().err
 
 
-def test_benchmark_training_flag_dispatches(tmp_path, capsys):
-    assert _dispatch(['--quick']) is None
-    assert _dispatch(['--training', '--quick', '--', '--lr', '1']) == ('.training', ['--quick', '--', '--lr', '1'])
-    assert _dispatch(['--quick', '--', '--training']) is None  # a trainer argument
-    assert _dispatch(['--deployment', '--quick']) == ('.deployment', ['--quick'])
-    assert _dispatch(['--cpu-modes', '--jobs', '2']) == ('.cpu_modes', ['--jobs', '2'])
-    assert B.main(['--training', '--batch-sizes', '0']) == 2
+def test_benchmark_subcommands_take_their_words(tmp_path, capsys):
+    assert subcommand(['--quick']) == ('suite', ['--quick'], None)
+    assert subcommand(['training', '--quick', '--', '--lr', '1']) == ('training', ['--quick', '--', '--lr', '1'], None)
+    assert subcommand(['--quick', '--', '--training'])[0] == 'suite'  # a trainer argument
+    assert subcommand(['deployment', '--quick']) == ('deployment', ['--quick'], None)
+    assert subcommand(['--cpu-modes', '--jobs', '2']) == ('cpu-modes', ['--jobs', '2'], '--cpu-modes')  # renamed
+    assert B.main(['training', '--batch-sizes', '0']) == 2
     assert 'must be an integer of at least 1' in capsys.readouterr().err
 
 
@@ -187,7 +187,7 @@ def test_cpu_modes_side_by_side_smoke(tmp_path, capsys, mnist_dir):
     against the first mode of that run (the step with unpadded heads)."""
     from timm_minimal.tools.benchmark import cli
     md, js = tmp_path / 'modes.md', tmp_path / 'modes.json'
-    rc = cli.main(['--cpu-modes', '--models', 'vit_minimal_sym_6x4.mnist', '--batch-size', '4', '--modes',
+    rc = cli.main(['cpu-modes', '--models', 'vit_minimal_sym_6x4.mnist', '--batch-size', '4', '--modes',
                    'eager-unpadded', 'eager', 'bf16', '--jobs', '2', '--steps', '1', '--warmup', '1', '--repeats', '1',
                    '--trainer-data-dir', str(mnist_dir), '--trainer-subset', '64', '--trainer-repeats', '2',
                    '--output', str(md), '--json', str(js)])
@@ -208,22 +208,23 @@ def test_cpu_modes_side_by_side_smoke(tmp_path, capsys, mnist_dir):
     assert 'eager, 2 processes at once' in text and 'bf16, 2 processes at once' in text
     assert f"timm-minimal-train, defaults ({r['trainer']['defaults']['mixed_precision']}, eager; first epoch" in text
     assert 'timm-minimal-train, --compile (' in text and text.count('; median of 2 runs: ') == 2
-    with pytest.raises(SystemExit) as e:
-        cli.main(['--cpu-modes', '--models', 'vit_minimal_nope.mnist'])
-    assert e.value.code == 2 and "unknown model 'vit_minimal_nope.mnist'" in capsys.readouterr().err
-    with pytest.raises(SystemExit) as e:
-        cli.main(['--cpu-modes', '--models', 'vit_minimal_sym_6x4', '--trainer-data-dir', str(mnist_dir)])
-    assert e.value.code == 2 and 'has none of mnist, cifar10' in capsys.readouterr().err
+    assert cli.main(['cpu-modes', '--models', 'vit_minimal_nope.mnist']) == 2
+    assert "unknown model 'vit_minimal_nope.mnist'" in capsys.readouterr().err
+    assert cli.main(['cpu-modes', '--models', 'vit_minimal_sym_6x4', '--trainer-data-dir', str(mnist_dir)]) == 2
+    assert 'has none of mnist, cifar10' in capsys.readouterr().err
 
 
 def test_the_commands_of_the_committed_reports_name_modules_that_exist():
-    """Every ``python -m MODULE`` in BENCHMARKS.md and benchmarks/*.md runs a module of this package."""
+    """Every ``python -m MODULE`` in BENCHMARKS.md and benchmarks/*.md runs a module of this package, and every
+    ``timm-minimal-benchmark WORD`` names the suite's option or one of its subcommands."""
     import importlib.util
     import re
     from pathlib import Path
+    from timm_minimal.tools.benchmark.cli import SUBCOMMANDS
     root = Path(__file__).resolve().parents[1]
     texts = [root / 'BENCHMARKS.md', *sorted((root / 'benchmarks').glob('*.md'))]
     modules = {m for path in texts for m in re.findall(r'python -m (timm_minimal[\w.]*)', path.read_text())}
-    assert len(modules) >= 3, modules
     for module in modules:
         assert importlib.util.find_spec(module) is not None, module
+    words = {w for path in texts for w in re.findall(r'timm-minimal-benchmark ([\w-]+)', path.read_text())}
+    assert {'training', 'deployment', 'cpu-modes'} <= words and words <= set(SUBCOMMANDS) | {'--output'}, words

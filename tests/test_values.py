@@ -27,7 +27,7 @@ PARSERS = sorted({(s.parser, s.builder, ()) for s in SCRIPTS.values()}) + [
     ('timm_minimal.tools.paper.beyond', 'build_parser', ()),
     ('timm_minimal.tools.benchmark.training', 'build_parser', ()),
     ('timm_minimal.tools.benchmark.deployment', 'build_parser', ()),
-    ('timm_minimal.tools.benchmark.cpu_modes', '_parser', ()),
+    ('timm_minimal.tools.benchmark.cpu_modes', 'build_parser', ()),
 ]
 PARSER_IDS = [f"{p[0].replace('timm_minimal.', '')}:{p[1]}" for p in PARSERS]
 

@@ -47,15 +47,16 @@ def asks_for_help(argv: Sequence[str]) -> bool:
 
 def print_help(script: Script, argv: Sequence[str]) -> None:
     """Builds the script's parser with the package's models unimported and parses: argparse prints the help
-    and exits. It returns where ``-h`` was the value of an option, or where the parser module's ``DISPATCH`` flags
-    hand the command line to another module (``timm-minimal-benchmark --training --help``): the command then runs."""
+    and exits. It returns where ``-h`` was the value of an option, or where the parser module's ``hands_over``
+    says that another module parses the command line (``timm-minimal-benchmark training --help``): the command
+    then runs, and that module prints its help."""
     global parsing
     parsing = True
     try:
         module = importlib.import_module(script.parser)
     finally:
         parsing = False
-    handed_over = any(flag in _options(argv) for flag in getattr(module, 'DISPATCH', ()))
+    handed_over = getattr(module, 'hands_over', lambda words: False)(argv)
     if not handed_over:  # else the module the command line is handed to prints its own help
         getattr(module, script.builder)().parse_args(argv)
     importlib.import_module('timm_minimal').load_models()  # the command runs after all, with what it needs

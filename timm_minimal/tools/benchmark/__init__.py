@@ -14,7 +14,7 @@ peak memory of an inference and a training step, then reports, side by side and 
 
 Everything is written to a markdown report (``BENCHMARKS.md``), PNG plots and a JSON file with the
 raw measurements (``render_report`` rebuilds the report and plots from it without measuring).
-``scripts/benchmark.py`` / ``timm-minimal-benchmark`` is the command line front; with ``--training`` it runs
+``scripts/benchmark.py`` / ``timm-minimal-benchmark`` is the command line front; its subcommand ``training`` runs
 ``timm_minimal.tools.benchmark.training`` instead (the trainer against the bare training step) with the other
 arguments.
 

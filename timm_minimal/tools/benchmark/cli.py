@@ -1,9 +1,16 @@
 """The command line: ``timm-minimal-benchmark`` and ``python scripts/benchmark.py``.
 
-``main`` measures (``suite.run_benchmark``) or reads a saved results JSON (``--from-json``), writes the
-report and plots (``report.render_report``) and prints them with the headline ratios. With
-``--training`` it runs ``timm_minimal.tools.benchmark.training`` instead, with the other arguments, and with
-``--deployment`` ``timm_minimal.tools.benchmark.deployment``.
+One parser with a subcommand per benchmark (``SUBCOMMANDS``); without one it runs the model suite:
+
+    timm-minimal-benchmark [suite] [options]      # the models: FLOPs, throughput, memory, ratios (BENCHMARKS.md)
+    timm-minimal-benchmark training [options]     # the trainer against the bare training step (.training)
+    timm-minimal-benchmark deployment [options]   # batch-1 CPU latency, torch against onnxruntime (.deployment)
+    timm-minimal-benchmark cpu-modes [options]    # the CPU training step in each mode (.cpu_modes)
+
+The suite measures (``suite.run_benchmark``) or reads a saved results JSON (``--from-json``), writes the report
+and plots (``report.render_report``) and prints them with the headline ratios. Each other subcommand is its
+module's ``main`` (a ``@command`` of the name it is spelled with everywhere), which parses its own options: this
+parser imports none of them, so ``--help`` answers without torch.
 """
 import argparse
 import importlib
@@ -22,13 +29,33 @@ def _csv_ints(text: str) -> Tuple[int, ...]:
     return tuple(positive_int(v.strip()) for v in text.split(',') if v.strip())
 
 
+PROG = 'timm-minimal-benchmark'
+# subcommand -> (the module that runs it, what it measures); the suite is the default
+SUBCOMMANDS = {
+    'suite': ('.cli', 'the models: parameters, FLOPs, throughput, memory, ratios (the default)'),
+    'training': ('.training', 'the trainer against the bare training step, and the time to a test accuracy'),
+    'deployment': ('.deployment', 'batch-1 CPU latency of every shipped checkpoint, torch against onnxruntime '
+                                  '(needs the export extra)'),
+    'cpu-modes': ('.cpu_modes', 'the training step on the CPU in each mode (eager, compiled, bf16, both) and as '
+                                'concurrent processes'),
+}
+RENAMED = {'--training': 'training', '--deployment': 'deployment', '--cpu-modes': 'cpu-modes'}  # for one release
+
+
 def build_parser() -> argparse.ArgumentParser:
+    """The one parser: the suite's options, and a subcommand per other benchmark whose words go to its module."""
     d = BenchmarkConfig()
     p = OneLineParser(
-        prog='timm-minimal-benchmark',
+        prog=PROG,
         description='Benchmark the vit_minimal architectures: parameters, FLOPs, throughput, memory, ratios '
                     'against the paper\'s baseline and timm\'s VisionTransformer, scaling; writes a markdown report '
-                    'and PNG plots.')
+                    'and PNG plots. Other benchmarks are subcommands, each with its own --help.')
+    subcommands = p.add_subparsers(dest='subcommand', metavar='{' + ','.join(SUBCOMMANDS) + '}', required=False,
+                                   parser_class=OneLineParser)
+    for name, (_, what) in SUBCOMMANDS.items():
+        if name != 'suite':  # the suite's options are this parser's own
+            sub = subcommands.add_parser(name, help=what, add_help=False, prog=f'{PROG} {name}')
+            sub.add_argument('words', nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     _add_run_options(p, d)
     _add_comparison_options(p, d)
     _add_output_options(p, d)
@@ -106,16 +133,6 @@ def _add_output_options(p: argparse.ArgumentParser, d: BenchmarkConfig) -> None:
     p.add_argument('--from-json', default=None, metavar='PATH',
                    help='measure nothing: rebuild the report and plots from a saved results JSON')
     p.add_argument('--quick', action='store_true', help='smoke test: 2 models, tiny batches, 1-2 repeats')
-    p.add_argument('--training', action='store_true',
-                   help='instead: the trainer against the bare training step (timm_minimal.tools.benchmark.training); '
-                        'every other argument goes to it, see --training --help')
-    p.add_argument('--cpu-modes', action='store_true',
-                   help='instead: the training step on the CPU in each mode (eager, compile, bf16, both) and as '
-                        'concurrent processes (timm_minimal.tools.benchmark.cpu_modes); see --cpu-modes --help')
-    p.add_argument('--deployment', action='store_true',
-                   help='instead: batch-1 CPU latency of every shipped checkpoint in torch eager against onnxruntime '
-                        'fp32 and int8 (timm_minimal.tools.benchmark.deployment, needs the export extra); every '
-                        'other argument goes to it, see --deployment --help')
 
 
 def config_from_args(args: argparse.Namespace) -> BenchmarkConfig:
@@ -149,30 +166,36 @@ def config_from_args(args: argparse.Namespace) -> BenchmarkConfig:
     return BenchmarkConfig.quick_config(**overrides) if args.quick else BenchmarkConfig(**overrides)
 
 
-# Flags that hand the whole command line over to another benchmark module of timm_minimal.tools.
-DISPATCH = {'--training': '.training', '--deployment': '.deployment', '--cpu-modes': '.cpu_modes'}
-
-
-def _dispatch(argv: Sequence[str]) -> Optional[Tuple[str, List[str]]]:
-    """The module and its arguments when ``--training`` or ``--deployment`` comes before any ``--``, else None."""
-    head = list(argv[:argv.index('--')]) if '--' in argv else list(argv)
-    for flag, module in DISPATCH.items():
+def subcommand(argv: Sequence[str]) -> Tuple[str, List[str], Optional[str]]:
+    """The subcommand of ``argv``, its words, and the earlier flag that named it, if one did: the first word where it
+    names a subcommand, else the suite with all of them. The flags that named a benchmark before (``--training``,
+    ...) still do for one release (CHANGELOG.md)."""
+    argv = list(argv)
+    if argv and argv[0] in SUBCOMMANDS:
+        return argv[0], argv[1:], None
+    head = argv[:argv.index('--')] if '--' in argv else argv
+    for flag, name in RENAMED.items():
         if flag in head:
             rest = list(argv)
             rest.remove(flag)
-            return module, rest
-    return None
+            return name, rest, flag
+    return 'suite', argv, None
 
 
-@command('timm-minimal-benchmark')
+def hands_over(argv: Sequence[str]) -> bool:
+    """Whether ``argv`` runs another benchmark, whose module parses it (and prints its own --help)."""
+    return subcommand(argv)[0] != 'suite'
+
+
+@command(PROG)
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """The command line; returns the exit status (``--training`` and ``--deployment`` hand over to the exit
-    status of the benchmark they run)."""
-    dispatched = _dispatch(list(sys.argv[1:] if argv is None else argv))
-    if dispatched is not None:
-        module = importlib.import_module(dispatched[0], __package__)
-        return module.main(dispatched[1])
-    run(argv)
+    """The command line; returns the exit status (a subcommand's own)."""
+    name, words, renamed = subcommand(sys.argv[1:] if argv is None else argv)
+    if renamed:
+        print(f'{PROG}: {renamed} is now the subcommand "{PROG} {name}"', file=sys.stderr)
+    if name != 'suite':
+        return importlib.import_module(SUBCOMMANDS[name][0], __package__).main(words)
+    run(words)
     return 0
 
 
@@ -194,7 +217,7 @@ def run(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
             results = json.load(f)
     else:
         argv_list = list(sys.argv[1:] if argv is None else argv)
-        config.command = ' '.join(['timm-minimal-benchmark'] + argv_list)
+        config.command = ' '.join([PROG] + argv_list)
         results = run_benchmark(config)
         if config.json_path:
             os.makedirs(os.path.dirname(os.path.abspath(config.json_path)), exist_ok=True)

@@ -1,7 +1,7 @@
 """The training step on the CPU in each mode, side by side, measured in one run: which default pays here.
 
-    timm-minimal-benchmark --cpu-modes                                    # sym_6x4 and std_mlp_6x1, CIFAR-10
-    timm-minimal-benchmark --cpu-modes --models vit_minimal_sym_6x4.cifar10 --batch-size 256
+    timm-minimal-benchmark cpu-modes                                    # sym_6x4 and std_mlp_6x1, CIFAR-10
+    timm-minimal-benchmark cpu-modes --models vit_minimal_sym_6x4.cifar10 --batch-size 256
 
 For every model: the bare training step (forward, cross-entropy, backward, AdamW; resident random inputs;
 ``timm_minimal.tools.benchmark.training.bare_step_throughput``) with all the process's cores as torch threads,
@@ -33,11 +33,11 @@ import torch
 from ...training.cpu_split import cpu_signature
 from ...training.run_folder import RunFolder
 from ..common import write_report
-from ...cli import HelpFormatter, OneLineParser, positive_int, usable_cores
+from ...cli import HelpFormatter, OneLineParser, UsageError, command, positive_int, usable_cores
 
 __all__ = ['MODES', 'measure_mode', 'measure_jobs', 'measure_trainer', 'run', 'main']
 
-PROG = 'timm-minimal-benchmark --cpu-modes'  # the one spelling, in the help, the errors and the reports
+PROG = 'timm-minimal-benchmark cpu-modes'  # the one spelling, in the help, the errors and the reports
 # mode: (torch.compile, autocast dtype, heads padded for SDPA)
 MODES = {'eager-unpadded': (False, None, False), 'eager': (False, None, True), 'compile': (True, None, True),
          'bf16': (False, torch.bfloat16, True), 'compile+bf16': (True, torch.bfloat16, True)}
@@ -191,7 +191,7 @@ def run(models: Sequence[str], batch_size: int, modes: Sequence[str], jobs: int,
     return results
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog=PROG, description=__doc__.split('\n\n')[0], formatter_class=HelpFormatter)
     p.add_argument('--models', nargs='+', default=['vit_minimal_sym_6x4.cifar10', 'vit_minimal_std_mlp_6x1.cifar10'],
                    help='timm names with their tag')
@@ -217,21 +217,23 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+@command(PROG)
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    """The command line; returns the exit status (0 done, 2 bad command line)."""
     import timm
-    p = _parser()
-    args = p.parse_args(argv)
+    args = build_parser().parse_args(argv)
     unknown = [m for m in args.models if not timm.is_model(m.split('.')[0])]
     if unknown:
-        p.error(f'unknown model {unknown[0]!r}: a vit_minimal_* name with its tag, e.g. vit_minimal_sym_6x4.cifar10')
+        raise UsageError(f'unknown model {unknown[0]!r}: a vit_minimal_* name with its tag, e.g. '
+                         f'vit_minimal_sym_6x4.cifar10')
     if args.trainer_data_dir:
         from ...models.datasets import DATASETS
         untagged = [m for m in args.models if m.partition('.')[2] not in DATASETS]
         if untagged:
-            p.error(f'--trainer-data-dir trains on the dataset of the tag; {untagged[0]!r} has none of '
-                    f'{", ".join(DATASETS)}')
+            raise UsageError(f'--trainer-data-dir trains on the dataset of the tag; {untagged[0]!r} has none of '
+                             f'{", ".join(DATASETS)}')
         if not Path(args.trainer_data_dir).is_dir():
-            p.error(f'--trainer-data-dir {args.trainer_data_dir!r} is not a directory')
+            raise UsageError(f'--trainer-data-dir {args.trainer_data_dir!r} is not a directory')
     results = run(args.models, args.batch_size, args.modes, args.jobs, args.steps, args.warmup, args.repeats,
                   args.jobs_modes, args.trainer_data_dir, args.trainer_subset, args.trainer_repeats)
     results['command'] = ' '.join([PROG, *(argv if argv is not None else sys.argv[1:])])

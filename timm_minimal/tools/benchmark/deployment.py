@@ -1,9 +1,9 @@
 """Deployment latency on the CPU: batch-1 inference of every shipped checkpoint in torch eager against
 onnxruntime (fp32 and int8), measured in one run.
 
-    timm-minimal-benchmark --deployment --output benchmarks/deployment_cpu.md --json benchmarks/deployment_cpu.json
-    timm-minimal-benchmark --deployment --data-dir data ...                 # also fp32 / int8 top-1 on the test splits
-    timm-minimal-benchmark --deployment --quick                             # smoke test: one model, a few calls
+    timm-minimal-benchmark deployment --output benchmarks/deployment_cpu.md --json benchmarks/deployment_cpu.json
+    timm-minimal-benchmark deployment --data-dir data ...                 # also fp32 / int8 top-1 on the test splits
+    timm-minimal-benchmark deployment --quick                             # smoke test: one model, a few calls
 
 Each checkpoint is exported with ``timm_minimal.tools.deploy.export`` (fp32 and int8, verified against torch)
 into a temporary folder. All three runtimes get the same number of threads (``--threads``, default 1:
@@ -34,7 +34,7 @@ from ..deploy.export import (FP32_FILE, INPUT_NAME, INT8_FILE, ExportError, Miss
 __all__ = ['DeploymentConfig', 'shipped_checkpoints', 'measure_latency', 'benchmark_model', 'run', 'render_markdown',
            'main']
 
-PROG = 'timm-minimal-benchmark --deployment'  # the one spelling, in the help, the errors and the reports
+PROG = 'timm-minimal-benchmark deployment'  # the one spelling, in the help, the errors and the reports
 RUNTIMES = ('torch', 'ort_fp32', 'ort_int8')
 QUICK_MODELS = ('vit_minimal_qkonly_6x1.mnist',)
 

@@ -428,18 +428,18 @@ def _included_reports(output: str, pattern: str, heading: str) -> List[str]:
 
 
 def _training_sections(output: str) -> List[str]:
-    """The training benchmark's reports (``benchmarks/training*.md``, by ``timm-minimal-benchmark --training``)."""
+    """The training benchmark's reports (``benchmarks/training*.md``, by ``timm-minimal-benchmark training``)."""
     return _included_reports(output, 'training*.md', (
         '## Training speed: the trainer against the bare step\n\n'
-        'Written by `timm-minimal-benchmark --training` (`timm_minimal/tools/benchmark/training.py`), one report per '
+        'Written by `timm-minimal-benchmark training` (`timm_minimal/tools/benchmark/training.py`), one report per '
         'device; the raw numbers are in the JSON file of the same name.\n'))
 
 
 def _deployment_sections(output: str) -> List[str]:
-    """The deployment benchmark's reports (``benchmarks/deployment*.md``, by ``timm-minimal-benchmark --deployment``)."""
+    """The deployment benchmark's reports (``benchmarks/deployment*.md``, by ``timm-minimal-benchmark deployment``)."""
     return _included_reports(output, 'deployment*.md', (
         '## Deployment: onnxruntime fp32 and int8 against torch eager\n\n'
-        'Written by `timm-minimal-benchmark --deployment` (`timm_minimal/tools/benchmark/deployment.py`), one report '
+        'Written by `timm-minimal-benchmark deployment` (`timm_minimal/tools/benchmark/deployment.py`), one report '
         'per device; the raw numbers are in the JSON file of the same name.\n'))
 
 

@@ -1,9 +1,9 @@
 """How close the trainer gets to what the hardware allows, measured in one run.
 
-    timm-minimal-benchmark --training                                        # MNIST and CIFAR-10, batch 1024
-    timm-minimal-benchmark --training --time-to-target                       # + a whole default-recipe run per dataset
-    timm-minimal-benchmark --training --quick --datasets mnist               # smoke test
-    python -m timm_minimal.tools.benchmark.training ...                      # the same, as a module
+    timm-minimal-benchmark training                                        # MNIST and CIFAR-10, batch 1024
+    timm-minimal-benchmark training --time-to-target                       # + a whole default-recipe run per dataset
+    timm-minimal-benchmark training --quick --datasets mnist               # smoke test
+    timm-minimal-benchmark training ...                      # the same, as a module
 
 For every model, dataset and batch size:
 
@@ -63,7 +63,7 @@ __all__ = [
     'throughput_table', 'time_to_target_table', 'render_markdown', 'run', 'build_parser', 'main',
 ]
 
-PROG = 'timm-minimal-benchmark --training'  # the one spelling, in the help, the errors and the reports
+PROG = 'timm-minimal-benchmark training'  # the one spelling, in the help, the errors and the reports
 # the datasets with a device-path recipe, which this benchmark times
 BENCHMARK_DATASETS = ('mnist', 'cifar10')
 # time to target: the paper's 500-epoch MNIST accuracy of the default model, and 60% and 70% on CIFAR-10 (the paper
