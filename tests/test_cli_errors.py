@@ -43,7 +43,7 @@ def digit(tmp_path_factory):
 def test_export_options(capsys):
     pytest.importorskip('onnxruntime', reason='the export extra is not installed')
     from timm_minimal.tools.deploy import export
-    for argv, needle in ((['--opset', '999'], '--opset: must be an integer of at least 18 and at most'),
+    for argv, needle in ((['--opset', '999'], 'opset: must be an integer of at least 18 and at most'),
                          (['--opset', '-1'], '--opset: must be an integer of at least 18'),
                          (['--atol', 'nan'], 'finite number'), (['--batch-size', '-3'], 'at least 1'),
                          (['--max-int8-drop', 'inf'], 'finite number')):

@@ -42,11 +42,11 @@ The modules, by job:
 - ``report``: the markdown report, one function per section; ``plots``: its PNG plots;
 - ``cli``: the command line (``main``); ``python -m timm_minimal.tools.benchmark`` runs it too.
 """
-import importlib
+from ...lazy import LazyNames
 
-# The names of the package, by the module that defines them, imported on first use (PEP 562): the command line
-# (``cli``) answers --help without torch, which ``measure`` and ``suite`` import.
-_HOMES = {
+# The names of the package, by the module that defines them, imported on first use: the command line (``cli``)
+# answers --help without torch, which ``measure`` and ``suite`` import.
+_NAMES = LazyNames(__name__, {
     'accuracy': ('PAPER_TABLE2', 'load_reproduce_results'),
     'cli': ('build_parser', 'config_from_args', 'main', 'run'),
     'config': ('BenchmarkConfig',),
@@ -55,8 +55,8 @@ _HOMES = {
     'memory': ('measure_memory', 'tensor_memory_peak'),
     'report': ('render_report', 'summary_lines'),
     'suite': ('baseline_of', 'run_benchmark', 'select_models'),
-}
-_HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
+}, globals())
+__getattr__, __dir__ = _NAMES.getattr, _NAMES.dir
 
 __all__ = [
     'BenchmarkConfig', 'PAPER_TABLE2', 'build_model', 'build_timm_reference', 'count_flops', 'count_params',
@@ -66,16 +66,3 @@ __all__ = [
     'measure_memory', 'measure_throughput', 'median', 'parse_name', 'ratios', 'select_models', 'set_fused_attn',
     'summary_lines', 'tensor_memory_peak',
 ]
-
-
-def __getattr__(name: str):
-    module = _HOME_OF.get(name)
-    if module is None:
-        raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
-    value = getattr(importlib.import_module(f'.{module}', __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_HOME_OF))

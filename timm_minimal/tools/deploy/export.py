@@ -271,8 +271,11 @@ def export_model(model: Union[str, nn.Module], out_dir: Union[str, Path], int8: 
             raise ExportError(f'{key} must be a finite number of at least 0, got {value!r}')
     if not isinstance(batch_size, int) or batch_size < 1:
         raise ExportError(f'batch_size must be an integer of at least 1, got {batch_size!r}')
-    if opset is not None and not MIN_OPSET <= opset <= _max_opset():
-        raise ExportError(f'opset must be from {MIN_OPSET} to {_max_opset()}, got {opset!r}')
+    if opset is not None:  # the newest opset is the installed torch's, which the command line's parser does not import
+        try:
+            number(int, MIN_OPSET, _max_opset())(str(opset))
+        except argparse.ArgumentTypeError as e:
+            raise ExportError(f'opset: {e}') from None
     if isinstance(model, str):
         name, model = model, resolve_model(model, pretrained)
     else:
@@ -344,11 +347,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
-        if args.opset is not None:  # the newest opset is torch's, which the parser does not import
-            try:
-                number(int, MIN_OPSET, _max_opset())(str(args.opset))
-            except argparse.ArgumentTypeError as e:
-                parser.error(f'argument --opset: {e}')
     except SystemExit as e:  # --help (0) or a bad command line (2), already printed
         return e.code if isinstance(e.code, int) else 2
     try:
