@@ -33,7 +33,12 @@ class UsageError(ValueError):
 
 
 class Failure(RuntimeError):
-    """A run that could not finish for a reason outside the command line (exit 1); the message is one line."""
+    """A run that could not finish for a reason outside the command line; the message is one line, the exit status
+    ``status`` (1; the trainer's 3 for a run that diverged)."""
+
+    def __init__(self, message: str, status: int = EXIT_FAILURE) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -221,7 +226,7 @@ def describe_os_error(e: BaseException, what: Union[str, Path, None] = None) -> 
 
 def command(prog: str) -> Callable[[Callable[..., Optional[int]]], Callable[..., int]]:
     """The ``main`` skeleton of a tool: the decorated function parses and runs; this maps what it raises to one
-    line on stderr and an exit status (``UsageError`` 2, an OS error or ``Failure`` 1, Ctrl-C 130), and a
+    line on stderr and an exit status (``UsageError`` 2, an OS error 1, ``Failure`` its own, Ctrl-C 130), and a
     function that returns nothing to 0. ``argparse``'s own exits (--help, misuse: ``SystemExit``) pass through."""
     def wrap(main: Callable[..., Optional[int]]) -> Callable[..., int]:
         @functools.wraps(main)
@@ -231,7 +236,7 @@ def command(prog: str) -> Callable[[Callable[..., Optional[int]]], Callable[...,
             except UsageError as e:
                 return _say(prog, 'error', e, EXIT_USAGE)
             except Failure as e:
-                return _say(prog, 'error', e, EXIT_FAILURE)
+                return _say(prog, 'error', e, e.status)
             except KeyboardInterrupt:
                 return _say(prog, 'interrupted', 'stopped by Ctrl-C', 130)
             except OSError as e:

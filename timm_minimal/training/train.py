@@ -404,8 +404,7 @@ def main(argv: Optional[Sequence[str]] = None, hooks: Optional[TrainHooks] = Non
     except DatasetError as e:
         raise UsageError(str(e)) from None
     except Diverged as e:
-        print(f'timm-minimal-train: {e}', file=sys.stderr, flush=True)
-        return EXIT_DIVERGED
+        raise Failure(str(e), status=EXIT_DIVERGED) from None
     except WriteFailed as e:
         raise Failure(str(e)) from None
     return 0
