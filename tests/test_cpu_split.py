@@ -72,7 +72,7 @@ def test_the_decision_is_measured_once_and_kept(monkeypatch, tmp_path, quiet):
     assert cpu_split.decide('vit_minimal_sym_6x4.cifar10', 256, tmp_path, budget=2, say=lambda *a: None).processes == 2
     assert calls == [1, 2]
     kept = json.loads((tmp_path / 'cpu_split.json').read_text())
-    assert [v['rates'] for v in kept.values()] == [{'1': 800.0, '2': 1100.0}]
+    assert [v['rates'] for v in kept.values()] == [{'1 x 2': 800.0, '2 x 1': 1100.0}]
     monkeypatch.setattr(cpu_split, 'measure', lambda *a, **k: (_ for _ in ()).throw(RuntimeError('failed')))
     assert cpu_split.decide('vit_minimal_std_6x1.cifar10', 256, tmp_path, budget=2, say=lambda *a: None).processes == 1
     monkeypatch.setattr(cpu_split, 'measure', lambda m, b, n, t, **k: {1: 1000.0, 2: 1040.0}[n])  # within the margin
@@ -101,12 +101,14 @@ def test_a_run_that_leaves_compilation_to_the_decision_gets_each_candidate_eager
     decide = functools.partial(cpu_split.decide, 'vit_minimal_std_mlp_6x1.cifar10', 256, tmp_path, budget=2,
                                say=lambda *a: None)
     # 2 x 1 compiled is within the 5% margin of 1 x 2 compiled: the simpler single process wins
-    assert decide(compiled=None) == cpu_split.Decision(1, True) and sorted(measured) == sorted(rates)
-    assert decide(compiled=False) == cpu_split.Decision(2, False)  # --no-compile: its own entry, eager candidates
-    assert decide(compiled=None) == cpu_split.Decision(1, True) and len(measured) == 6  # kept
+    decision = decide(compiled=None)
+    assert decision[:2] == (1, True) and sorted(measured) == sorted(rates)
+    assert decision.rates == {'1 x 2': 800.0, '2 x 1': 1000.0, '1 x 2 compiled': 1300.0, '2 x 1 compiled': 1340.0}
+    assert decide(compiled=False)[:2] == (2, False)  # --no-compile: its own entry, eager candidates
+    assert decide(compiled=None) == decision and len(measured) == 6  # kept, with its rates
     assert len(json.loads((tmp_path / 'cpu_split.json').read_text())) == 2
     rates[1, True], rates[2, True] = 820.0, 1040.0  # a compilation within the margin of the eager step: not taken
-    assert decide(compiled=None, model_kwargs={'depth': 2}) == cpu_split.Decision(2, False)
+    assert decide(compiled=None, model_kwargs={'depth': 2})[:2] == (2, False)
     assert cpu_split.worker_command(['--model', 'm'], 2, True)[-3:] == ['--cpu-processes', '2', '--compile']
     assert cpu_split.worker_command(['--model', 'm'], 2, False)[-1] == '--no-compile'
 
@@ -148,13 +150,14 @@ def test_short_runs_gpu_runs_and_launched_processes_stay_one_process(monkeypatch
     assert not _plan(long_run, split=False).starts_split  # train(args) from Python trains in its own process
     measured = []
     monkeypatch.setattr(cpu_split, 'decide', lambda model, batch, cache, **step: measured.append((model, step))
-                        or cpu_split.Decision(2, True))
+                        or cpu_split.Decision(2, True, {'1 x 2': 900.0, '2 x 1 compiled': 1200.0}))
     plan = _plan(long_run + ['--model-kwargs', 'depth=2'])
     assert plan.processes == 2 and plan.starts_split and plan.threads is None
     # the probe times the run's own step: the tagged model, its keywords, its precision and compilation
     # (compilation left to it: measured eager and compiled), and the split's choice is kept for a resume
     assert measured == [('vit_minimal_sym_6x4.cifar10', dict(model_kwargs={'depth': 2}, bf16=False, compiled=None))]
     assert plan.compile and plan.saved_options()['compile'] is True and plan.saved_options()['cpu_processes'] == 2
+    assert plan.cpu_rates == {'1 x 2': 900.0, '2 x 1 compiled': 1200.0}  # the run record keeps what was measured
     assert _plan(long_run + ['--cpu-processes', '1']).processes == 1
 
 

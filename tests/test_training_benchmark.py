@@ -228,3 +228,12 @@ def test_the_commands_of_the_committed_reports_name_modules_that_exist():
         assert importlib.util.find_spec(module) is not None, module
     words = {w for path in texts for w in re.findall(r'timm-minimal-benchmark ([\w-]+)', path.read_text())}
     assert {'training', 'deployment', 'cpu-modes'} <= words and words <= set(SUBCOMMANDS) | {'--output'}, words
+
+
+def test_the_time_to_target_table_sets_the_trainer_against_its_cpu_decision():
+    from timm_minimal.tools.benchmark.training import time_to_target_table
+    row = dict(model='vit_minimal_sym_6x4', dataset='cifar10', target=70.0, reached_epoch=30, epochs=36, elapsed=1500.0,
+               best_acc=71.0, best_epoch=36, final_acc=71.0, total_elapsed=1800.0, trainer_rate=1900.0,
+               cpu_rates={'1 x 2': 1500.0, '2 x 1': 2000.0})
+    table = time_to_target_table([row, dict(row, cpu_rates=None)])
+    assert '| 1,900 / 2,000 (2 x 1) = 0.95 |' in table and '| no decision measured |' in table

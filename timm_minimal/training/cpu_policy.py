@@ -2,6 +2,7 @@
 and the processes of a split (``cpu_split`` measures and launches them). The rules live here; ``plan.resolve_plan``
 applies them once per run, and ``args.yaml`` keeps the process count and the threads, so a resumed run keeps them."""
 import argparse
+import json
 import os
 import tempfile
 from pathlib import Path
@@ -15,7 +16,7 @@ from .cli import CPU_COMPILE_MIN_IMAGES
 from .data import load_dataset
 
 __all__ = ['cpu_has_bf16', 'minimal_with_mlp', 'cpu_bf16_pays', 'cpu_precision', 'default_compile', 'cpu_decision',
-           'cpu_threads', 'run_split', 'SPLIT_STATUS_ENV']
+           'cpu_threads', 'run_split', 'SPLIT_STATUS_ENV', 'SPLIT_RATES_ENV']
 
 
 def cpu_has_bf16() -> bool:
@@ -122,10 +123,12 @@ def run_split(plan: Any, argv: Sequence[str]) -> int:
           flush=True)
     with tempfile.TemporaryDirectory(prefix='timm-minimal-split-') as tmp:
         status_file = Path(tmp) / 'status'
-        env = dict(os.environ, OMP_NUM_THREADS=str(threads), **{SPLIT_STATUS_ENV: str(status_file)})
+        env = dict(os.environ, OMP_NUM_THREADS=str(threads), **{SPLIT_STATUS_ENV: str(status_file),
+                                                                SPLIT_RATES_ENV: json.dumps(plan.cpu_rates)})
         rc = run_split_processes(argv, processes, env, compiled=plan.compile)
         text = status_file.read_text().strip() if status_file.is_file() else ''
     return int(text) if text.isdigit() else (EXIT_FAILURE if rc else 0)
 
 
 SPLIT_STATUS_ENV = 'TIMM_MINIMAL_SPLIT_STATUS'
+SPLIT_RATES_ENV = 'TIMM_MINIMAL_SPLIT_RATES'  # what the decision measured, for the run record of the split's processes

@@ -42,9 +42,15 @@ MARGIN = 1.05  # a split or a compilation must be measured this much faster: a t
 
 
 class Decision(NamedTuple):
-    """How a CPU run trains: its process count and whether its step is compiled."""
+    """How a CPU run trains: its process count and whether its step is compiled; ``rates``: the images per second
+    each candidate measured ('2 x 1 compiled': ...), where the decision measured (now or from the cache)."""
     processes: int
     compiled: bool
+    rates: Optional[Dict[str, float]] = None
+
+
+def _label(processes: int, threads: int, compiled: bool) -> str:
+    return f'{processes} x {threads}{" compiled" if compiled else ""}'
 
 
 def core_budget() -> int:
@@ -164,7 +170,7 @@ def read_cache(path: Path, say=print) -> Dict[str, Dict[str, Any]]:
 def _cached(entry: Optional[Dict[str, Any]], processes: Sequence[int], modes: Sequence[bool]) -> Optional[Decision]:
     if entry is None or entry['processes'] not in processes or entry.get('compiled', modes[0]) not in modes:
         return None
-    return Decision(entry['processes'], bool(entry.get('compiled', modes[0])))
+    return Decision(entry['processes'], bool(entry.get('compiled', modes[0])), entry.get('rates'))
 
 
 def decide(model: str, batch: int, cache_dir: Path, budget: Optional[int] = None, say=print,
@@ -199,21 +205,21 @@ def decide(model: str, batch: int, cache_dir: Path, budget: Optional[int] = None
     except (RuntimeError, ValueError, IndexError, subprocess.SubprocessError, OSError):
         return Decision(1, modes[0])
     best = max(rates, key=lambda k: rates[k] / MARGIN ** ((k[0] > 1) + (k[1] and len(modes) > 1)))
-    say('  ' + ', '.join(f'{n} x {budget // n}{" compiled" if c else ""}: {r:,.0f} img/s' for (n, c), r in rates.items())
+    labelled = {_label(n, budget // n, c): round(r, 1) for (n, c), r in rates.items()}
+    say('  ' + ', '.join(f'{label}: {r:,.0f} img/s' for label, r in labelled.items())
         + f' -> {best[0]} process(es){", compiled" if best[1] else ""}')
     if not quiet:
         say('  (other work kept cores busy: this decision is not kept, the next long run measures again)')
-        return Decision(*best)
+        return Decision(*best, labelled)
     known[key] = dict(processes=best[0], compiled=best[1], compile_given=compiled, **cpu_signature(), model=model,
-                      batch=batch, budget=budget, **step,
-                      rates={f'{n}{"c" if c else ""}': round(r, 1) for (n, c), r in rates.items()})
+                      batch=batch, budget=budget, **step, rates=labelled)
     try:
         from .checkpoint import write_json_atomic
         path.parent.mkdir(parents=True, exist_ok=True)
         write_json_atomic(path, known)
     except OSError:
         pass  # measured again next time
-    return Decision(*best)
+    return Decision(*best, labelled)
 
 
 def worker_command(argv: Sequence[str], processes: int, compiled: bool) -> List[str]:

@@ -11,6 +11,7 @@ the fields the plan decided, so a stage that reads one of those from the Namespa
 process count and the threads decided here, so a resumed run keeps them.
 """
 import argparse
+import json
 import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional
@@ -21,7 +22,7 @@ from timm.models import split_model_name_tag
 from ..cli import UsageError, env_number
 from ..models.datasets import dataset_for_kind, tag_for_kind
 from .cli import check_numbers
-from .cpu_policy import cpu_decision, cpu_precision, cpu_threads, default_compile
+from .cpu_policy import SPLIT_RATES_ENV, cpu_decision, cpu_precision, cpu_threads, default_compile
 from .dataset_names import dataset_kind
 
 __all__ = ['RunPlan', 'PLANNED', 'resolve_plan', 'resolve_model_name', 'planned_images']
@@ -45,6 +46,7 @@ class RunPlan:
     threads: Optional[int]  # torch threads of this process; None: it keeps what it was given (a launched group)
     options: argparse.Namespace = field(repr=False)  # the other options, without the ones the plan decided
     given: Dict[str, Any] = field(repr=False, default_factory=dict)  # the planned options as they were given
+    cpu_rates: Optional[Dict[str, float]] = None  # what the CPU decision measured per candidate (img/s), if it did
 
     def saved_options(self) -> Dict[str, Any]:
         """The run's options for ``args.yaml``: as given, with what the CPU decision chose (the process count, the
@@ -118,13 +120,14 @@ def resolve_plan(args: argparse.Namespace, provenance: Optional[Dict[str, Any]] 
     world = env_number('WORLD_SIZE', int, 1, low=1)
     mode = args.compile_mode or ('reduce-overhead' if device == 'cuda' and world == 1 else None)
     processes, threads = args.cpu_processes, args.threads
+    rates = json.loads(os.environ.get(SPLIT_RATES_ENV) or 'null') if launched else None  # a split's process
     if device == 'cpu' and not launched and split:
-        processes, compiled = cpu_decision(args, model, planned_images(args, kind), precision == 'bf16',
-                                           explicit='cpu_processes' in provenance.get('explicit', ()))
+        processes, compiled, rates = cpu_decision(args, model, planned_images(args, kind), precision == 'bf16',
+                                                  explicit='cpu_processes' in provenance.get('explicit', ()))
         threads = cpu_threads(args.threads) if processes == 1 else None
     planned = {k: getattr(args, k) for k in PLANNED}
     options = argparse.Namespace(**{k: v for k, v in vars(args).items() if k not in PLANNED})
     return RunPlan(dataset_kind=kind, model=model, recipe=provenance.get('recipe', args.recipe), device=device,
                    precision=precision, compile=compiled, compile_mode=mode, processes=processes,
                    starts_split=bool(processes and processes > 1 and device == 'cpu' and not launched and split),
-                   threads=threads, options=options, given=planned)
+                   threads=threads, cpu_rates=rates, options=options, given=planned)

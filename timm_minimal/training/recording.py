@@ -61,7 +61,8 @@ def write_run_record(run: Run, state: TrainState, info: Dict[str, Any], last_dir
     folder.write_args(saved_args)
     command = 'timm-minimal-train ' + ' '.join(shlex.quote(a) for a in info['argv'])
     launch = Launch(command=command, started=datetime.now(timezone.utc).isoformat(timespec='seconds'),
-                    num_processes=run.world, device=str(run.device), device_name=device_name(run.device), cpu_flags=cpu_flags(run.device),
+                    num_processes=run.world, device=str(run.device), device_name=device_name(run.device),
+                    cpu_flags=cpu_flags(run.device), cpu_rates=run.plan.cpu_rates,
                     mixed_precision=acc.mixed_precision,
                     compiled=run.compiled, compile_mode=compile_mode,
                     data_path=run.data.describe(), torch_threads=torch.get_num_threads(),

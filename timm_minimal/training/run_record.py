@@ -78,6 +78,7 @@ class Launch:
     device: str = 'cpu'
     device_name: Optional[str] = None
     cpu_flags: Optional[str] = None  # the CPU's SIMD flags, for a run on the CPU
+    cpu_rates: Optional[Dict[str, float]] = None  # img/s of each candidate the CPU decision measured, if it did
     mixed_precision: Optional[str] = None
     compiled: bool = False
     compile_mode: Optional[str] = None

@@ -288,6 +288,18 @@ class TimeToTarget:
     total_elapsed: float
     test_acc: List[float] = field(default_factory=list)
     elapsed_per_epoch: List[float] = field(default_factory=list)
+    trainer_rate: Optional[float] = None  # median images/s of epochs 2..n
+    cpu_rates: Optional[Dict[str, float]] = None  # what the run's CPU decision measured per candidate, if it did
+
+
+def decided_rates(output: Path) -> Optional[Dict[str, float]]:
+    """The images per second of each candidate that the run's CPU decision measured (its last launch's record), or
+    None where it measured nothing (a GPU, a short run, a count given)."""
+    from ...training.run_folder import RunFolder
+    try:
+        return RunFolder(output).read_record().last_launch.cpu_rates
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def first_reaching(rows: Sequence[Dict[str, Any]], target: float) -> Optional[Dict[str, Any]]:
@@ -305,9 +317,12 @@ def time_to_target(model: str, dataset: str, data_dir: str, output: Path, target
     rows = read_metrics(output)
     acc, elapsed = _field(rows, 'test_acc', output), _field(rows, 'elapsed', output)
     best = max(range(len(acc)), key=lambda i: acc[i])
+    rates = [float(r['throughput']) for r in rows[1:] if isinstance(r.get('throughput'), (int, float))]
     run = dict(command=['timm_minimal.training.train', *args], best_acc=acc[best],
                best_epoch=int(rows[best].get('epoch', best + 1)), final_acc=acc[-1], epochs=len(rows),
-               total_elapsed=elapsed[-1], test_acc=acc, elapsed_per_epoch=elapsed)  # the same for every target
+               total_elapsed=elapsed[-1], test_acc=acc, elapsed_per_epoch=elapsed,
+               trainer_rate=statistics.median(rates) if rates else None,
+               cpu_rates=decided_rates(output))  # the same for every target
     hits = [(target, first_reaching(rows, target)) for target in targets]
     return [TimeToTarget(target=target, reached_epoch=int(hit['epoch']) if hit else None,
                          elapsed=float(hit['elapsed']) if hit else None, **run) for target, hit in hits]
@@ -349,9 +364,19 @@ def time_to_target_table(rows: Sequence[Dict[str, Any]]) -> str:
         else:
             epoch = f"not reached (best {r['best_acc']:.2f}% at epoch {r['best_epoch']})"
             wall = f"{r['total_elapsed']:,.1f} (whole run, {r['epochs']} epochs)"
-        cells.append((r['model'], r['dataset'], f"{r['target']:g}%", epoch, wall, f"{r['final_acc']:.2f}%"))
+        cells.append((r['model'], r['dataset'], f"{r['target']:g}%", epoch, wall, f"{r['final_acc']:.2f}%",
+                      _against_decision(r)))
     return _md_table(('model', 'dataset', 'target', 'reached at epoch', 'wall s (incl. start-up and compile)',
-                      'final acc'), cells)
+                      'final acc', 'trainer img/s (epochs 2..n) / fastest candidate of its CPU decision'), cells)
+
+
+def _against_decision(r: Dict[str, Any]) -> str:
+    """The run's training speed against the fastest candidate its CPU decision measured, or why there is none."""
+    rates, trainer = r.get('cpu_rates'), r.get('trainer_rate')
+    if not rates or not trainer:
+        return 'no decision measured'
+    label = max(rates, key=rates.get)
+    return f'{trainer:,.0f} / {rates[label]:,.0f} ({label}) = {trainer / rates[label]:.2f}'
 
 
 def render_markdown(results: Dict[str, Any]) -> str:
