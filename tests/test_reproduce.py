@@ -459,3 +459,23 @@ def test_the_committed_results_are_what_their_command_writes(tmp_path, monkeypat
     monkeypatch.chdir(tmp_path)
     assert reproduce.main(shlex.split(command)) == 0
     assert (tmp_path / 'RESULTS.md').read_text() == text
+
+
+def test_the_grid_row_has_one_writer_and_one_reader(tmp_path):
+    """What the grid writes (a trained row and a missing one) is what its one reader takes: every key a field of
+    ``GridRow`` of its type; a wrong type or range is refused naming the row and the key."""
+    from timm_minimal.tools.paper.grid_row import GridRow, check_row, read_grid_rows
+    runs = tmp_path / 'runs'
+    write_fake_run(RunFolder(runs / 'vit_minimal_sym_6x4.mnist'), 'finished', 2)
+    rows = reproduce.collect(reproduce.select_rows([2], ['mnist'], ['vit_minimal_sym_6x4', 'vit_minimal_sym_6x1']), runs)
+    path = tmp_path / 'rows.json'
+    path.write_text(json.dumps(rows))
+    read = read_grid_rows(path)
+    assert read == rows and all(set(r) <= set(GridRow.__annotations__) for r in read)
+    assert sorted((r['model'], r['val_acc'], r['status']) for r in read) == [
+        ('vit_minimal_sym_6x1.mnist', None, 'missing'), ('vit_minimal_sym_6x4.mnist', 50.0, 'finished')]
+    for key, value, message in (('epochs', 2.5, '"epochs" must be int'), ('val_acc', 101.0, 'from 0 to 100'),
+                                ('val_acc_per_epoch', ['x'], '"val_acc_per_epoch" must be'),
+                                ('dataset', 'svhn', 'unknown dataset')):
+        with pytest.raises(ValueError, match=message):
+            check_row(dict(rows[0], **{key: value}), 'rows.json row 1')

@@ -13,6 +13,7 @@ from ...models.paper import NUM_CLASSES, PAPER_EPOCHS, TABLE1, TABLE2, TABLE2_CI
 from ...cli import UsageError, usable_cores
 from ...training.files import FolderBusy
 from ...training.run_folder import RunFolder
+from .grid_row import GridRow
 from .pool import Command, CommandResult, run_commands, say
 
 __all__ = ['select_rows', 'check_folder', 'train_command', 'train_rows', 'collect', 'difference']
@@ -136,8 +137,8 @@ def train_rows(rows: Sequence[PaperRow], args: argparse.Namespace, extra: Sequen
     return results
 
 
-def collect(rows: Sequence[PaperRow], runs_dir: Path) -> List[Dict[str, Any]]:
-    """One result dict per paper row: our last-epoch numbers (None where the run is missing) and the paper's."""
+def collect(rows: Sequence[PaperRow], runs_dir: Path) -> List[GridRow]:
+    """One ``GridRow`` per paper row: our last-epoch numbers (None where the run is missing) and the paper's."""
     results = []
     for row in rows:
         folder = RunFolder(_run_dir(runs_dir, row))
@@ -159,7 +160,7 @@ def collect(rows: Sequence[PaperRow], runs_dir: Path) -> List[Dict[str, Any]]:
                 status=run.status, wall_time_s=run.total_wall_time(m),
                 mixed_precision=run.last_launch.mixed_precision,
                 val_acc_per_epoch=[r['test_acc'] for r in m])
-        results.append(dict(
+        results.append(GridRow(
             table=row.table, row_id=row.row_id, label=row.label, model=row.model, architecture=row.arch,
             dataset=row.dataset, depth=row.depth, heads=row.heads, mlp=row.mlp, modification=row.modification,
             **ours, run_dir=str(_run_dir(runs_dir, row)),

@@ -17,6 +17,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ...models.datasets import DATASETS
 from ...models.paper import PAPER, PAPER_EPOCHS, arch_name
+from .grid_row import read_grid_rows
 
 __all__ = ['load_rows', 'write_summary', 'cell']
 
@@ -30,19 +31,13 @@ Group = Tuple[str, int, int]  # (dataset, depth, epochs)
 
 
 def load_rows(paths: Sequence[Path]) -> List[Row]:
-    """The trained rows of the JSON files (one per model, rows shared by Tables 1 and 2 once), each with its file."""
+    """The trained rows of the JSON files (one per model, rows shared by Tables 1 and 2 once), each with its file;
+    each file read by ``grid_row.read_grid_rows``, the grid row's one reader."""
     rows: Dict[Tuple[str, str], Row] = {}
     for path in paths:
-        try:
-            data = json.loads(Path(path).read_text())
-        except (OSError, ValueError) as e:
-            raise ValueError(f'{path}: not a reproduce JSON file ({e})') from None
-        if not isinstance(data, list) or not all(isinstance(r, dict) and 'model' in r for r in data):
-            raise ValueError(f'{path}: not a reproduce JSON file (expected a list of rows with a "model")')
-        for i, r in enumerate(data, 1):
+        for r in read_grid_rows(Path(path)):
             if r.get('val_acc') is None:
                 continue
-            _check_row(r, f'{path} row {i}')
             key = (r['model'], r['dataset'], r['epochs'])
             if key in rows and rows[key]['source'] != str(path):
                 raise ValueError(f'{r["model"]} at {r["epochs"]} epochs is in both {rows[key]["source"]} and {path}: '
@@ -54,14 +49,7 @@ def load_rows(paths: Sequence[Path]) -> List[Row]:
     return list(rows.values())
 
 
-# what every trained row must hold, and the range of each number (a row from another tool or edited by hand is
-# refused in one line, naming the file, the row and the key)
-_ROW_KEYS = {'model': str, 'architecture': str, 'dataset': str, 'depth': int, 'epochs': int, 'params': int,
-             'val_acc': float, 'paper_val_acc': (float, type(None))}
-_RANGES = {'depth': (1, None), 'epochs': (1, None), 'params': (1, None), 'val_acc': (0, 100), 'paper_val_acc': (0, 100)}
-
-
-def _check_row(r: Row, where: str, keys: Dict[str, Any] = _ROW_KEYS, ranges: Dict[str, Tuple] = _RANGES) -> None:
+def _check_row(r: Row, where: str, keys: Dict[str, Any], ranges: Dict[str, Tuple]) -> None:
     import math
     if not isinstance(r, dict):
         raise ValueError(f'{where}: not a row (a JSON object), got {r!r}')
