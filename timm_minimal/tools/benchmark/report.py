@@ -158,6 +158,7 @@ def _setup_section(results: Dict[str, Any]) -> List[str]:
     setup = [
         ('device', env['device'] + (f' ({env["gpu"]})' if env.get('gpu') else '')),
         ('CPU', f'{env["cpu"]}, {env["cpu_count"]} cores{shared}'),
+        *([('CPU flags', env['cpu_flags'] or 'none of avx, amx, fma, sse4')] if 'cpu_flags' in env else []),
         ('torch threads', f'{env["threads"]} (`torch.set_num_threads`)'),
         ('clock', _clock_text(env, results)),
         ('torch / timm / Python', f'{env["torch"]} / {env["timm"]} / {env["python"]}'),

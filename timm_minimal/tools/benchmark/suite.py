@@ -48,7 +48,8 @@ def select_models(patterns: Sequence[str]) -> List[str]:
 
 def _environment(config: BenchmarkConfig, device: torch.device) -> Dict[str, Any]:
     env = dict(
-        device=str(device), cpu=cpu_signature()['cpu'], cpu_count=os.cpu_count(), threads=torch.get_num_threads(),
+        device=str(device), cpu=cpu_signature()['cpu'], cpu_flags=cpu_signature()['flags'], cpu_count=os.cpu_count(),
+        threads=torch.get_num_threads(),
         torch=torch.__version__, timm=timm.__version__, python=platform.python_version(),
         platform=platform.platform(terse=True), date=time.strftime('%Y-%m-%d'),
         dtype=f'autocast {config.amp_dtype}' if config.amp else 'float32',
