@@ -183,8 +183,9 @@ def subcommand(argv: Sequence[str]) -> Tuple[str, List[str], Optional[str]]:
 
 
 def hands_over(argv: Sequence[str]) -> bool:
-    """Whether ``argv`` runs another benchmark, whose module parses it (and prints its own --help)."""
-    return subcommand(argv)[0] != 'suite'
+    """Whether ``main`` parses ``argv`` otherwise than this parser would: a subcommand named (its module parses its
+    words and prints its own --help), ``suite`` among them, or an earlier flag."""
+    return subcommand(argv)[1] != list(argv)
 
 
 @command(PROG)
