@@ -61,3 +61,19 @@ def small_disk(tmp_path):
     yield make
     for where in mounted:
         subprocess.run(['umount', '-l', str(where)], capture_output=True)
+
+
+# The time of the quick suite (python -m pytest -m "not slow") within every run, printed at its end (CI's log shows
+# it beside the whole suite's): the setup, call and teardown of the tests that are not marked slow.
+_QUICK_SECONDS = []
+
+
+def pytest_runtest_logreport(report):
+    if 'slow' not in report.keywords:
+        _QUICK_SECONDS.append(report.duration)
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _QUICK_SECONDS:
+        terminalreporter.write_line(f'the quick suite (-m "not slow"): {sum(_QUICK_SECONDS):.1f} s of test time in '
+                                    f'this run, collection and start-up not counted; the target is 120 s')
