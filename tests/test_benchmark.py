@@ -134,6 +134,7 @@ def test_quick_report_files(quick_run):
     if saved['env']['device'] == 'cpu':  # every CPU figure with the CPU's flags
         from timm_minimal.training.cpu_split import cpu_signature
         assert f"| CPU flags | {cpu_signature()['flags']} |" in md
+        assert 'at the start) |' in md  # the busy share of the cores measured as the run began, not guessed
     assert 'Quick smoke-test run' in md
 
 

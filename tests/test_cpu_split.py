@@ -287,3 +287,21 @@ def test_a_one_process_run_takes_the_cores_other_work_leaves_free(monkeypatch, c
         assert _plan(sample).threads == 2
     finally:
         torch.set_num_threads(before)
+
+
+def test_a_splits_processes_count_elapsed_time_from_their_launcher(monkeypatch):
+    """The split's processes get what the launcher measured and when it started: ``elapsed`` in metrics.jsonl and
+    the time to a target then include the measurement and the launcher's start-up."""
+    from timm_minimal.training import cpu_policy, recording
+    monkeypatch.setattr(cpu_split, 'decide', lambda *a, **k: cpu_split.Decision(2, False, {'2 x 1': 900.0}))
+    monkeypatch.setattr(cpu_split, 'core_budget', lambda: 2)
+    plan = _plan(['--model', 'vit_minimal_sym_6x4', '--dataset', 'mnist-sample', '--epochs', '30', '--cpu'])
+    assert plan.starts_split
+    seen = {}
+    monkeypatch.setattr(cpu_split, 'run_split_processes', lambda argv, n, env, compiled: seen.update(env) or 0)
+    assert cpu_policy.run_split(plan, ['--model', 'vit_minimal_sym_6x4']) == 0
+    started = float(seen[recording.LAUNCHED_AT_ENV])
+    assert time.time() - 600 < started <= recording.launched_at() + 1e-3
+    assert json.loads(seen[cpu_policy.SPLIT_RATES_ENV]) == {'2 x 1': 900.0}
+    monkeypatch.setenv(recording.LAUNCHED_AT_ENV, str(time.time() - 100))
+    assert 100 <= recording.launch_elapsed() < 110

@@ -1,4 +1,6 @@
 """The math of each attention variant, and the paper's parameter counts."""
+from unittest import mock
+
 import pytest
 import timm
 import torch
@@ -107,6 +109,15 @@ def test_fused_path_pads_heads_to_a_multiple_of_8_without_changing_outputs_or_gr
         results.append((out, *torch.autograd.grad(out.square().sum(), [x, *attn.parameters()])))
     for padded, plain in zip(*results):
         torch.testing.assert_close(padded, plain, rtol=1e-5, atol=1e-5 * plain.abs().max().item())
+    attn.head_pad = pad  # inference takes the true head width (the padding costs more than it saves there)
+    calls = []
+    real_pad = torch.nn.functional.pad
+    with torch.no_grad(), mock.patch.object(torch.nn.functional, 'pad', lambda *a, **k: calls.append(1) or real_pad(*a, **k)):
+        torch.testing.assert_close(attn(x), results[0][0].detach(), rtol=1e-5, atol=1e-5)
+    assert calls == []
+    with mock.patch.object(torch.nn.functional, 'pad', lambda *a, **k: calls.append(1) or real_pad(*a, **k)):
+        attn(x)
+    assert len(calls) == (3 if pad else 0)  # q, k and v padded where gradients are recorded
 
 
 @pytest.mark.parametrize('attn_type', ['qk', 'qkonly', 'chol'])

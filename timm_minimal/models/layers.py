@@ -117,8 +117,10 @@ class MinimalAttention(nn.Module):
         self.head_dim = dim // num_heads
         self.scale = self.head_dim ** -0.5
         self.fused_attn = use_fused_attn()
-        # SDPA runs a head width of 15 (60 / 4 heads) about 1.6x slower on the CPU than a width of 16
-        # (benchmarks/cpu_modes.md): the fused path pads each head with zeros to a multiple of 8 (``sdpa``)
+        # SDPA's backward runs a head width of 15 (60 / 4 heads) about 1.6x slower on the CPU than a width of 16
+        # (benchmarks/cpu_modes.md): where gradients are recorded, the fused path pads each head with zeros to a
+        # multiple of 8 (``sdpa``); inference, where the padding costs more than it saves
+        # (benchmarks/inference_vs_timm_amx.md), takes the true width, as timm's attention does
         self.head_pad = (-self.head_dim) % 8
         self.attn_drop = nn.Dropout(attn_drop)
         self.proj_drop = nn.Dropout(proj_drop)
@@ -173,10 +175,11 @@ class MinimalAttention(nn.Module):
         return self.project_out(x), weights
 
     def sdpa(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """``F.scaled_dot_product_attention`` with each head padded by ``head_pad`` zero columns: zeros add nothing
-        to q k^T, the scale stays that of the true head width, and the padded output columns are cut off."""
+        """``F.scaled_dot_product_attention``; where gradients are recorded, with each head padded by ``head_pad``
+        zero columns: zeros add nothing to q k^T, the scale stays that of the true head width, and the padded output
+        columns are cut off."""
         dropout_p = self.attn_drop.p if self.training else 0.
-        if self.head_pad == 0:
+        if self.head_pad == 0 or not torch.is_grad_enabled():
             return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, scale=self.scale)
         pad = [0, self.head_pad]
         x = F.scaled_dot_product_attention(

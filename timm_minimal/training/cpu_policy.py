@@ -14,6 +14,7 @@ from timm.models import split_model_name_tag
 from ..cli import EXIT_FAILURE, UsageError
 from .cli import CPU_COMPILE_MIN_IMAGES
 from .data import load_dataset
+from .recording import LAUNCHED_AT_ENV, launched_at
 
 __all__ = ['cpu_has_bf16', 'minimal_with_mlp', 'cpu_bf16_pays', 'cpu_precision', 'default_compile', 'cpu_decision',
            'cpu_threads', 'run_split', 'SPLIT_STATUS_ENV', 'SPLIT_RATES_ENV']
@@ -124,7 +125,8 @@ def run_split(plan: Any, argv: Sequence[str]) -> int:
     with tempfile.TemporaryDirectory(prefix='timm-minimal-split-') as tmp:
         status_file = Path(tmp) / 'status'
         env = dict(os.environ, OMP_NUM_THREADS=str(threads), **{SPLIT_STATUS_ENV: str(status_file),
-                                                                SPLIT_RATES_ENV: json.dumps(plan.cpu_rates)})
+                                                                SPLIT_RATES_ENV: json.dumps(plan.cpu_rates),
+                                                                LAUNCHED_AT_ENV: repr(launched_at())})
         rc = run_split_processes(argv, processes, env, compiled=plan.compile)
         text = status_file.read_text().strip() if status_file.is_file() else ''
     return int(text) if text.isdigit() else (EXIT_FAILURE if rc else 0)

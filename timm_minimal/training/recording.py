@@ -44,11 +44,22 @@ def cpu_flags(device: torch.device) -> Optional[str]:
     return cpu_signature()['flags']
 
 
-def launch_elapsed() -> float:
-    """Seconds since this interpreter imported the package (imports, data loading and compilation included; a
-    process's creation time would count what a shell ran before it ``exec``-ed Python)."""
+LAUNCHED_AT_ENV = 'TIMM_MINIMAL_LAUNCHED_AT'  # set by a CPU split for its processes: when its launcher started
+
+
+def launched_at() -> float:
+    """The wall-clock time (``time.time``) at which this launch's first interpreter imported the package: this
+    one's, or for a process of a CPU split its launcher's (which measured the split and loaded the data first)."""
     import timm_minimal
-    return time.perf_counter() - timm_minimal.STARTED_AT
+    given = os.environ.get(LAUNCHED_AT_ENV)
+    return float(given) if given else time.time() - (time.perf_counter() - timm_minimal.STARTED_AT)
+
+
+def launch_elapsed() -> float:
+    """Seconds since this launch's first interpreter imported the package (``launched_at``: imports, a CPU split's
+    measurement, data loading and compilation included; a process's creation time would count what a shell ran
+    before it ``exec``-ed Python)."""
+    return time.time() - launched_at()
 
 
 def write_run_record(run: Run, state: TrainState, info: Dict[str, Any], last_dir: Optional[Path],

@@ -154,7 +154,11 @@ def _setup_section(results: Dict[str, Any]) -> List[str]:
     geo = geometry(cfg['dataset'])
     md: List[str] = []
     md.append('## Setup\n')
-    shared = ' (shared with other jobs while measuring)' if (env.get('cpu_count') or 99) <= 4 else ''
+    if 'busy_cores_at_start' in env:  # measured at the start of the run
+        busy = env['busy_cores_at_start']
+        shared = f' (other work kept {busy} of them busy at the start)' if busy else ' (no other work at the start)'
+    else:  # a run from before that was measured: the small machines it ran on were shared
+        shared = ' (shared with other jobs while measuring)' if (env.get('cpu_count') or 99) <= 4 else ''
     setup = [
         ('device', env['device'] + (f' ({env["gpu"]})' if env.get('gpu') else '')),
         ('CPU', f'{env["cpu"]}, {env["cpu_count"]} cores{shared}'),

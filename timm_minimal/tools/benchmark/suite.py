@@ -57,6 +57,10 @@ def _environment(config: BenchmarkConfig, device: torch.device) -> Dict[str, Any
     )
     if device.type == 'cuda':
         env['gpu'] = torch.cuda.get_device_name(device)
+    else:  # how much of the CPU other work took as the run began (a busy machine scatters the timings)
+        from ...training.cpu_split import core_budget, free_cores
+        budget = core_budget()
+        env['busy_cores_at_start'] = budget - free_cores(budget)
     return env
 
 
