@@ -179,7 +179,8 @@ def run(models: Sequence[str], batch_size: int, modes: Sequence[str], jobs: int,
             # below would stay one process, so it is passed to them
             from ...training.cpu_split import decide
             from ...training.data import default_cache_dir
-            r['trainer_processes'] = split = decide(model, batch_size, default_cache_dir(), budget=threads)
+            split = decide(model, batch_size, default_cache_dir(), budget=threads).processes  # of the eager step
+            r['trainer_processes'] = split
             runs: Dict[str, List[Dict[str, Any]]] = {name: [] for name in TRAINER_MODES}
             for _ in range(trainer_repeats):  # alternated, so that a busy spell of a shared machine hits both
                 for name, extra in TRAINER_MODES.items():
