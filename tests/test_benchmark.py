@@ -138,6 +138,7 @@ def test_quick_report_files(quick_run):
     assert 'Quick smoke-test run' in md
 
 
+@pytest.mark.slow  # the --quick benchmark of the module fixture runs for the slow tests only
 def test_quick_per_model_table_is_sane(quick_run):
     out, _ = quick_run
     md = (out / 'BENCHMARKS.md').read_text()
@@ -155,6 +156,7 @@ def test_quick_per_model_table_is_sane(quick_run):
             assert math.isfinite(v) and v > 0, (row, cell)
 
 
+@pytest.mark.slow  # the --quick benchmark of the module fixture runs for the slow tests only
 def test_quick_ratio_tables_are_sane(quick_run):
     out, results = quick_run
     md = (out / 'BENCHMARKS.md').read_text()
@@ -175,6 +177,7 @@ def test_quick_ratio_tables_are_sane(quick_run):
     assert all(_number(c) > 0 for r in rows for c in r[1:])
 
 
+@pytest.mark.slow  # the --quick benchmark of the module fixture runs for the slow tests only
 def test_quick_scaling_and_accuracy(quick_run):
     out, results = quick_run
     sc = results['scaling']
@@ -187,6 +190,7 @@ def test_quick_scaling_and_accuracy(quick_run):
     assert 'this project\'s reproduction' in md and '91.50' in md
 
 
+@pytest.mark.slow  # the --quick benchmark of the module fixture runs for the slow tests only
 def test_report_rebuilds_from_json(quick_run, tmp_path):
     out, _ = quick_run
     assert B.main(['--from-json', str(out / 'benchmarks' / 'results.json'), '--output', str(tmp_path / 'B.md'),
