@@ -49,7 +49,8 @@ def test_under_reproduce_jobs_processes_times_threads_never_exceed_the_cores(mon
             budget = cpu_split.core_budget()
             measured = []
             monkeypatch.setattr(cpu_split, 'measure', lambda m, b, n, t, **k: measured.append((n, t)) or float(n))
-            processes = cpu_split.decide('vit_minimal_sym_6x4.cifar10', 256, tmp_path / f'{cores}-{jobs}', budget).processes
+            decision = cpu_split.decide('vit_minimal_sym_6x4.cifar10', 256, tmp_path / f'{cores}-{jobs}', budget)
+            processes = decision.processes
             assert jobs * processes * (budget // processes) <= cores
             assert all(jobs * n * t <= cores for n, t in measured)
             assert (measured == []) == (budget == 1)

@@ -112,10 +112,11 @@ def test_fused_path_pads_heads_to_a_multiple_of_8_without_changing_outputs_or_gr
     attn.head_pad = pad  # inference takes the true head width (the padding costs more than it saves there)
     calls = []
     real_pad = torch.nn.functional.pad
-    with torch.no_grad(), mock.patch.object(torch.nn.functional, 'pad', lambda *a, **k: calls.append(1) or real_pad(*a, **k)):
+    counted = lambda *a, **k: calls.append(1) or real_pad(*a, **k)  # noqa: E731
+    with torch.no_grad(), mock.patch.object(torch.nn.functional, 'pad', counted):
         torch.testing.assert_close(attn(x), results[0][0].detach(), rtol=1e-5, atol=1e-5)
     assert calls == []
-    with mock.patch.object(torch.nn.functional, 'pad', lambda *a, **k: calls.append(1) or real_pad(*a, **k)):
+    with mock.patch.object(torch.nn.functional, 'pad', counted):
         attn(x)
     assert len(calls) == (3 if pad else 0)  # q, k and v padded where gradients are recorded
 

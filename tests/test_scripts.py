@@ -80,7 +80,8 @@ def test_the_benchmark_parser_lists_its_subcommands_and_they_fail_through_the_la
         cli.build_parser().parse_args(['--help'])
     out = capsys.readouterr().out
     assert all(name in out for name in cli.SUBCOMMANDS)
-    assert cli.subcommand(['--models', 'x']) == ('suite', ['--models', 'x'], None) == cli.subcommand(['suite', '--models', 'x'])
+    assert cli.subcommand(['--models', 'x']) == ('suite', ['--models', 'x'], None)
+    assert cli.subcommand(['suite', '--models', 'x']) == ('suite', ['--models', 'x'], None)
     assert cli.hands_over(['suite', '--help']) and not cli.hands_over(['--models', 'x', '--help'])
     assert cli.main(['cpu-modes', '--models', 'vit_minimal_nope.cifar10']) == 2
     err = capsys.readouterr().err

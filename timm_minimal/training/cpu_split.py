@@ -31,7 +31,8 @@ import torch
 
 from ..cli import env_number, usable_cores
 
-__all__ = ['Decision', 'SPLIT_MIN_IMAGES', 'core_budget', 'cpu_signature', 'bare_step_rate', 'measure', 'decide', 'worker_command', 'run_split_processes',
+__all__ = ['Decision', 'SPLIT_MIN_IMAGES', 'core_budget', 'cpu_signature', 'bare_step_rate', 'measure', 'decide',
+           'worker_command', 'run_split_processes',
            'end_process_group']
 
 SPLIT_MIN_IMAGES = 500_000  # a shorter run (the tests, the demo) stays one process: a split costs seconds to start

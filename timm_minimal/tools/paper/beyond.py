@@ -125,7 +125,8 @@ def write_report(rows: Sequence[Dict[str, Any]], path: Path, command_line: str) 
         '# Beyond the paper: CIFAR-10 pilots', '',
         f'Command: `{command_line}`', '',
         'Every run: the `cifar10_cpu` recipe (AdamW, lr 6e-3, cosine) at the budget shown, seed 0, one process of one '
-        'thread beside one other run, on the CPU the last column names. Test accuracy is that of the last epoch on the full CIFAR-10 test '
+        'thread beside one other run, on the CPU the last column names. Test accuracy is that of the last epoch on '
+        'the full CIFAR-10 test '
         'split; the best epoch is shown for reference only (no checkpoint was chosen on the test split). Train '
         'accuracy is measured on the augmented batches of the last epoch (with mixup and cutmix: against each '
         'image\'s own label, so it reads low). Wall times are those of a shared machine, not benchmarks.', '',

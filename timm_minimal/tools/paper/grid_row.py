@@ -92,7 +92,8 @@ def check_row(r: Any, where: str) -> GridRow:
     hints = get_type_hints(GridRow, include_extras=True)
     for key in GridRow.__required_keys__:
         if key not in r:
-            raise ValueError(f'{where}: the key "{key}" is missing (a row needs {", ".join(sorted(GridRow.__required_keys__))})')
+            needed = ', '.join(sorted(GridRow.__required_keys__))
+            raise ValueError(f'{where}: the key "{key}" is missing (a row needs {needed})')
     for key, hint in hints.items():
         if key not in r:
             continue
