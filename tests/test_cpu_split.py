@@ -306,3 +306,11 @@ def test_a_splits_processes_count_elapsed_time_from_their_launcher(monkeypatch):
     assert json.loads(seen[cpu_policy.SPLIT_RATES_ENV]) == {'2 x 1': 900.0}
     monkeypatch.setenv(recording.LAUNCHED_AT_ENV, str(time.time() - 100))
     assert 100 <= recording.launch_elapsed() < 110
+    monkeypatch.setenv(recording.LAUNCHED_AT_ENV, 'soon')  # a record read back is checked, not trusted
+    with pytest.raises(UsageError, match=recording.LAUNCHED_AT_ENV):
+        recording.launch_elapsed()
+    monkeypatch.setenv('WORLD_SIZE', '2')
+    for bad in ('{not json', '[1, 2]', '{"2 x 1": "fast"}'):
+        monkeypatch.setenv(cpu_policy.SPLIT_RATES_ENV, bad)
+        assert resolve_plan(train_mod.parse_args(['--model', 'vit_minimal_sym_6x4', '--dataset', 'mnist-sample',
+                                                  '--cpu'])[0]).cpu_rates is None

@@ -104,6 +104,17 @@ def _precision(args: argparse.Namespace, device: str) -> str:
     return cpu_precision(args.model, args.model_kwargs) if device == 'cpu' else 'no'
 
 
+def _split_rates() -> Optional[Dict[str, float]]:
+    """The rates a CPU split's launcher measured (``SPLIT_RATES_ENV``); None where the variable is unset or holds
+    anything but an object of numbers (it is a record, never trusted as it is)."""
+    try:
+        rates = json.loads(os.environ.get(SPLIT_RATES_ENV) or 'null')
+    except ValueError:
+        return None
+    ok = isinstance(rates, dict) and all(isinstance(v, (int, float)) for v in rates.values())
+    return rates if ok else None
+
+
 def resolve_plan(args: argparse.Namespace, provenance: Optional[Dict[str, Any]] = None,
                  split: bool = True) -> RunPlan:
     """The plan of the run ``args`` describes (checked: every number in its range). ``split``: whether this command
@@ -115,14 +126,15 @@ def resolve_plan(args: argparse.Namespace, provenance: Optional[Dict[str, Any]] 
     model = resolve_model_name(args.model, kind)
     device = _device(args)
     precision = _precision(args, device)
-    compiled = default_compile(args.compile, model, args.model_kwargs, device, planned_images(args, kind))
+    images = planned_images(args, kind)
+    compiled = default_compile(args.compile, model, args.model_kwargs, device, images)
     launched = 'WORLD_SIZE' in os.environ  # a process of a group that accelerate, torchrun or the split started
     world = env_number('WORLD_SIZE', int, 1, low=1)
     mode = args.compile_mode or ('reduce-overhead' if device == 'cuda' and world == 1 else None)
     processes, threads = args.cpu_processes, args.threads
-    rates = json.loads(os.environ.get(SPLIT_RATES_ENV) or 'null') if launched else None  # a split's process
+    rates = _split_rates() if launched else None  # a split's process: what its launcher measured
     if device == 'cpu' and not launched and split:
-        processes, compiled, rates = cpu_decision(args, model, planned_images(args, kind), precision == 'bf16',
+        processes, compiled, rates = cpu_decision(args, model, images, precision == 'bf16',
                                                   explicit='cpu_processes' in provenance.get('explicit', ()))
         threads = cpu_threads(args.threads) if processes == 1 else None
     planned = {k: getattr(args, k) for k in PLANNED}

@@ -12,6 +12,7 @@ import numpy as np
 import torch
 from timm.models import split_model_name_tag
 
+from ..cli import env_number
 from . import checkpoint as ckpt
 from .engine import Run, TrainState, weights_hash
 from .run_record import Launch, RunRecord
@@ -51,8 +52,9 @@ def launched_at() -> float:
     """The wall-clock time (``time.time``) at which this launch's first interpreter imported the package: this
     one's, or for a process of a CPU split its launcher's (which measured the split and loaded the data first)."""
     import timm_minimal
-    given = os.environ.get(LAUNCHED_AT_ENV)
-    return float(given) if given else time.time() - (time.perf_counter() - timm_minimal.STARTED_AT)
+    own = time.time() - (time.perf_counter() - timm_minimal.STARTED_AT)
+    given = env_number(LAUNCHED_AT_ENV, float, None, low=0, high=time.time())
+    return own if given is None else given
 
 
 def launch_elapsed() -> float:

@@ -47,8 +47,9 @@ def select_models(patterns: Sequence[str]) -> List[str]:
 # -- the run ---------------------------------------------------------------------------------------
 
 def _environment(config: BenchmarkConfig, device: torch.device) -> Dict[str, Any]:
+    cpu = cpu_signature()
     env = dict(
-        device=str(device), cpu=cpu_signature()['cpu'], cpu_flags=cpu_signature()['flags'], cpu_count=os.cpu_count(),
+        device=str(device), cpu=cpu['cpu'], cpu_flags=cpu['flags'], cpu_count=os.cpu_count(),
         threads=torch.get_num_threads(),
         torch=torch.__version__, timm=timm.__version__, python=platform.python_version(),
         platform=platform.platform(terse=True), date=time.strftime('%Y-%m-%d'),
