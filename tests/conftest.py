@@ -3,8 +3,19 @@ from importlib import resources
 
 import numpy as np
 import pytest
+import torch
 
 from hub_server import HubServer, configure_client
+
+
+@pytest.fixture(autouse=True)
+def _torch_threads():
+    """A test that sets torch's thread count (an in-process training run does) leaves the next test the count it
+    found, so no test depends on the order the suite runs in."""
+    threads = torch.get_num_threads()
+    yield
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
 
 
 @pytest.fixture

@@ -45,8 +45,13 @@ def test_timm_reference_is_the_same_function(fused):
 
 def test_clock_choice():
     cpu = torch.device('cpu')
-    assert B.BenchmarkConfig().resolved_clock(cpu) == 'cpu'  # the tests run with one thread
+    torch.set_num_threads(1)  # conftest puts the suite's count back after the test
+    assert B.BenchmarkConfig().resolved_clock(cpu) == 'cpu'
     assert B.BenchmarkConfig(clock='wall').resolved_clock(cpu) == 'wall'
+    torch.set_num_threads(2)
+    assert B.BenchmarkConfig().resolved_clock(cpu) == 'wall'  # a process's CPU time over two threads is no latency
+    with pytest.raises(ValueError, match='one thread'):
+        B.BenchmarkConfig(clock='cpu').resolved_clock(cpu)
     assert B.BenchmarkConfig().resolved_clock(torch.device('cuda')) == 'wall'
     with pytest.raises(ValueError):
         B.BenchmarkConfig(clock='cpu').resolved_clock(torch.device('cuda'))
