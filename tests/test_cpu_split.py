@@ -93,6 +93,32 @@ def test_the_decision_measures_the_runs_own_step_and_keys_the_cache_by_it(monkey
     assert len(json.loads((tmp_path / 'cpu_split.json').read_text())) == 4
 
 
+def test_kernels_capped_below_the_cpu_are_named_measured_apart_and_get_no_native_bf16(monkeypatch, tmp_path, quiet):
+    """A process whose kernels are capped (an AVX2 run on an AVX-512 CPU) is recorded and cached as its own CPU."""
+    from timm_minimal.training import cpu_policy
+    for name in cpu_split.KERNEL_CAP_ENV:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(torch.cpu, '_is_amx_tile_supported', lambda: True)
+    native, flags = cpu_policy.cpu_has_bf16(), cpu_split.cpu_signature()['flags']
+    assert native and 'capped' not in flags
+    monkeypatch.setattr(cpu_split, 'measure', lambda m, b, n, t, **step: float(n))
+    decide = functools.partial(cpu_split.decide, 'vit_minimal_sym_6x4.cifar10', 256, tmp_path, budget=2,
+                               say=lambda *a: None)
+    decide()
+    for caps in ({'ATEN_CPU_CAPABILITY': 'avx2', 'MKL_ENABLE_INSTRUCTIONS': 'AVX2', 'ONEDNN_MAX_CPU_ISA': 'AVX2'},
+                 {'ONEDNN_MAX_CPU_ISA': 'AVX512_CORE_VNNI'}):
+        for name, value in caps.items():
+            monkeypatch.setenv(name, value)
+        capped = cpu_split.cpu_signature()['flags']
+        assert capped.startswith(flags + '; kernels capped by ') and all(f'{k}={v}' in capped for k, v in caps.items())
+        assert not cpu_policy.cpu_has_bf16()
+        decide()
+    assert len(json.loads((tmp_path / 'cpu_split.json').read_text())) == 3  # one entry per kernel cap
+    monkeypatch.setenv('ONEDNN_MAX_CPU_ISA', 'AVX512_CORE_AMX')
+    monkeypatch.delenv('ATEN_CPU_CAPABILITY')
+    assert cpu_policy.cpu_has_bf16()
+
+
 def test_a_run_that_leaves_compilation_to_the_decision_gets_each_candidate_eager_and_compiled(monkeypatch, tmp_path,
                                                                                              quiet):
     rates = {(1, False): 800.0, (2, False): 1000.0, (1, True): 1300.0, (2, True): 1340.0}

@@ -31,7 +31,7 @@ import torch
 
 from ..cli import env_number, usable_cores
 
-__all__ = ['Decision', 'SPLIT_MIN_IMAGES', 'core_budget', 'cpu_signature', 'bare_step_rate', 'measure', 'decide',
+__all__ = ['Decision', 'SPLIT_MIN_IMAGES', 'core_budget', 'cpu_signature', 'kernel_caps', 'bare_step_rate', 'measure', 'decide',
            'worker_command', 'run_split_processes',
            'end_process_group']
 
@@ -87,7 +87,19 @@ def cpu_signature() -> Dict[str, str]:
                 break
     except OSError:
         pass
+    caps = kernel_caps()
+    flags += f'; kernels capped by {caps}' if caps else ''
     return dict(cpu=name, flags=flags, cores=str(os.cpu_count() or 1), torch=torch.__version__.split('+')[0])
+
+
+KERNEL_CAP_ENV = ('ATEN_CPU_CAPABILITY', 'MKL_ENABLE_INSTRUCTIONS', 'ONEDNN_MAX_CPU_ISA')
+
+
+def kernel_caps() -> str:
+    """The environment variables set to cap the instruction sets of torch's CPU kernels (ATen and inductor, MKL,
+    oneDNN), as ``NAME=value`` words; '' where none is. A capped process runs as a CPU without the instructions
+    above the cap, so the flags of every measurement and record name the cap beside the CPU's own flags."""
+    return ' '.join(f'{k}={os.environ[k]}' for k in KERNEL_CAP_ENV if os.environ.get(k, '').strip())
 
 
 def bare_step_rate(model: str, batch: int, threads: int, seconds: float, warmup: int = PROBE_WARMUP,
