@@ -86,6 +86,7 @@ def test_symmetry_measure():
     assert asymmetry(m - m.T) == pytest.approx(2)
 
 
+@pytest.mark.slow
 def test_cli_resizes_and_writes_png(tmp_path, capsys):
     image = tmp_path / 'wide.png'
     _image((50, 40), 'RGB').save(image)

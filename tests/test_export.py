@@ -27,7 +27,8 @@ def _session(path):
     return ort.InferenceSession(str(path), providers=['CPUExecutionProvider'])
 
 
-@pytest.mark.parametrize('attn', list(VARIANTS))
+# one variant in the quick suite, every variant in the whole one (about 3 s an export)
+@pytest.mark.parametrize('attn', [pytest.param(a, marks=() if a == 'std' else pytest.mark.slow) for a in VARIANTS])
 def test_onnx_round_trip_gives_torch_logits(attn, tmp_path):
     torch.manual_seed(0)
     model = timm.create_model(VARIANTS[attn], depth=2).eval()
@@ -44,6 +45,7 @@ def test_onnx_round_trip_gives_torch_logits(attn, tmp_path):
         np.testing.assert_allclose(logits, model(x).numpy(), rtol=0, atol=1e-4)
 
 
+@pytest.mark.slow
 def test_preprocessing_file_is_timms_config_with_label_names(tmp_path):
     model = timm.create_model('vit_minimal_sym_6x4.cifar10', depth=1).eval()
     ex.export_model(model, tmp_path / 'out')
@@ -59,6 +61,7 @@ def test_preprocessing_file_is_timms_config_with_label_names(tmp_path):
     assert not (tmp_path / 'geo').exists()
 
 
+@pytest.mark.slow
 def test_int8_export_of_a_small_model_keeps_its_accuracy(mnist_dir, tmp_path, capsys):
     """The command line on a shipped checkpoint, verified on the bundled MNIST sample (1,000 test digits)."""
     out = tmp_path / 'qkonly'
@@ -157,6 +160,7 @@ def test_overwrite_never_replaces_a_users_folder(tmp_path, monkeypatch, capsys):
     assert not list(tmp_path.glob('.*tmp*')) and not list(work.glob('.*tmp*'))
 
 
+@pytest.mark.slow
 def test_deployment_benchmark_quick(tmp_path, capsys):
     from timm_minimal.tools.benchmark import deployment as deployment_benchmark
     md, js = tmp_path / 'deployment.md', tmp_path / 'deployment.json'

@@ -83,6 +83,7 @@ def test_the_fingerprint_follows_the_content(tmp_path):
     assert scan_split(root / 'train', ['a', 'b']).fingerprint != first
 
 
+@pytest.mark.slow
 def test_swapped_class_folders_are_decoded_again(tmp_path):
     """Train on a (black) / b (white), swap the two folders' contents, train again with the same --cache-dir:
     the second run must see the new images, not the first run's cache."""

@@ -61,6 +61,8 @@ PILOTS: List[Variant] = [
             'mixup 0.8, cutmix 1.0, random erasing 0.25, zoom +-10%, 4-px shift'),
     _SYM[3], _QK[1], _QK[2], _QK[0],
     Variant('std_mlp_6x4-plain', 'vit_minimal_std_mlp_6x4.cifar10'), _QK[3],
+    # the recipe the sym_6x4 pilots chose, for the other 4-head model's converged run (--epochs 150)
+    _family('vit_minimal_std_6x4.cifar10', 'std_6x4')[3],
 ]
 
 
