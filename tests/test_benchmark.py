@@ -225,3 +225,18 @@ def test_tensor_memory_is_deterministic_and_ordered():
         assert first[key]['train'] == pytest.approx(again[key]['train'], rel=0.15)
     assert 0 < first['sym']['train'] < first['std']['train']
     assert first['std']['train'] == pytest.approx(first['ref']['train'], rel=0.1)  # the same function
+
+
+def test_the_ops_of_ours_and_timms_forward_are_profiled_side_by_side():
+    """--timm-ops: the profiler's calls and self time of each op of both forwards, and the ops only one calls."""
+    from timm_minimal.tools.benchmark import report, suite
+    config = B.BenchmarkConfig.quick_config(timm_ops=True)
+    entry = suite._timm_entry(config, 6, 4, ('infer',), torch.device('cpu'), 'wall')
+    ours, ref = entry['ops']['ours'], entry['ops']['ref']
+    assert ours['aten::addmm']['calls'] == ref['aten::addmm']['calls'] == 10 * (6 * 4 + 1)  # qkv, proj, fc1, fc2, head
+    assert all(v['self_ms'] >= 0 for v in ours.values())
+    table = report._ops_table(entry)
+    assert '| `aten::addmm` | 250 |' in table and 'ops only one model calls:' in table
+    from timm_minimal.tools.benchmark import cli
+    parse = cli.build_parser().parse_args
+    assert cli.config_from_args(parse(['--timm-ops'])).timm_ops and not cli.config_from_args(parse([])).timm_ops

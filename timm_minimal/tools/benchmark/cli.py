@@ -105,6 +105,9 @@ def _add_comparison_options(p: argparse.ArgumentParser, d: BenchmarkConfig) -> N
     p.add_argument('--no-sdpa', action='store_true', help='skip the SDPA-off comparison (also in the token sweep)')
     p.add_argument('--no-timm', action='store_true', help='skip the comparison with timm VisionTransformer')
     p.add_argument('--timm-pairs', type=positive_int, default=None, help=f'alternated repeats ours vs timm (default {d.timm_pairs})')
+    p.add_argument('--timm-ops', action='store_true',
+                   help='also profile the ops of both forwards (torch.profiler: calls and self time of each op), '
+                        'to find which op makes a difference to timm')
     p.add_argument('--no-memory', action='store_true', help='skip the peak-memory measurement')
     p.add_argument('--memory-method', default=d.memory_method, choices=('tensors', 'rss'),
                    help='tensors: peak of torch allocations (profiler on CPU, allocator on CUDA), in process; '
@@ -156,7 +159,7 @@ def config_from_args(args: argparse.Namespace) -> BenchmarkConfig:
     overrides.update(
         dataset=args.dataset, device=args.device, threads=args.threads or None, clock=args.clock,
         amp=precision != 'no', amp_dtype=AUTOCAST_DTYPES.get(precision, BenchmarkConfig.amp_dtype),
-        timm_compare=not args.no_timm, memory=not args.no_memory,
+        timm_compare=not args.no_timm, timm_ops=args.timm_ops, memory=not args.no_memory,
         memory_method=args.memory_method,
         scaling=not args.no_scaling, output=args.output, results_path=args.results, plots=not args.no_plots,
     )

@@ -32,6 +32,7 @@ class BenchmarkConfig:
     timm_compare: bool = True
     timm_pairs: int = 20
     timm_latency: bool = True
+    timm_ops: bool = False  # profile the ops of ours and timm's forward (the profiler's calls and self times)
     block_size: int = 3
     memory: bool = True
     memory_method: str = 'tensors'

@@ -87,6 +87,18 @@ def build_timm_reference(dataset: str = 'mnist', depth: int = 6, num_heads: int 
     return set_fused_attn(model, fused)
 
 
+def op_profile(model: nn.Module, x: torch.Tensor, steps: int = 10) -> Dict[str, Dict[str, float]]:
+    """The ops of ``steps`` inference forwards of ``model`` on ``x`` (after one unprofiled forward), as
+    ``torch.profiler`` counts them: ``{op: {'calls': n, 'self_ms': self CPU time}}``."""
+    from torch.profiler import profile
+    with torch.inference_mode():
+        model(x)
+        with profile() as prof:
+            for _ in range(steps):
+                model(x)
+    return {e.key: dict(calls=e.count, self_ms=e.self_cpu_time_total / 1000) for e in prof.key_averages()}
+
+
 def count_params(model: nn.Module, trainable_only: bool = True) -> int:
     return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)
 

@@ -311,7 +311,25 @@ def _timm_section(results: Dict[str, Any]) -> List[str]:
                          _ratio_cell(ratios(e[mode]['ours'], e[mode]['copy'])) if 'copy' in e[mode] else 'n/a'])
     md.append(_table(['measurement (SDPA on)', 'ours img/s', 'timm img/s', 'ours / timm', 'ours / ours (noise)'],
                      rows) + '\n')
+    md.extend(_ops_table(e) for e in results['timm'] if 'ops' in e)
     return md
+
+
+def _ops_table(entry: Dict[str, Any], top: int = 12) -> str:
+    """The ops of ten inference forwards of ours and of timm (``--timm-ops``): the ``top`` ops by self time of
+    either, each with its calls and self time in both, and the ops that only one of the two calls."""
+    ours, ref = entry['ops']['ours'], entry['ops']['ref']
+    ranked = sorted(set(ours) | set(ref), key=lambda op: -max(ours.get(op, {}).get('self_ms', 0),
+                                                                ref.get(op, {}).get('self_ms', 0)))
+    only = sorted(op for op in set(ours) ^ set(ref))
+
+    def cells(side: Dict[str, Dict[str, float]], op: str) -> List[str]:
+        return [_fmt_int(side[op]['calls']), f"{side[op]['self_ms']:.1f}"] if op in side else ['-', '-']
+    rows = [[f'`{op}`', *cells(ours, op), *cells(ref, op)] for op in ranked[:top]]
+    return (f'Ops of ten inference forwards at batch {entry["batch_size"]} (`torch.profiler`, after one unprofiled '
+            f'forward), the {top} with the most self time in either model; ops only one model calls: '
+            + (', '.join(f'`{op}`' for op in only) or 'none') + '.\n\n'
+            + _table(['op', 'ours calls', 'ours self ms', 'timm calls', 'timm self ms'], rows) + '\n')
 
 
 def _sdpa_section(results: Dict[str, Any]) -> List[str]:

@@ -23,7 +23,7 @@ from ...models.vit_minimal import ARCHITECTURES
 from ...training.cpu_split import cpu_signature
 from .config import BenchmarkConfig
 from .measure import (TIMM_REF, ModelSpec, Runner, calibrate, count_flops, count_params, geometry, measure_rounds,
-                      measure_throughput, parse_name)
+                      measure_throughput, op_profile, parse_name)
 from .memory import MemoryServer, measure_memory
 
 
@@ -231,6 +231,8 @@ def _timm_entry(config: BenchmarkConfig, depth: int, batch: int, modes: Sequence
     for mode in modes:
         tp = measure_throughput(trio, mode, config.timm_pairs, config.warmup, config.target_time / 2, clock)
         entry[mode] = dict(ours=tp[specs[0].key], ref=tp[specs[1].key], copy=tp[specs[2].key])
+    if config.timm_ops and 'infer' in modes:
+        entry['ops'] = dict(ours=op_profile(trio[0].model, trio[0].x), ref=op_profile(trio[1].model, trio[0].x))
     return entry
 
 
