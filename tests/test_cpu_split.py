@@ -89,7 +89,7 @@ def test_the_decision_measures_the_runs_own_step_and_keys_the_cache_by_it(monkey
     for step in (dict(), dict(bf16=True), dict(compiled=True), dict(model_kwargs={'depth': 2}), dict(bf16=True)):
         decide(**step)
     assert len(steps) == 8  # four steps measured, 1 and 2 processes each; the last was kept
-    assert steps[2] == (1, dict(model_kwargs={}, bf16=True, compiled=False))
+    assert steps[2] == (1, dict(model_kwargs={}, bf16=True, compiled=False, padded=True))
     assert len(json.loads((tmp_path / 'cpu_split.json').read_text())) == 4
 
 
@@ -136,8 +136,32 @@ def test_a_run_that_leaves_compilation_to_the_decision_gets_each_candidate_eager
     assert len(json.loads((tmp_path / 'cpu_split.json').read_text())) == 2
     rates[1, True], rates[2, True] = 820.0, 1040.0  # a compilation within the margin of the eager step: not taken
     assert decide(compiled=None, model_kwargs={'depth': 2})[:2] == (2, False)
-    assert cpu_split.worker_command(['--model', 'm'], 2, True)[-3:] == ['--cpu-processes', '2', '--compile']
-    assert cpu_split.worker_command(['--model', 'm'], 2, False)[-1] == '--no-compile'
+    assert cpu_split.worker_command(['--model', 'm'], 2, True)[-4:] == ['--cpu-processes', '2', '--compile',
+                                                                        '--pad-heads']
+    assert cpu_split.worker_command(['--model', 'm'], 2, False, False)[-2:] == ['--no-compile', '--no-pad-heads']
+
+
+def test_a_run_that_leaves_the_head_padding_to_the_decision_measures_the_eager_step_both_ways(monkeypatch, tmp_path,
+                                                                                            quiet):
+    """Where the padded heads train slower (the kernels capped at AVX2 measured 0.74x, benchmarks/cpu_modes_avx2cap.md)
+    the decision takes the true width; within the margin the padding stays; a model with no width to pad measures
+    nothing more; --pad-heads/--no-pad-heads choose."""
+    rates = {(1, False, True): 845.0, (1, False, False): 1139.0, (2, False, True): 900.0, (2, False, False): 1000.0}
+    measured = []
+    monkeypatch.setattr(cpu_split, 'measure', lambda m, b, n, t, compiled, padded, **step:
+                        measured.append((n, compiled, padded)) or rates[n, compiled, padded])
+    decide = functools.partial(cpu_split.decide, 'vit_minimal_sym_6x4.cifar10', 256, tmp_path, budget=2,
+                               say=lambda *a: None, compiled=False)
+    decision = decide(padded=None)
+    assert decision[:3] == (1, False, False) and sorted(measured) == sorted(rates)
+    assert decision.rates['1 x 2 unpadded'] == 1139.0 and decision.rates['1 x 2'] == 845.0
+    assert decide(padded=None) == decision and len(measured) == 4  # kept
+    assert decide(padded=True)[:3] == (2, False, True) and measured[-1] == (2, False, True)  # its own entry
+    rates[1, False, False], rates[2, False, False] = 870.0, 930.0  # within the margin: the padding stays
+    assert decide(padded=None, model_kwargs={'depth': 2})[:3] == (2, False, True)
+    measured.clear()
+    assert decide(padded=None, model_kwargs={'embed_dim': 64})[2] is True  # one head of 64 columns: nothing to pad
+    assert all(padded for _, _, padded in measured)
 
 
 def test_a_decision_taken_beside_other_work_is_not_kept(monkeypatch, tmp_path):
@@ -177,14 +201,20 @@ def test_short_runs_gpu_runs_and_launched_processes_stay_one_process(monkeypatch
     assert not _plan(long_run, split=False).starts_split  # train(args) from Python trains in its own process
     measured = []
     monkeypatch.setattr(cpu_split, 'decide', lambda model, batch, cache, **step: measured.append((model, step))
-                        or cpu_split.Decision(2, True, {'1 x 2': 900.0, '2 x 1 compiled': 1200.0}))
+                        or cpu_split.Decision(2, True, False, {'1 x 2': 900.0, '2 x 1 compiled unpadded': 1200.0}))
     plan = _plan(long_run + ['--model-kwargs', 'depth=2'])
     assert plan.processes == 2 and plan.starts_split and plan.threads is None
     # the probe times the run's own step: the tagged model, its keywords, its precision and compilation
     # (compilation left to it: measured eager and compiled), and the split's choice is kept for a resume
-    assert measured == [('vit_minimal_sym_6x4.cifar10', dict(model_kwargs={'depth': 2}, bf16=False, compiled=None))]
-    assert plan.compile and plan.saved_options()['compile'] is True and plan.saved_options()['cpu_processes'] == 2
-    assert plan.cpu_rates == {'1 x 2': 900.0, '2 x 1 compiled': 1200.0}  # the run record keeps what was measured
+    assert measured == [('vit_minimal_sym_6x4.cifar10', dict(model_kwargs={'depth': 2}, bf16=False, compiled=None,
+                                                             padded=None))]
+    saved = plan.saved_options()
+    assert plan.compile and saved['compile'] is True and saved['cpu_processes'] == 2
+    assert not plan.pad_heads and saved['pad_heads'] is False  # the padding the decision chose, kept for a resume
+    assert plan.cpu_rates == {'1 x 2': 900.0, '2 x 1 compiled unpadded': 1200.0}  # the run record keeps them
+    assert measured[-1][1]['padded'] is None
+    _plan(long_run + ['--pad-heads'])
+    assert measured[-1][1]['padded'] is True
     assert _plan(long_run + ['--cpu-processes', '1']).processes == 1
 
 
@@ -320,12 +350,12 @@ def test_a_splits_processes_count_elapsed_time_from_their_launcher(monkeypatch):
     """The split's processes get what the launcher measured and when it started: ``elapsed`` in metrics.jsonl and
     the time to a target then include the measurement and the launcher's start-up."""
     from timm_minimal.training import cpu_policy, recording
-    monkeypatch.setattr(cpu_split, 'decide', lambda *a, **k: cpu_split.Decision(2, False, {'2 x 1': 900.0}))
+    monkeypatch.setattr(cpu_split, 'decide', lambda *a, **k: cpu_split.Decision(2, False, rates={'2 x 1': 900.0}))
     monkeypatch.setattr(cpu_split, 'core_budget', lambda: 2)
     plan = _plan(['--model', 'vit_minimal_sym_6x4', '--dataset', 'mnist-sample', '--epochs', '30', '--cpu'])
     assert plan.starts_split
     seen = {}
-    monkeypatch.setattr(cpu_split, 'run_split_processes', lambda argv, n, env, compiled: seen.update(env) or 0)
+    monkeypatch.setattr(cpu_split, 'run_split_processes', lambda argv, n, env, compiled, padded: seen.update(env) or 0)
     assert cpu_policy.run_split(plan, ['--model', 'vit_minimal_sym_6x4']) == 0
     started = float(seen[recording.LAUNCHED_AT_ENV])
     assert time.time() - 600 < started <= recording.launched_at() + 1e-3

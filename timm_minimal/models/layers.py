@@ -40,6 +40,7 @@ from timm.layers import DropPath, Mlp, use_fused_attn
 __all__ = [
     'MinimalAttention', 'StdAttention', 'QKAttention', 'QKOnlyAttention', 'SymAttention', 'CholAttention',
     'ATTENTION_LAYERS', 'get_attn_layer', 'Block', 'sincos_2d_pos_embed', 'MimeticInit', 'mimetic_factors',
+    'set_head_padding',
 ]
 
 
@@ -117,10 +118,11 @@ class MinimalAttention(nn.Module):
         self.head_dim = dim // num_heads
         self.scale = self.head_dim ** -0.5
         self.fused_attn = use_fused_attn()
-        # SDPA's backward runs a head width of 15 (60 / 4 heads) about 1.6x slower on the CPU than a width of 16
+        # SDPA's backward runs a head width of 15 (60 / 4 heads) about 1.6x slower on most CPUs than a width of 16
         # (benchmarks/cpu_modes.md): where gradients are recorded, the fused path pads each head with zeros to a
         # multiple of 8 (``sdpa``); inference, where the padding costs more than it saves
-        # (benchmarks/inference_vs_timm_amx.md), takes the true width, as timm's attention does
+        # (benchmarks/inference_vs_timm_amx.md), takes the true width, as timm's attention does. Kernels that run
+        # the padding slower (AVX2 ones, benchmarks/cpu_modes_avx2cap.md) turn it off: ``set_head_padding``
         self.head_pad = (-self.head_dim) % 8
         self.attn_drop = nn.Dropout(attn_drop)
         self.proj_drop = nn.Dropout(proj_drop)
@@ -200,6 +202,17 @@ class MinimalAttention(nn.Module):
         left, right = mimetic_factors(self.dim, cfg.vo_alpha, -cfg.vo_beta)
         v_weight.copy_(left.t())
         self.proj.weight.copy_(right.t())
+
+
+def set_head_padding(model: nn.Module, enabled: bool) -> int:
+    """Let every minimal attention of ``model`` pad its heads to a multiple of 8 where gradients are recorded
+    (``enabled``: as built) or run SDPA on the true head width. The outputs are the same; which one trains faster
+    depends on the CPU's kernels (``benchmarks/cpu_modes*.md``), so the CPU decision measures both. Returns the
+    number of layers whose heads have a width to pad (0: the choice changes nothing)."""
+    widths = [m for m in model.modules() if isinstance(m, MinimalAttention) and m.head_dim % 8]
+    for m in widths:
+        m.head_pad = (-m.head_dim) % 8 if enabled else 0
+    return len(widths)
 
 
 class StdAttention(MinimalAttention):

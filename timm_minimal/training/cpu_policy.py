@@ -71,13 +71,16 @@ def default_compile(given: Optional[bool], model: str, model_kwargs: Optional[Di
 
 
 def cpu_decision(args: argparse.Namespace, model: str, run_images: Optional[int], bf16: bool, explicit: bool = True):
-    """How a CPU run of ``model`` trains (a ``cpu_split.Decision``: processes, compiled).
+    """How a CPU run of ``model`` trains (a ``cpu_split.Decision``: processes, compiled, padded).
 
     - ``--cpu-processes`` where set; compilation then follows ``--compile`` or the rule of ``default_compile``.
     - A short run (under ``SPLIT_MIN_IMAGES`` training images: the tests and the demo among them) and a machine of
       one core pay no probe: one process, compiled by the same rule.
     - Else what ``cpu_split.decide`` measured here on the run's own step (its model kwargs, ``bf16`` autocast): one
-      process or one per core, each eager and compiled unless ``--compile``/``--no-compile`` chose.
+      process or one per core, each eager and compiled unless ``--compile``/``--no-compile`` chose, the eager ones
+      with the heads padded and not unless ``--pad-heads``/``--no-pad-heads`` chose.
+
+    Elsewhere the heads are padded unless ``--no-pad-heads``.
 
     A resumed run keeps its count (and its compilation) from ``args.yaml``, on fewer cores too (said), unless
     ``explicit`` (given on this command line) asks for another; a count above the core budget is refused otherwise."""
@@ -85,11 +88,11 @@ def cpu_decision(args: argparse.Namespace, model: str, run_images: Optional[int]
     from .data import default_cache_dir
     budget = core_budget()
     ruled = default_compile(args.compile, model, args.model_kwargs, 'cpu', run_images)
-    decision = Decision(args.cpu_processes or 1, ruled)
+    decision = Decision(args.cpu_processes or 1, ruled, args.pad_heads is not False)
     if args.cpu_processes is None and (run_images or 0) >= SPLIT_MIN_IMAGES and budget > 1:
         cache = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
         decision = decide(model, args.batch_size, cache, model_kwargs=args.model_kwargs, bf16=bf16,
-                          compiled=args.compile)
+                          compiled=args.compile, padded=args.pad_heads)
     if decision.processes > budget:
         if args.resume is None or explicit:
             raise UsageError(f'--cpu-processes {decision.processes} is more than the {budget} core(s) this run may '
@@ -131,7 +134,7 @@ def run_split(plan: Any, argv: Sequence[str]) -> int:
         env = dict(os.environ, OMP_NUM_THREADS=str(threads), **{SPLIT_STATUS_ENV: str(status_file),
                                                                 SPLIT_RATES_ENV: json.dumps(plan.cpu_rates),
                                                                 LAUNCHED_AT_ENV: repr(launched_at())})
-        rc = run_split_processes(argv, processes, env, compiled=plan.compile)
+        rc = run_split_processes(argv, processes, env, compiled=plan.compile, padded=plan.pad_heads)
         text = status_file.read_text().strip() if status_file.is_file() else ''
     return int(text) if text.isdigit() else (EXIT_FAILURE if rc else 0)
 

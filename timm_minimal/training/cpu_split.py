@@ -43,15 +43,17 @@ MARGIN = 1.05  # a split or a compilation must be measured this much faster: a t
 
 
 class Decision(NamedTuple):
-    """How a CPU run trains: its process count and whether its step is compiled; ``rates``: the images per second
-    each candidate measured ('2 x 1 compiled': ...), where the decision measured (now or from the cache)."""
+    """How a CPU run trains: its process count, whether its step is compiled and whether its attention pads the
+    heads (``models.layers.set_head_padding``); ``rates``: the images per second each candidate measured
+    ('2 x 1 compiled': ...), where the decision measured (now or from the cache)."""
     processes: int
     compiled: bool
+    padded: bool = True
     rates: Optional[Dict[str, float]] = None
 
 
-def _label(processes: int, threads: int, compiled: bool) -> str:
-    return f'{processes} x {threads}{" compiled" if compiled else ""}'
+def _label(processes: int, threads: int, compiled: bool, padded: bool = True) -> str:
+    return f'{processes} x {threads}{" compiled" if compiled else ""}{"" if padded else " unpadded"}'
 
 
 def core_budget() -> int:
@@ -103,14 +105,17 @@ def kernel_caps() -> str:
 
 
 def bare_step_rate(model: str, batch: int, threads: int, seconds: float, warmup: int = PROBE_WARMUP,
-                   model_kwargs: Optional[Dict[str, Any]] = None, bf16: bool = False, compiled: bool = False) -> float:
+                   model_kwargs: Optional[Dict[str, Any]] = None, bf16: bool = False, compiled: bool = False,
+                   padded: bool = True) -> float:
     """Images per second of the bare training step (forward, cross-entropy, backward, AdamW) of ``model`` built with
     ``model_kwargs``, as the run will take it: in bf16 autocast where ``bf16``, through ``torch.compile`` where
-    ``compiled`` (the warm-up steps compile)."""
+    ``compiled`` (the warm-up steps compile), with the heads padded where ``padded``."""
     import timm
+    from ..models.layers import set_head_padding
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     net = timm.create_model(model, **(model_kwargs or {})).train()
+    set_head_padding(net, padded)
     x = torch.randn(batch, *net.pretrained_cfg['input_size'])
     y = torch.randint(0, max(1, net.num_classes), (batch,))
     opt = torch.optim.AdamW(net.parameters(), lr=1e-4)
@@ -132,7 +137,7 @@ def bare_step_rate(model: str, batch: int, threads: int, seconds: float, warmup:
 def measure(model: str, batch: int, processes: int, threads: int, seconds: float = PROBE_SECONDS,
             **step: Any) -> float:
     """Images per second of ``processes`` concurrent processes of ``threads`` threads, each stepping its share of
-    the global ``batch`` (``step``: ``bare_step_rate``'s model_kwargs, bf16, compiled): what a run of that split
+    the global ``batch`` (``step``: ``bare_step_rate``'s model_kwargs, bf16, compiled, padded): what a run of that split
     trains, summed. No probe outlives this call: on a failure or a timeout of one, every one is ended."""
     code = (f'from timm_minimal.training.cpu_split import bare_step_rate; '
             f'print(bare_step_rate({model!r}, {max(1, batch // processes)}, {threads}, {seconds}, **{step!r}))')
@@ -172,60 +177,78 @@ def read_cache(path: Path, say=print) -> Dict[str, Dict[str, Any]]:
         for key, entry in known.items():
             if not isinstance(entry, dict) or type(entry.get('processes')) is not int or entry['processes'] < 1:
                 raise ValueError(f'entry {key} has no whole "processes" of at least 1')
-            if not isinstance(entry.get('compiled', False), bool):
-                raise ValueError(f'entry {key} has a "compiled" that is not true or false')
+            for flag in ('compiled', 'padded'):
+                if not isinstance(entry.get(flag, False), bool):
+                    raise ValueError(f'entry {key} has a "{flag}" that is not true or false')
         return known
     except (OSError, ValueError) as e:
         say(f'WARNING: {path} is not a record of CPU measurements ({str(e)[:120]}); measuring again.')
         return {}
 
 
-def _cached(entry: Optional[Dict[str, Any]], processes: Sequence[int], modes: Sequence[bool]) -> Optional[Decision]:
-    if entry is None or entry['processes'] not in processes or entry.get('compiled', modes[0]) not in modes:
+def _cached(entry: Optional[Dict[str, Any]], processes: Sequence[int], modes: Sequence[bool],
+            pads: Sequence[bool]) -> Optional[Decision]:
+    if (entry is None or entry['processes'] not in processes or entry.get('compiled', modes[0]) not in modes
+            or entry.get('padded', True) not in pads):
         return None
-    return Decision(entry['processes'], bool(entry.get('compiled', modes[0])), entry.get('rates'))
+    return Decision(entry['processes'], bool(entry.get('compiled', modes[0])), bool(entry.get('padded', True)),
+                    entry.get('rates'))
+
+
+def _pads(model: str, model_kwargs: Optional[Dict[str, Any]], padded: Optional[bool]) -> List[bool]:
+    """The head paddings to measure: the one given, else both where the model has head widths to pad."""
+    if padded is not None:
+        return [bool(padded)]
+    import timm
+    from ..models.layers import set_head_padding
+    return [True, False] if set_head_padding(timm.create_model(model, **(model_kwargs or {})), True) else [True]
 
 
 def decide(model: str, batch: int, cache_dir: Path, budget: Optional[int] = None, say=print,
            model_kwargs: Optional[Dict[str, Any]] = None, bf16: bool = False,
-           compiled: Optional[bool] = False) -> Decision:
-    """The process count (and, where ``compiled`` is None, the compilation) that trains ``model`` at ``batch``
-    fastest here, measured on the step the run will take (its model kwargs, bf16 autocast, compilation) once per
-    machine, model, batch and step, and kept in ``cache_dir/cpu_split.json``; one process (eager where compilation
-    was left to it) where nothing else can run or a measurement fails. A measurement taken while other work keeps
-    cores busy decides this run only: it is not kept as the machine's answer."""
+           compiled: Optional[bool] = False, padded: Optional[bool] = True) -> Decision:
+    """The process count (and, where ``compiled`` or ``padded`` is None, the compilation or the head padding) that
+    trains ``model`` at ``batch`` fastest here, measured on the step the run will take (its model kwargs, bf16
+    autocast, compilation, padding) once per machine, model, batch and step, and kept in ``cache_dir/cpu_split.json``;
+    one process (eager and padded where those were left to it) where nothing else can run or a measurement fails.
+    The padding is measured on the eager step (a compiled one keeps the padding given, else pads). A measurement
+    taken while other work keeps cores busy decides this run only: it is not kept as the machine's answer."""
     budget = core_budget() if budget is None else budget
     processes = [n for n in _candidates(budget) if batch % n == 0]
     modes = [False, True] if compiled is None else [bool(compiled)]
-    candidates = [(n, c) for n in processes for c in modes]
+    pads = _pads(model, model_kwargs, padded)
+    candidates = [(n, c, p) for n in processes for c in modes for p in (pads[:1] if c else pads)]
     if len(candidates) < 2:
-        return Decision(1, modes[0])
+        return Decision(1, modes[0], pads[0])
     step = dict(model_kwargs=dict(model_kwargs or {}), bf16=bool(bf16))
     key = hashlib.sha256(json.dumps(dict(cpu_signature(), model=model, batch=batch, budget=budget, compiled=compiled,
-                                         **step), sort_keys=True, default=repr).encode()).hexdigest()[:16]
+                                         padded=padded, **step), sort_keys=True, default=repr).encode()).hexdigest()[:16]
     path = Path(cache_dir) / 'cpu_split.json'
     known = read_cache(path, say)
-    cached = _cached(known.get(key), processes, modes)
+    cached = _cached(known.get(key), processes, modes, pads)
     if cached is not None:
         return cached
     quiet = free_cores(budget) >= budget
-    what = ', '.join(f'{n} x {budget // n} threads{" compiled" if c else ""}' for n, c in candidates)
-    seconds = sum(PROBE_SECONDS + (60 if c else 8) for _, c in candidates)
-    say(f'Measuring once on this CPU how {model} at batch {batch}{", bf16" if bf16 else ""} trains fastest: {what} '
-        f'({seconds:.0f} s or so) ...')
+    what = ', '.join(_label(n, budget // n, c, p) for n, c, p in candidates)
+    seconds = sum(PROBE_SECONDS + (60 if c else 8) for _, c, _ in candidates)
+    say(f'Measuring once on this CPU how {model} at batch {batch}{", bf16" if bf16 else ""} trains fastest '
+        f'(processes x threads): {what} ({seconds:.0f} s or so) ...')
     try:
-        rates = {(n, c): measure(model, batch, n, budget // n, compiled=c, **step) for n, c in candidates}
+        rates = {(n, c, p): measure(model, batch, n, budget // n, compiled=c, padded=p, **step)
+                 for n, c, p in candidates}
     except (RuntimeError, ValueError, IndexError, subprocess.SubprocessError, OSError):
-        return Decision(1, modes[0])
-    best = max(rates, key=lambda k: rates[k] / MARGIN ** ((k[0] > 1) + (k[1] and len(modes) > 1)))
-    labelled = {_label(n, budget // n, c): round(r, 1) for (n, c), r in rates.items()}
+        return Decision(1, modes[0], pads[0])
+    # each departure from one eager, padded process must win by the margin: a tie keeps the simpler
+    best = max(rates, key=lambda k: rates[k] / MARGIN ** ((k[0] > 1) + (k[1] and len(modes) > 1)
+                                                          + (not k[2] and len(pads) > 1)))
+    labelled = {_label(n, budget // n, c, p): round(r, 1) for (n, c, p), r in rates.items()}
     say('  ' + ', '.join(f'{label}: {r:,.0f} img/s' for label, r in labelled.items())
-        + f' -> {best[0]} process(es){", compiled" if best[1] else ""}')
+        + f' -> {best[0]} process(es){", compiled" if best[1] else ""}{"" if best[2] else ", heads unpadded"}')
     if not quiet:
         say('  (other work kept cores busy: this decision is not kept, the next long run measures again)')
         return Decision(*best, labelled)
-    known[key] = dict(processes=best[0], compiled=best[1], compile_given=compiled, **cpu_signature(), model=model,
-                      batch=batch, budget=budget, **step, rates=labelled)
+    known[key] = dict(processes=best[0], compiled=best[1], padded=best[2], compile_given=compiled, pad_given=padded,
+                      **cpu_signature(), model=model, batch=batch, budget=budget, **step, rates=labelled)
     try:
         from .checkpoint import write_json_atomic
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -235,16 +258,17 @@ def decide(model: str, batch: int, cache_dir: Path, budget: Optional[int] = None
     return Decision(*best, labelled)
 
 
-def worker_command(argv: Sequence[str], processes: int, compiled: bool) -> List[str]:
-    """The command of one process of a split run: the same training run, which records ``--cpu-processes`` and the
-    compilation the decision chose (and so a resume keeps them)."""
+def worker_command(argv: Sequence[str], processes: int, compiled: bool, padded: bool = True) -> List[str]:
+    """The command of one process of a split run: the same training run, which records ``--cpu-processes``, the
+    compilation and the head padding the decision chose (and so a resume keeps them)."""
     return [sys.executable, '-m', 'timm_minimal.training.train', *argv, '--cpu-processes', str(processes),
-            '--compile' if compiled else '--no-compile']
+            '--compile' if compiled else '--no-compile', '--pad-heads' if padded else '--no-pad-heads']
 
 
 def run_split_processes(argv: Sequence[str], processes: int, env: Dict[str, str], grace: float = 30.0,
-                        compiled: bool = False) -> int:
-    """Run ``processes`` processes of this training run on this machine (``compiled`` or eager), gloo through
+                        compiled: bool = False, padded: bool = True) -> int:
+    """Run ``processes`` processes of this training run on this machine (``compiled`` or eager, ``padded`` heads or
+    not), gloo through
     accelerate, and return the exit status of the first that failed (0 when none did).
 
     The processes meet at a store this process serves on the loopback address alone (torch's launcher would serve
@@ -274,7 +298,7 @@ def run_split_processes(argv: Sequence[str], processes: int, env: Dict[str, str]
                                   LOCAL_WORLD_SIZE=str(processes), MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port),
                                   TORCHELASTIC_USE_AGENT_STORE='True')  # the ranks join this store, none serves one
                 leader = group[0].pid if group else 0  # a process group of their own, led by the first
-                group.append(subprocess.Popen(worker_command(argv, processes, compiled), env=worker_env,
+                group.append(subprocess.Popen(worker_command(argv, processes, compiled, padded), env=worker_env,
                                               preexec_fn=functools.partial(os.setpgid, 0, leader)))
             return _wait_all(group)
         finally:

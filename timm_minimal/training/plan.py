@@ -3,12 +3,12 @@ stage reads.
 
 The options come from ``cli.parse_args`` (defaults < recipe < a resumed run's ``args.yaml`` < command line).
 ``resolve_plan`` then decides, once and in this order: the dataset kind; the model's full name (an untagged minimal
-transformer takes its dataset's tag); the recipe; the device; the precision; compilation and its mode; and, on the
-CPU, the processes and the threads. The stages after it (the accelerator, the model, the loop, the run record) read
+transformer takes its dataset's tag); the recipe; the device; the precision; compilation and its mode; the head
+padding; and, on the CPU, the processes and the threads. The stages after it (the accelerator, the model, the loop, the run record) read
 the plan, as transformers' modules read one config. The options they get with it (``RunPlan.options``) no longer hold
 the fields the plan decided, so a stage that reads one of those from the Namespace fails at once
 (``AttributeError``) instead of reading an undecided value. ``args.yaml`` records the options as given, with the
-process count and the threads decided here, so a resumed run keeps them.
+process count, the threads, the compilation and the padding decided here, so a resumed run keeps them.
 """
 import argparse
 import json
@@ -28,7 +28,8 @@ from .dataset_names import dataset_kind
 __all__ = ['RunPlan', 'PLANNED', 'resolve_plan', 'resolve_model_name', 'planned_images']
 
 # The options the plan decides; the stages after it read them from the plan alone.
-PLANNED = ('model', 'recipe', 'cpu', 'mixed_precision', 'compile', 'compile_mode', 'cpu_processes', 'threads')
+PLANNED = ('model', 'recipe', 'cpu', 'mixed_precision', 'compile', 'compile_mode', 'pad_heads', 'cpu_processes',
+           'threads')
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,7 @@ class RunPlan:
     precision: str  # accelerate's mixed precision: 'no', 'bf16' or 'fp16'
     compile: bool  # torch.compile the training forward
     compile_mode: Optional[str]  # torch.compile's mode (None: its default)
+    pad_heads: bool  # the attention pads its heads in training (``models.layers.set_head_padding``)
     processes: Optional[int]  # the CPU split's process count as args.yaml keeps it; None where none was decided
     starts_split: bool  # this command starts ``processes`` processes of the run itself (the CPU split)
     threads: Optional[int]  # torch threads of this process; None: it keeps what it was given (a launched group)
@@ -50,10 +52,10 @@ class RunPlan:
 
     def saved_options(self) -> Dict[str, Any]:
         """The run's options for ``args.yaml``: as given, with what the CPU decision chose (the process count, the
-        compilation) and the threads, so that a resume trains the same way."""
+        compilation, the head padding) and the threads, so that a resume trains the same way."""
         saved = {**vars(self.options), **self.given, 'cpu_processes': self.processes, 'threads': self.threads}
-        if self.processes is not None:  # the CPU decision may have measured the compilation too
-            saved['compile'] = self.compile
+        if self.processes is not None:  # the CPU decision may have measured the compilation and the padding too
+            saved.update(compile=self.compile, pad_heads=self.pad_heads)
         saved.pop('resume', None)
         return saved
 
@@ -131,15 +133,15 @@ def resolve_plan(args: argparse.Namespace, provenance: Optional[Dict[str, Any]] 
     launched = 'WORLD_SIZE' in os.environ  # a process of a group that accelerate, torchrun or the split started
     world = env_number('WORLD_SIZE', int, 1, low=1)
     mode = args.compile_mode or ('reduce-overhead' if device == 'cuda' and world == 1 else None)
-    processes, threads = args.cpu_processes, args.threads
+    processes, threads, padded = args.cpu_processes, args.threads, args.pad_heads is not False
     rates = _split_rates() if launched else None  # a split's process: what its launcher measured
     if device == 'cpu' and not launched and split:
-        processes, compiled, rates = cpu_decision(args, model, images, precision == 'bf16',
-                                                  explicit='cpu_processes' in provenance.get('explicit', ()))
+        processes, compiled, padded, rates = cpu_decision(args, model, images, precision == 'bf16',
+                                                          explicit='cpu_processes' in provenance.get('explicit', ()))
         threads = cpu_threads(args.threads) if processes == 1 else None
     planned = {k: getattr(args, k) for k in PLANNED}
     options = argparse.Namespace(**{k: v for k, v in vars(args).items() if k not in PLANNED})
     return RunPlan(dataset_kind=kind, model=model, recipe=provenance.get('recipe', args.recipe), device=device,
-                   precision=precision, compile=compiled, compile_mode=mode, processes=processes,
+                   precision=precision, compile=compiled, compile_mode=mode, pad_heads=padded, processes=processes,
                    starts_split=bool(processes and processes > 1 and device == 'cpu' and not launched and split),
                    threads=threads, cpu_rates=rates, options=options, given=planned)

@@ -50,6 +50,7 @@ import torch.nn as nn
 from timm.models import split_model_name_tag
 
 from ..cli import EXIT_DIVERGED, EXIT_FAILURE, EXIT_USAGE, Failure, command
+from ..models.layers import set_head_padding
 from . import checkpoint as ckpt
 from .data import DatasetError, ImageData, dataset_len, load_dataset
 from .engine import (
@@ -144,6 +145,7 @@ def build_model(plan: RunPlan, data: ImageData) -> Tuple[nn.Module, str, Dict[st
     except Exception as e:  # noqa: BLE001 (wrong model arguments, unreadable or mismatched weights)
         raise UsageError(f'Cannot build {model_name} (model arguments {model_kwargs}'
                          f'{", pretrained" if args.pretrained or args.pretrained_path else ""}): {e}') from e
+    set_head_padding(model, plan.pad_heads)
     return model, model_name, model_kwargs
 
 

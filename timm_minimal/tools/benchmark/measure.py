@@ -16,7 +16,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
-from ...models.layers import sincos_2d_pos_embed
+from ...models.layers import set_head_padding, sincos_2d_pos_embed
 from ...models.paper import parse_arch
 from ...models.datasets import DATASETS
 
@@ -135,9 +135,8 @@ def count_flops(model: nn.Module, input_shape: Sequence[int], backward: bool = F
     x = torch.randn(1, *input_shape, device=param.device, dtype=param.dtype)
     was_training = model.training
     model.train(backward)
-    padded = [(m, m.head_pad) for m in model.modules() if getattr(m, 'head_pad', 0)]
-    for m, _ in padded:
-        m.head_pad = 0
+    padded = any(getattr(m, 'head_pad', 0) for m in model.modules())
+    set_head_padding(model, False)
     try:
         with FlopCounterMode(display=False, custom_mapping=_cpu_sdpa_formulas()) as counter:
             if backward:
@@ -147,8 +146,7 @@ def count_flops(model: nn.Module, input_shape: Sequence[int], backward: bool = F
                     model(x)
     finally:
         model.train(was_training)
-        for m, pad in padded:
-            m.head_pad = pad
+        set_head_padding(model, padded)
         if backward:
             model.zero_grad(set_to_none=True)
     return int(counter.get_total_flops())

@@ -51,6 +51,7 @@ import torch.nn.functional as F
 from timm.data import resolve_model_data_config
 from timm.optim import create_optimizer_v2
 
+from ...models.layers import set_head_padding
 from ...models.paper import TABLE2
 from ...models.vit_minimal import ARCHITECTURES
 from ..common import cpu_environment, cpu_flags_lines, write_report
@@ -153,10 +154,7 @@ def bare_step_throughput(model_name: str, batch_size: int, device: torch.device,
     with torch.random.fork_rng(devices=rng_devices):
         torch.manual_seed(0)
         model = timm.create_model(model_name).to(device).train()
-        if not pad_heads:
-            for module in model.modules():
-                if hasattr(module, 'head_pad'):
-                    module.head_pad = 0
+        set_head_padding(model, pad_heads)
         optimizer = create_optimizer_v2(
             model, 'adamw', lr=1e-3, weight_decay=0.05, **({'fused': True} if device.type == 'cuda' else {}))
         x, y = _synthetic_batch(model, batch_size, device)
