@@ -143,7 +143,7 @@ def test_a_run_that_leaves_compilation_to_the_decision_gets_each_candidate_eager
 
 def test_a_run_that_leaves_the_head_padding_to_the_decision_measures_the_eager_step_both_ways(monkeypatch, tmp_path,
                                                                                             quiet):
-    """Where the padded heads train slower (the kernels capped at AVX2 measured 0.74x, benchmarks/cpu_modes_avx2cap.md)
+    """Where the padded heads train slower (the kernels capped at AVX2 measured 0.88x, benchmarks/cpu_modes_avx2cap.md)
     the decision takes the true width; within the margin the padding stays; a model with no width to pad measures
     nothing more; --pad-heads/--no-pad-heads choose."""
     rates = {(1, False, True): 845.0, (1, False, False): 1139.0, (2, False, True): 900.0, (2, False, False): 1000.0}

@@ -238,3 +238,17 @@ def test_the_time_to_target_table_sets_the_trainer_against_its_cpu_decision():
                cpu_rates={'1 x 2': 1500.0, '2 x 1': 2000.0})
     table = time_to_target_table([row, dict(row, cpu_rates=None)])
     assert '| 1,900 / 2,000 (2 x 1) = 0.95 |' in table and '| no decision measured |' in table
+
+
+def test_cpu_modes_rounds_alternate_the_modes_and_report_the_median_of_the_rounds_ratios(monkeypatch):
+    """--rounds N: the modes in turn N times, the order reversed every other round, each ratio the median of the
+    rounds' ratios with their range (a drifting machine's speed lands on both sides of every ratio)."""
+    from timm_minimal.tools.benchmark import cpu_modes
+    calls, speed = [], iter([100, 200, 50, 40, 200, 400])
+    monkeypatch.setattr(cpu_modes, 'measure_mode', lambda model, mode, *a: calls.append(mode) or [float(next(speed))])
+    results = cpu_modes.run(['vit_minimal_sym_6x4.mnist'], 4, ['eager-unpadded', 'eager'], 1, 1, 1, 1, rounds=3)
+    assert calls == ['eager-unpadded', 'eager', 'eager', 'eager-unpadded', 'eager-unpadded', 'eager']
+    r = results['models']['vit_minimal_sym_6x4.mnist']
+    assert r['round_ratios']['eager'] == [2.0, 1.25, 2.0] and r['modes']['eager'] == [200.0, 50.0, 400.0]
+    text = cpu_modes.render(dict(results, command='timm-minimal-benchmark cpu-modes --rounds 3'))
+    assert '| eager | 1 x' in text and '| 2.00 (1.25-2.00) |' in text and '3 rounds of the modes in turn' in text

@@ -118,11 +118,12 @@ class MinimalAttention(nn.Module):
         self.head_dim = dim // num_heads
         self.scale = self.head_dim ** -0.5
         self.fused_attn = use_fused_attn()
-        # SDPA's backward runs a head width of 15 (60 / 4 heads) about 1.6x slower on most CPUs than a width of 16
+        # SDPA's backward ran a head width of 15 (60 / 4 heads) about 1.6x slower than a width of 16 on one CPU
         # (benchmarks/cpu_modes.md): where gradients are recorded, the fused path pads each head with zeros to a
         # multiple of 8 (``sdpa``); inference, where the padding costs more than it saves
-        # (benchmarks/inference_vs_timm_amx.md), takes the true width, as timm's attention does. Kernels that run
-        # the padding slower (AVX2 ones, benchmarks/cpu_modes_avx2cap.md) turn it off: ``set_head_padding``
+        # (benchmarks/inference_vs_timm_amx.md), takes the true width, as timm's attention does. Where the padded
+        # step trains slower (AVX2 kernels, benchmarks/cpu_modes_avx2cap.md) the CPU decision turns it off
+        # (``set_head_padding``)
         self.head_pad = (-self.head_dim) % 8
         self.attn_drop = nn.Dropout(attn_drop)
         self.proj_drop = nn.Dropout(proj_drop)

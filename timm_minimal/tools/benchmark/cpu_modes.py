@@ -14,7 +14,10 @@ epochs are set), with its defaults and with ``--compile``: its median epoch thro
 first epoch's extra time (for ``--compile`` a cold compilation: each trainer run gets an empty
 ``TORCHINDUCTOR_CACHE_DIR``); ``--trainer-repeats N`` alternates the two N times and reports the medians over the
 runs, which a shared machine needs. Every step figure is the median of ``--repeats`` timed blocks, and every ratio is
-against the first mode of the same model in the same run. The machine should be otherwise idle.
+against the first mode of the same model in the same run. ``--rounds N`` measures the modes N times in turn (the
+order reversed every other round) and reports each ratio as the median of the rounds' ratios, with their range: a
+shared machine's speed drifts by more than the differences measured here within a minute, which a single pass
+(``--rounds 1``) puts on the modes. The machine should be otherwise idle.
 """
 import argparse
 import json
@@ -123,6 +126,14 @@ def _trainer_label(name: str, t: Dict[str, Any]) -> str:
     return f'timm-minimal-train, {name} ({how})'
 
 
+def _ratio(r: Dict[str, Any], mode: str, pooled: float) -> str:
+    """A mode's ratio to the first: the median of the rounds' ratios and their range where there were rounds."""
+    per_round = r.get('round_ratios', {}).get(mode, [])
+    if len(per_round) < 2:
+        return f'{pooled:.2f}'
+    return f'{statistics.median(per_round):.2f} ({min(per_round):.2f}-{max(per_round):.2f})'
+
+
 def _rows(results: Dict[str, Any]) -> List[str]:
     lines = ['| model | batch | mode | processes x threads | img/s (median) | / first row |',
              '|---|---:|---|---|---:|---:|']
@@ -130,7 +141,7 @@ def _rows(results: Dict[str, Any]) -> List[str]:
         eager = statistics.median(next(iter(r['modes'].values())))
         for mode, rates in r['modes'].items():
             lines.append(f"| `{model}` | {results['batch_size']} | {mode} | 1 x {results['threads']} "
-                         f"| {statistics.median(rates):,.0f} | {statistics.median(rates) / eager:.2f} |")
+                         f"| {statistics.median(rates):,.0f} | {_ratio(r, mode, statistics.median(rates) / eager)} |")
         for mode, jobs in r.get('jobs', {}).items():
             per = [statistics.median(rates) for rates in jobs]
             lines.append(f"| `{model}` | {results['batch_size']} | {mode}, {len(per)} processes at once "
@@ -152,24 +163,32 @@ def render(results: Dict[str, Any]) -> str:
         f"- torch {env['torch']}, python {env['python']}; date {env['date']}",
         f"- command: `{results['command']}`",
         f"- bare step (forward, cross-entropy, backward, AdamW) on resident random inputs; {results['warmup']} warm-up "
-        f"steps (compilation included), then the median of {results['repeats']} x {results['steps']} steps", '',
+        f"steps (compilation included), then the median of {results['repeats']} x {results['steps']} steps"
+        + (f"; {results['rounds']} rounds of the modes in turn, each ratio the median of the rounds' ratios (range)"
+           if results.get('rounds', 1) > 1 else ''), '',
         *_rows(results), ''])
 
 
 def run(models: Sequence[str], batch_size: int, modes: Sequence[str], jobs: int, steps: int, warmup: int,
         repeats: int, jobs_modes: Sequence[str] = ('eager',), trainer_data_dir: Optional[str] = None,
-        trainer_subset: int = 10240, trainer_repeats: int = 1) -> Dict[str, Any]:
+        trainer_subset: int = 10240, trainer_repeats: int = 1, rounds: int = 1) -> Dict[str, Any]:
     threads = usable_cores()
     results: Dict[str, Any] = dict(batch_size=batch_size, threads=threads, steps=steps, warmup=warmup, repeats=repeats,
-                                   models={}, environment=dict(
+                                   rounds=rounds, models={}, environment=dict(
                                        cpu=cpu_signature()['cpu'], flags=cpu_signature()['flags'], cores=threads,
                                        torch=torch.__version__, python=platform.python_version(),
                                        date=time.strftime('%Y-%m-%dT%H:%M:%S%z')))
     for model in models:
-        r: Dict[str, Any] = dict(modes={})
-        for mode in modes:
-            r['modes'][mode] = measure_mode(model, mode, batch_size, threads, steps, warmup, repeats)
-            print(f'{model} {mode}: {statistics.median(r["modes"][mode]):,.0f} img/s', flush=True)
+        r: Dict[str, Any] = dict(modes={mode: [] for mode in modes}, round_ratios={mode: [] for mode in modes})
+        for i in range(rounds):
+            medians = {}
+            for mode in (modes if i % 2 == 0 else modes[::-1]):
+                rates = measure_mode(model, mode, batch_size, threads, steps, warmup, repeats)
+                r['modes'][mode] += rates
+                medians[mode] = statistics.median(rates)
+                print(f'{model} {mode}: {medians[mode]:,.0f} img/s', flush=True)
+            for mode in modes:
+                r['round_ratios'][mode].append(medians[mode] / medians[modes[0]])
         if jobs > 1:
             r['job_threads'] = max(1, threads // jobs)
             r['jobs'] = {mode: measure_jobs(model, mode, jobs, batch_size, steps, warmup, repeats)
@@ -207,6 +226,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help='training images per epoch of that run')
     p.add_argument('--trainer-repeats', type=positive_int, default=1, metavar='N',
                    help='trainer runs per mode, alternated; the medians over them are reported')
+    p.add_argument('--rounds', type=positive_int, default=1, metavar='N',
+                   help='measure the modes N times in turn; each ratio is the median of the rounds\' ratios')
     p.add_argument('--steps', type=positive_int, default=10, help='steps per timed block')
     p.add_argument('--warmup', type=positive_int, default=3, help='steps before timing (compilation included)')
     p.add_argument('--repeats', type=positive_int, default=5, help='timed blocks; the median is reported')
@@ -236,7 +257,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if not Path(args.trainer_data_dir).is_dir():
             raise UsageError(f'--trainer-data-dir {args.trainer_data_dir!r} is not a directory')
     results = run(args.models, args.batch_size, args.modes, args.jobs, args.steps, args.warmup, args.repeats,
-                  args.jobs_modes, args.trainer_data_dir, args.trainer_subset, args.trainer_repeats)
+                  args.jobs_modes, args.trainer_data_dir, args.trainer_subset, args.trainer_repeats, args.rounds)
     results['command'] = ' '.join([PROG, *(argv if argv is not None else sys.argv[1:])])
     write_report(results, render(results), args.json, args.output)
     return 0
