@@ -283,8 +283,9 @@ def run_split_processes(argv: Sequence[str], processes: int, env: Dict[str, str]
         sock.bind(('127.0.0.1', 0))
         sock.listen(128)
         port = sock.getsockname()[1]
-        store = TCPStore('127.0.0.1', port, world_size=processes, is_master=True, master_listen_fd=sock.fileno(),
-                         wait_for_workers=False, timeout=timedelta(minutes=10))  # noqa: F841 (served while it lives)
+        store = TCPStore(  # noqa: F841 (served while it lives)
+            '127.0.0.1', port, world_size=processes, is_master=True, master_listen_fd=sock.fileno(),
+            wait_for_workers=False, timeout=timedelta(minutes=10))
         group: List[subprocess.Popen] = []
 
         def forward(signum, _frame):  # leaves the wait below; the group is ended in ``finally``, where it is reaped
