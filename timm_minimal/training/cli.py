@@ -190,8 +190,8 @@ def build_parser(suppress: bool = False) -> argparse.ArgumentParser:
                         f'runs of {CPU_COMPILE_MIN_IMAGES:,} training images or more; a failure falls back to eager '
                         'with a warning)')
     g.add_argument('--pad-heads', action=argparse.BooleanOptionalAction, **d(None),
-                   help='pad each attention head to a multiple of 8 columns in training (the same outputs; faster on '
-                        'most CPUs and GPUs, slower on some: a long CPU run measures both; default: padded)')
+                   help='pad each attention head to a multiple of 8 columns in training (the same outputs; which one '
+                        'trains faster depends on the CPU, so a long CPU run measures both; default: padded)')
     g.add_argument('--compile-mode', **d(None), help='torch.compile mode (default: reduce-overhead, i.e. CUDA graphs, '
                    'for one process on a GPU; torch\'s default otherwise)')
     g.add_argument('--cpu', action='store_true', **d(False), help='train on the CPU even if a GPU is present')

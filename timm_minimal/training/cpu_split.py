@@ -31,7 +31,8 @@ import torch
 
 from ..cli import env_number, usable_cores
 
-__all__ = ['Decision', 'SPLIT_MIN_IMAGES', 'core_budget', 'cpu_signature', 'kernel_caps', 'bare_step_rate', 'measure', 'decide',
+__all__ = ['Decision', 'SPLIT_MIN_IMAGES', 'core_budget', 'cpu_signature', 'kernel_caps', 'bare_step_rate',
+           'measure', 'decide',
            'worker_command', 'run_split_processes',
            'end_process_group']
 
@@ -201,7 +202,11 @@ def _pads(model: str, model_kwargs: Optional[Dict[str, Any]], padded: Optional[b
         return [bool(padded)]
     import timm
     from ..models.layers import set_head_padding
-    return [True, False] if set_head_padding(timm.create_model(model, **(model_kwargs or {})), True) else [True]
+    try:
+        net = timm.create_model(model, **(model_kwargs or {}))
+    except Exception:  # noqa: BLE001 (bad model arguments: the run's own build names them, in one line)
+        return [True]
+    return [True, False] if set_head_padding(net, True) else [True]
 
 
 def decide(model: str, batch: int, cache_dir: Path, budget: Optional[int] = None, say=print,
@@ -221,8 +226,8 @@ def decide(model: str, batch: int, cache_dir: Path, budget: Optional[int] = None
     if len(candidates) < 2:
         return Decision(1, modes[0], pads[0])
     step = dict(model_kwargs=dict(model_kwargs or {}), bf16=bool(bf16))
-    key = hashlib.sha256(json.dumps(dict(cpu_signature(), model=model, batch=batch, budget=budget, compiled=compiled,
-                                         padded=padded, **step), sort_keys=True, default=repr).encode()).hexdigest()[:16]
+    facts = dict(cpu_signature(), model=model, batch=batch, budget=budget, compiled=compiled, padded=padded, **step)
+    key = hashlib.sha256(json.dumps(facts, sort_keys=True, default=repr).encode()).hexdigest()[:16]
     path = Path(cache_dir) / 'cpu_split.json'
     known = read_cache(path, say)
     cached = _cached(known.get(key), processes, modes, pads)

@@ -4,10 +4,10 @@ stage reads.
 The options come from ``cli.parse_args`` (defaults < recipe < a resumed run's ``args.yaml`` < command line).
 ``resolve_plan`` then decides, once and in this order: the dataset kind; the model's full name (an untagged minimal
 transformer takes its dataset's tag); the recipe; the device; the precision; compilation and its mode; the head
-padding; and, on the CPU, the processes and the threads. The stages after it (the accelerator, the model, the loop, the run record) read
-the plan, as transformers' modules read one config. The options they get with it (``RunPlan.options``) no longer hold
-the fields the plan decided, so a stage that reads one of those from the Namespace fails at once
-(``AttributeError``) instead of reading an undecided value. ``args.yaml`` records the options as given, with the
+padding; and, on the CPU, the processes and the threads. The stages after it (the accelerator, the model, the loop,
+the run record) read the plan, as transformers' modules read one config. The options they get with it
+(``RunPlan.options``) no longer hold the fields the plan decided, so a stage that reads one of those from the
+Namespace fails at once (``AttributeError``) instead of reading an undecided value. ``args.yaml`` records the options as given, with the
 process count, the threads, the compilation and the padding decided here, so a resumed run keeps them.
 """
 import argparse
