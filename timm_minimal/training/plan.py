@@ -7,8 +7,9 @@ transformer takes its dataset's tag); the recipe; the device; the precision; com
 padding; and, on the CPU, the processes and the threads. The stages after it (the accelerator, the model, the loop,
 the run record) read the plan, as transformers' modules read one config. The options they get with it
 (``RunPlan.options``) no longer hold the fields the plan decided, so a stage that reads one of those from the
-Namespace fails at once (``AttributeError``) instead of reading an undecided value. ``args.yaml`` records the options as given, with the
-process count, the threads, the compilation and the padding decided here, so a resumed run keeps them.
+Namespace fails at once (``AttributeError``) instead of reading an undecided value. ``args.yaml`` records the
+options as given, with the process count, the threads, the compilation and the padding decided here, so a resumed
+run keeps them.
 """
 import argparse
 import json
