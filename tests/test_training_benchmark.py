@@ -64,6 +64,7 @@ def test_trainer_throughput_median_of_epochs_after_the_first(tmp_path):
         assert args[args.index(flag) + 1] == value
     assert '--cpu' in args and '--no-compile' in args and '--no-progress' in args
     assert args[-2:] == ['--data-path', 'loader']  # extra trainer arguments last, so they win
+    assert str(out) in args and result.command[result.command.index('--output') + 1] == 'run'  # no machine's path
 
 
 def test_trainer_throughput_errors(tmp_path):

@@ -251,6 +251,12 @@ def trainer_throughput_args(model: str, dataset: str, batch_size: int, data_dir:
     return args + list(extra_args)
 
 
+def _recorded(args: Sequence[str], output: Path) -> List[str]:
+    """The trainer's command as the results keep it: the run folder by its name (a temporary folder's, or one under
+    ``--keep-runs``), so that no machine's path enters a committed report."""
+    return ['timm_minimal.training.train', *(output.name if a == str(output) else a for a in args)]
+
+
 def trainer_throughput(model: str, dataset: str, batch_size: int, data_dir: str, output: Path, *,
                        epochs: int = 3, runner: Optional[TrainerRunner] = None, **options: Any) -> TrainerThroughput:
     """Measurement (a): run the trainer for ``epochs`` (>= 3) epochs in ``output`` and read its throughput.
@@ -267,7 +273,7 @@ def trainer_throughput(model: str, dataset: str, batch_size: int, data_dir: str,
     if len(per_epoch) < 3:
         raise TrainerError(f"{output / 'metrics.jsonl'} holds {len(per_epoch)} epochs; at least 3 are needed")
     return TrainerThroughput(
-        command=['timm_minimal.training.train', *args], per_epoch=per_epoch, median=statistics.median(per_epoch[1:]),
+        command=_recorded(args, output), per_epoch=per_epoch, median=statistics.median(per_epoch[1:]),
         train_time=[r.get('train_time') for r in rows],
         elapsed=float(rows[-1]['elapsed']) if 'elapsed' in rows[-1] else None)
 
@@ -316,7 +322,7 @@ def time_to_target(model: str, dataset: str, data_dir: str, output: Path, target
     acc, elapsed = _field(rows, 'test_acc', output), _field(rows, 'elapsed', output)
     best = max(range(len(acc)), key=lambda i: acc[i])
     rates = [float(r['throughput']) for r in rows[1:] if isinstance(r.get('throughput'), (int, float))]
-    run = dict(command=['timm_minimal.training.train', *args], best_acc=acc[best],
+    run = dict(command=_recorded(args, output), best_acc=acc[best],
                best_epoch=int(rows[best].get('epoch', best + 1)), final_acc=acc[-1], epochs=len(rows),
                total_elapsed=elapsed[-1], test_acc=acc, elapsed_per_epoch=elapsed,
                trainer_rate=statistics.median(rates) if rates else None,
