@@ -22,12 +22,10 @@ __all__ = ['cpu_has_bf16', 'minimal_with_mlp', 'cpu_bf16_pays', 'cpu_precision',
 
 def cpu_has_bf16() -> bool:
     """Whether this CPU multiplies bf16 natively (AVX512-BF16 or AMX); elsewhere bf16 autocast is emulated and slow.
-    Kernels capped below those instructions (``cpu_split.kernel_caps``) emulate it too."""
+    Kernels capped below those instructions (``cpu_split.kernels_capped_below_bf16``) emulate it too."""
+    from .cpu_split import kernels_capped_below_bf16
     probes = ('_is_avx512_bf16_supported', '_is_amx_tile_supported')
-    onednn = os.environ.get('ONEDNN_MAX_CPU_ISA', '').strip().upper()
-    capped = (os.environ.get('ATEN_CPU_CAPABILITY', '').strip().lower() in ('default', 'avx2')
-              or onednn not in ('', 'ALL', 'DEFAULT') and not any(w in onednn for w in ('BF16', 'AMX', 'AVX10')))
-    return not capped and any(getattr(torch.cpu, name, lambda: False)() for name in probes)
+    return not kernels_capped_below_bf16() and any(getattr(torch.cpu, name, lambda: False)() for name in probes)
 
 
 def minimal_with_mlp(model: Optional[str], model_kwargs: Optional[Dict[str, Any]] = None) -> bool:

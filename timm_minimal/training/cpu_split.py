@@ -31,7 +31,8 @@ import torch
 
 from ..cli import env_number, usable_cores
 
-__all__ = ['Decision', 'SPLIT_MIN_IMAGES', 'core_budget', 'cpu_signature', 'kernel_caps', 'bare_step_rate',
+__all__ = ['Decision', 'SPLIT_MIN_IMAGES', 'core_budget', 'cpu_signature', 'kernel_caps',
+           'kernels_capped_below_bf16', 'bare_step_rate',
            'measure', 'decide',
            'worker_command', 'run_split_processes',
            'end_process_group']
@@ -103,6 +104,14 @@ def kernel_caps() -> str:
     oneDNN), as ``NAME=value`` words; '' where none is. A capped process runs as a CPU without the instructions
     above the cap, so the flags of every measurement and record name the cap beside the CPU's own flags."""
     return ' '.join(f'{k}={os.environ[k]}' for k in KERNEL_CAP_ENV if os.environ.get(k, '').strip())
+
+
+def kernels_capped_below_bf16() -> bool:
+    """Whether a kernel cap (``kernel_caps``) leaves out the bf16 instructions (AVX512-BF16, AMX): ATen at AVX2 or
+    below, or oneDNN capped at an instruction set without BF16 or AMX."""
+    onednn = os.environ.get('ONEDNN_MAX_CPU_ISA', '').strip().upper()
+    return (os.environ.get('ATEN_CPU_CAPABILITY', '').strip().lower() in ('default', 'avx2')
+            or onednn not in ('', 'ALL', 'DEFAULT') and not any(w in onednn for w in ('BF16', 'AMX', 'AVX10')))
 
 
 def bare_step_rate(model: str, batch: int, threads: int, seconds: float, warmup: int = PROBE_WARMUP,
