@@ -105,6 +105,19 @@ def test_the_soft_loss_is_timms_and_the_teacher_learns_nothing():
     assert all(torch.equal(before[k], v) for k, v in teacher.state_dict().items())
 
 
+@pytest.mark.parametrize('distill_type', ['soft', 'hard'])
+def test_every_tensor_of_the_task_sits_on_the_training_device(distill_type):
+    """The teacher's normalisation buffers follow the run's device, as the student's do: left on the CPU, a GPU run
+    failed at its first step (``torch.equal`` across devices). ``meta`` stands for any device but the CPU."""
+    device = torch.device('meta')
+    student = timm.create_model('vit_minimal_sym_6x1.mnist', depth=1, device=device)
+    teacher = build_teacher('vit_minimal_std_mlp_6x1.mnist', 10, (1, 28, 28), device)
+    task = build_distillation(student, teacher, torch.nn.CrossEntropyLoss(), distill_type, 1.0, None, None,
+                              (0.1307,), (0.3081,), device)
+    tensors = [*task.buffers(), *task.parameters()]
+    assert len(tensors) > 4 and {t.device for t in tensors} == {device}
+
+
 def test_the_hard_loss_takes_the_teachers_top_class():
     student, teacher, task = _task('hard')
     x, y = torch.randn(8, 1, 28, 28), torch.randint(0, 10, (8,))

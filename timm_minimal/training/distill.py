@@ -127,8 +127,10 @@ def build_distillation(student: nn.Module, teacher: nn.Module, criterion: nn.Mod
     if distill_type == 'token':
         raise UsageError('--distill-type token needs a student with a distillation token (DeiT\'s, for timm\'s '
                          'TokenDistillationTask); the minimal transformers have none: use --distill-type soft or hard.')
-    task = LogitDistillationTask(student, DistillationTeacher(teacher), criterion=criterion, distill_loss_weight=distill_weight,
-                        task_loss_weight=task_weight, temperature=temperature, device=device, verbose=False)
+    # the teacher's normalisation buffers go where the run trains (timm's wrapper makes them on the CPU otherwise)
+    task = LogitDistillationTask(student, DistillationTeacher(teacher, device=device), criterion=criterion,
+                                 distill_loss_weight=distill_weight, task_loss_weight=task_weight,
+                                 temperature=temperature, device=device, verbose=False)
     # the student's batch is normalised by the run's data config (which --mean/--std can change), not by the
     # student's pretrained cfg, which timm's task reads
     task.student_mean = torch.tensor(mean, device=device).view(1, -1, 1, 1)
