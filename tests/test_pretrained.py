@@ -8,6 +8,7 @@ import torch
 from huggingface_hub import ModelCard
 
 import timm_minimal  # noqa: F401
+from timm_minimal.models.pretrained import tag_dataset
 from timm_minimal.models.vit_minimal import HUB_ORG, WEIGHTS_DIR
 
 torch.set_num_threads(1)
@@ -18,10 +19,10 @@ SHIPPED = sorted(p.name[:-len('.safetensors')] for p in WEIGHTS_DIR.glob('*.safe
 def test_a_tag_has_weights_exactly_where_a_file_ships():
     """pretrained=True loads the file of a tag that has one and refuses, naming the tags with weights, every other."""
     from timm_minimal.models.vit_minimal import ARCHITECTURES, NoPretrainedWeights
-    from timm_minimal.models.datasets import DATASETS
+    from timm_minimal.models.pretrained import TAGS
     listed = set(timm.list_pretrained('vit_minimal*'))
     for arch in ARCHITECTURES:
-        for tag in DATASETS:
+        for tag in TAGS:
             name = f'{arch}.{tag}'
             if name in SHIPPED:
                 assert name in listed
@@ -30,6 +31,25 @@ def test_a_tag_has_weights_exactly_where_a_file_ships():
             if tag == 'mnist' and arch.endswith('_6x1'):  # one refusal per family is enough to build
                 with pytest.raises(NoPretrainedWeights, match=f'No pretrained weights exist for {name}'):
                     timm.create_model(name, pretrained=True)
+
+
+def test_a_recipe_tag_is_its_datasets_geometry_and_preprocessing_and_exists_only_with_weights():
+    """``.cifar10_mixup``: CIFAR-10's inputs and classes, weights of another recipe; an architecture without such
+    weights has no such tag (timm refuses the name), and the tools name every tag."""
+    from timm_minimal.models.pretrained import RECIPE_TAGS, tag_dataset
+    from timm_minimal.tools.common import create_named_model
+    assert tag_dataset('cifar10_mixup') == 'cifar10' and tag_dataset('cifar10') == 'cifar10'
+    assert tag_dataset('imagenet') is None and set(RECIPE_TAGS.values()) <= {'mnist', 'cifar10', 'in1k'}
+    mixup = timm.create_model('vit_minimal_std_mlp_6x4.cifar10_mixup', pretrained=True)
+    plain = timm.create_model('vit_minimal_std_mlp_6x4.cifar10')
+    same = ('input_size', 'mean', 'std', 'crop_pct', 'interpolation', 'num_classes')
+    assert {k: mixup.pretrained_cfg.get(k) for k in same} == {k: plain.pretrained_cfg.get(k) for k in same}
+    assert mixup.pretrained_cfg['tag'] == 'cifar10_mixup' and mixup.num_classes == 10
+    assert any((a != b).any() for a, b in zip(mixup.state_dict().values(), plain.state_dict().values()))
+    with pytest.raises(RuntimeError, match=r'Invalid pretrained tag \(cifar10_mixup\)'):
+        timm.create_model('vit_minimal_sym_6x4.cifar10_mixup')  # no sym_6x4 weights of that recipe
+    with pytest.raises(ValueError, match=r'the tags are .mnist, .cifar10, .in1k, .cifar10_mixup'):
+        create_named_model('vit_minimal_sym_6x4.cifar100', pretrained=False)
 
 
 @pytest.mark.parametrize('name', SHIPPED)
@@ -95,7 +115,7 @@ def cache(tmp_path_factory):
 def test_card_accuracy_is_confirmed_on_the_full_test_split(name, cache, monkeypatch):
     """The package's own evaluation (timm_minimal.tools.evaluate) over all 10,000 test images gives the card's number."""
     from timm_minimal.tools.evaluate import evaluate_model
-    dataset = name.split('.')[-1]
+    dataset = tag_dataset(name.split('.')[-1])  # a recipe tag's images are its dataset's
     if not DATASET_DIRS[dataset].is_dir():
         pytest.skip(f'{dataset} is not in ../shared/data: the full test split is needed')
     monkeypatch.setenv('TIMM_MINIMAL_CACHE', str(cache))

@@ -192,6 +192,23 @@ def test_shipping_weights_writes_the_named_folder_never_the_installed_package(mn
     assert {p.name: p.stat().st_mtime_ns for p in WEIGHTS_DIR.iterdir()} == before
 
 
+def test_a_recipe_tag_names_the_card_and_the_shipped_file_and_must_be_of_the_runs_dataset(mnist_run, tmp_path,
+                                                                                          monkeypatch):
+    """--tag: the tag a run's weights ship under where it is not the run's own (``.cifar10_mixup``); only a tag of the
+    run's dataset."""
+    from timm_minimal.models import pretrained
+    with pytest.raises(publish.PublishError, match="--tag cifar10_mixup: a run on .* ships under its dataset's tags"):
+        publish.export_run(mnist_run, tmp_path / 'no', 'x/y', tag='cifar10_mixup')
+    assert not (tmp_path / 'no').exists()
+    monkeypatch.setitem(pretrained.RECIPE_TAGS, 'mnist_longer', 'mnist')  # an MNIST recipe tag, for this run
+    weights = tmp_path / 'weights'
+    weights.mkdir()
+    out = publish.export_run(mnist_run, tmp_path / 'out', f'{pretrained.HUB_ORG}/vit_minimal_sym_6x1.mnist_longer',
+                             ship_weights=weights, tag='mnist_longer')
+    assert [p.name for p in weights.iterdir()] == ['vit_minimal_sym_6x1.mnist_longer.safetensors']
+    assert "timm.create_model('vit_minimal_sym_6x1.mnist_longer', pretrained=True)" in (out / 'README.md').read_text()
+
+
 def test_a_garbage_metrics_line_is_named(mnist_run, tmp_path, capsys):
     run = tmp_path / 'copy'
     shutil.copytree(mnist_run, run)

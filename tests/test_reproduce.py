@@ -404,17 +404,26 @@ def test_the_beyond_pilots_reuse_resume_and_report(tmp_path, capsys):
         folder = RunFolder(runs / name)
         write_fake_run(folder, status, epochs)
         folder.write_args(dict(model='vit_minimal_sym_6x4.cifar10', output=str(folder.path), epochs=3))
+    folder.write_record(RunRecord(model=name, status=status, launches=[Launch(device='cpu')],
+                                  command=f'timm-minimal-train --data-dir /d --output {folder.path}'))
     assert beyond.main(['--runs-dir', str(runs), '--epochs', '3', '--only', 'sym_6x4-mimetic', 'sym_6x4-kd',
                         'sym_6x4-plain', '--dry-run']) == 0
     out = capsys.readouterr().out
     assert 'sym_6x4-mimetic: finished run' in out and f'--resume {runs / "sym_6x4-kd"}' in out
     assert '--model-kwargs weight_init=mimetic' not in out  # the finished one trains nothing
     assert 'sym_6x4-plain' in out and '--recipe cifar10_cpu --epochs 3' in out
+    # trainer options after -- change every pilot's base (the converged GPU runs: the grid's batch and lr)
+    assert beyond.main(['--runs-dir', str(runs), '--recipe', 'cifar10', '--only', 'std_mlp_6x1-strong', '--dry-run',
+                        '--', '--batch-size', '1024', '--lr', '4e-3']) == 0
+    out = capsys.readouterr().out
+    assert '--recipe cifar10 --epochs 36' in out and '--batch-size 1024 --lr 4e-3 --mixup 0.8' in out
     report = tmp_path / 'pilots.md'
     assert beyond.main(['--runs-dir', str(runs), '--report-only', '--output', str(report)]) == 0
     text = report.read_text()
     assert '| sym_6x4-mimetic |' in text and '| 3 |' in text and '2 of 3 (unfinished)' in text
-    assert 'CPU 1: ' in text and '| 1 |' in text  # each row names the CPU it trained on
+    assert 'Device 1: ' in text and 'CPU flags' in text and '| 1 |' in text  # each row names the CPU it trained on
+    # the command each run recorded, with its folders written as the report's reader would have them
+    assert 'The trainer commands' in text and '- sym_6x4-kd: `timm-minimal-train --data-dir data --output runs/sym_6x4-kd`' in text
     shutil.rmtree(runs / 'sym_6x4-kd')  # a folder that did not outlive its machine keeps its row
     assert beyond.main(['--runs-dir', str(runs), '--report-only', '--output', str(report)]) == 0
     assert report.read_text() == text
@@ -435,8 +444,17 @@ def test_combine_adds_the_pilots_beyond_the_paper_each_against_its_plain_run(tmp
     md = tmp_path / 'R.md'
     assert reproduce.main(['--combine', str(mnist), '--output', str(md), '--beyond', str(beyond)]) == 0
     section = md.read_text().split('## Beyond the paper')[1]
-    assert '| mimetic initialisation | 36 | 71.02 | +0.30 |' in section
-    assert '| distilled | 5 of 36 (unfinished) | 44.50 | – |' in section and '(pilots.md)' in section
+    assert '| mimetic initialisation | 36 | – | 71.02 | +0.30 (the plain pilot, 70.72) |' in section
+    assert '| distilled | 5 of 36 (unfinished) | – | 44.50 | – |' in section and '(pilots.md)' in section
+    # a second report, with no plain run of its own: each run against the grid's run of its model at its budget
+    converged = tmp_path / 'converged.json'
+    converged.write_text(json.dumps([dict(pilot, model='vit_minimal_sym_6x4.mnist', name='sym-mixup', what='mixup',
+                                          options=['--mixup', '0.8'], epochs=100, planned_epochs=100, test_acc=98.0,
+                                          train_acc=90.5)]))
+    assert reproduce.main(['--combine', str(mnist), '--output', str(md), '--beyond', str(beyond), str(converged)]) == 0
+    section = md.read_text().split('## Beyond the paper')[1]
+    assert "| mixup | 100 | 90.50 | 98.00 | +0.30 (the grid's run, 97.70) |" in section
+    assert '| mimetic initialisation | 36 | – | 71.02 | +0.30 (the plain pilot, 70.72) |' in section
     for bad, message in (([dict(pilots[0], test_acc='70')], '"test_acc" must be a number'), ([], 'non-empty list')):
         beyond.write_text(json.dumps(bad))
         with pytest.raises(SystemExit) as e:

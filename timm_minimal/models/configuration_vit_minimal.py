@@ -31,8 +31,8 @@ from transformers import PreTrainedConfig
 
 from .datasets import channel_stats
 from .paper import arch_name, parse_arch
-from .datasets import DATASETS
-from .pretrained import dataset_label_names, describe_pretrained_cfg, jsonable, pretrained_cfg_for, tag_geometry
+from .pretrained import (dataset_label_names, describe_pretrained_cfg, jsonable, pretrained_cfg_for, tag_dataset,
+                         tag_geometry)
 from .model_size import check_model_size
 from .model_args import check_model_args
 from .vit_minimal import ARCHITECTURES, MODEL_KEYWORDS, VisionTransformerMinimal
@@ -178,7 +178,7 @@ class VitMinimalConfig(PreTrainedConfig, _ModelFields):
                 model_args[key] = value
             # a timm export may leave the geometry to the pretrained tag
             tag = (self.pretrained_cfg or {}).get('tag')
-            geometry = tag_geometry(tag) if tag in DATASETS else {}
+            geometry = tag_geometry(tag) if tag_dataset(tag) else {}
             input_size = (self.pretrained_cfg or {}).get('input_size')
             if input_size is not None:
                 geometry.update(in_chans=input_size[0], img_size=tuple(input_size[1:]))

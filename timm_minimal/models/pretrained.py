@@ -12,13 +12,28 @@ from timm.layers import to_2tuple
 from .datasets import DATASETS
 from .paper import PAPER_ARXIV, PAPER_TITLE
 
-__all__ = ['WEIGHTS_DIR', 'HUB_ORG', 'weights_file_name', 'tag_geometry', 'tag_for_geometry', 'dataset_label_names',
+__all__ = ['WEIGHTS_DIR', 'HUB_ORG', 'RECIPE_TAGS', 'TAGS', 'tag_dataset', 'weights_file_name', 'tag_geometry', 'tag_for_geometry', 'dataset_label_names',
            'describe_pretrained_cfg', 'pretrained_cfg_for', 'jsonable']
+
+
+# A dataset's name is its tag (``.mnist``, ``.cifar10``): the paper's recipe. A recipe tag, in timm's style (compare
+# ``augreg_in21k``), names weights trained on the same data at the same geometry with another recipe:
+# ``<dataset>_<recipe>``. It maps to its dataset, and it is registered only for the architectures whose weights ship
+# under it (the recipes: results/beyond_gpu.md).
+RECIPE_TAGS: Dict[str, str] = {
+    'cifar10_mixup': 'cifar10',  # the cifar10 recipe with mixup 0.8, cutmix 1.0 and random erasing 0.25
+}
+TAGS = tuple(DATASETS) + tuple(RECIPE_TAGS)
+
+
+def tag_dataset(tag: Optional[str]) -> Optional[str]:
+    """The dataset of a pretrained tag (a dataset tag is its own); None for a tag that is not one of ``TAGS``."""
+    return tag if tag in DATASETS else RECIPE_TAGS.get(tag)
 
 
 def tag_geometry(tag: str) -> Dict[str, Any]:
     """``in_chans``, ``img_size`` and ``patch_size`` of the models of a pretrained tag."""
-    return DATASETS[tag].geometry()
+    return DATASETS[tag_dataset(tag)].geometry()
 
 
 def tag_for_geometry(in_chans: int, img_size: Any, patch_size: Any) -> Optional[str]:
@@ -36,7 +51,7 @@ def dataset_label_names(tag: Optional[str]) -> Optional[List[str]]:
     if tag == 'in1k':
         from timm.data import ImageNetInfo
         return list(ImageNetInfo('imagenet-1k').label_descriptions())
-    names = DATASETS[tag].label_names if tag in DATASETS else None
+    names = DATASETS[tag_dataset(tag)].label_names if tag_dataset(tag) else None
     return list(names) if names is not None else None
 
 

@@ -35,7 +35,7 @@ from .layers import Block, CholAttention, MimeticInit, MinimalAttention, get_att
 from .model_args import GlobalPoolType, PosEmbedType, WeightInitType, _check_choice, check_model_args
 from .model_size import check_model_size
 from .pretrained import (  # noqa: F401  (HUB_ORG, WEIGHTS_DIR: where the weights are, also reachable here)
-    HUB_ORG, WEIGHTS_DIR, _cfg, _weights, tag_geometry, weights_file_name,
+    HUB_ORG, TAGS, WEIGHTS_DIR, RECIPE_TAGS, _cfg, _weights, tag_dataset, tag_geometry, weights_file_name,
 )
 from .weights_check import check_finite_weights, check_weights_fit, head_classes, weights_file
 
@@ -523,7 +523,7 @@ def _create_vit_minimal(variant: str, pretrained: bool = False, **kwargs) -> Vis
     out_indices = kwargs.pop('out_indices', 3)
     _check_config_values(kwargs.get('pretrained_cfg'))
     tag = _resolve_tag(variant, kwargs.get('pretrained_cfg'))
-    if tag in DATASETS:
+    if tag_dataset(tag):
         for key, value in tag_geometry(tag).items():
             kwargs.setdefault(key, value)
     path = weights_file(kwargs.get('pretrained_cfg')) if pretrained else None
@@ -546,15 +546,15 @@ def _create_vit_minimal(variant: str, pretrained: bool = False, **kwargs) -> Vis
                                f'(a truncated or corrupted safetensors file).') from e
         if not (isinstance(e, RuntimeError) and str(e).startswith(_TIMM_NO_WEIGHTS)):
             raise
-        with_weights = [f'{variant}.{t}' for t in DATASETS if (WEIGHTS_DIR / weights_file_name(variant, t)).is_file()]
+        with_weights = [f'{variant}.{t}' for t in TAGS if (WEIGHTS_DIR / weights_file_name(variant, t)).is_file()]
         raise NoPretrainedWeights(
             f'No pretrained weights exist for {variant}.{tag}; '
             + (f'this architecture has weights for {", ".join(with_weights)}. ' if with_weights else '')
             + 'timm.list_pretrained("vit_minimal*") lists every tag with weights; without pretrained=True '
               'the model is built with a random initialisation.') from e
     _check_cfg_input_size(model)
-    if tag in DATASETS and model.in_chans != DATASETS[tag].input_size[0]:
-        c, h, w = DATASETS[tag].input_size
+    if tag_dataset(tag) and model.in_chans != DATASETS[tag_dataset(tag)].input_size[0]:
+        c, h, w = DATASETS[tag_dataset(tag)].input_size
         model.input_hint = (f' The .{tag} checkpoint takes {c}x{h}x{w} images: build the model with in_chans={c} '
                             f'(timm\'s validate.py and train.py: --input-size {c} {h} {w}).')
     return model
@@ -564,12 +564,14 @@ def _create_vit_minimal(variant: str, pretrained: bool = False, **kwargs) -> Vis
 
 def register_model(fn):
     """timm's ``register_model`` with this module's pretrained cfgs, one per tag of ``DATASETS`` (MNIST, the
-    first, is the default), made for the function's name, which also joins ``ARCHITECTURES``. timm registers
+    first, is the default) and one per recipe tag the architecture has weights for, made for the function's name, which also joins ``ARCHITECTURES``. timm registers
     a name once: a copy of this file travels with every Hugging Face checkpoint (``trust_remote_code``) and
     may be imported more than once; the first registration stays."""
     name = fn.__name__
     ARCHITECTURES.append(name)
-    default_cfgs.update(generate_default_cfgs({f'{name}.{d}': _cfg(d, **_weights(name, d)) for d in DATASETS}))
+    cfgs = {f'{name}.{d}': _cfg(d, **_weights(name, d)) for d in DATASETS}
+    cfgs.update({f'{name}.{t}': _cfg(d, **_weights(name, t)) for t, d in RECIPE_TAGS.items() if _weights(name, t)})
+    default_cfgs.update(generate_default_cfgs(cfgs))
     return fn if is_model(name) else _timm_register_model(fn)
 
 

@@ -2,6 +2,7 @@
 refused with the names allowed, the CPU a benchmark ran on, and the writing of a benchmark's JSON and markdown report."""
 import json
 import os
+import shlex
 from typing import Any, Dict, List, Optional, Type
 
 import torch.nn as nn
@@ -12,11 +13,11 @@ def allowed_models() -> str:
     """The model names a tool takes, for error messages."""
     import timm
     from ..models.paper import VARIANTS
-    from ..models.datasets import DATASETS
+    from ..models.pretrained import TAGS
     from ..models.vit_minimal import ARCHITECTURES
     return (f'a vit_minimal architecture vit_minimal_<{"|".join(VARIANTS)}>[_mlp]_<depth>x<heads> '
             f'({len(ARCHITECTURES)} registered: timm.list_models("vit_minimal*")) with an optional tag '
-            f'{", ".join("." + t for t in DATASETS)}; shipped weights: {", ".join(timm.list_pretrained("vit_minimal*"))}; '
+            f'{", ".join("." + t for t in TAGS)}; shipped weights: {", ".join(timm.list_pretrained("vit_minimal*"))}; '
             f'or local-dir:PATH / hf-hub:REPO')
 
 
@@ -36,15 +37,15 @@ def create_named_model(name: str, pretrained: bool, error: Type[Exception] = Val
     (always with its weights). Anything else raises ``error`` with what is allowed; a tag without weights adds
     ``no_weights_hint``."""
     import timm
-    from ..models.datasets import DATASETS
+    from ..models.pretrained import TAGS
     from ..models.vit_minimal import ARCHITECTURES, NoPretrainedWeights, VisionTransformerMinimal
     checkpoint = name.startswith(('local-dir:', 'hf-hub:'))
     if not checkpoint:
         arch, _, tag = name.partition('.')
         if arch not in ARCHITECTURES:
             raise error(f"unknown model '{name}': expected {allowed_models()}")
-        if tag and tag not in DATASETS:
-            raise error(f"unknown model '{name}': the tags are {', '.join('.' + t for t in DATASETS)}")
+        if tag and tag not in TAGS:
+            raise error(f"unknown model '{name}': the tags are {', '.join('.' + t for t in TAGS)}")
     try:
         model = timm.create_model(name, pretrained=pretrained or checkpoint)
     except NoPretrainedWeights as e:
@@ -85,3 +86,15 @@ def cpu_flags_lines(env: Dict[str, Any]) -> List[str]:
     """The report header's line naming the CPU's SIMD flags, where ``env`` has them (none for a GPU, or a report
     written before they were recorded)."""
     return [f"- CPU flags: {env['flags'] or 'none of avx, amx, fma, sse4'}"] if 'flags' in env else []
+
+
+def portable_command(command: str, model: str) -> str:
+    """The run's command with its output folder written as runs/<model> and its data folder as data
+    (where they lay is no recipe)."""
+    words = shlex.split(command)
+    for i, word in enumerate(words[:-1]):
+        if word == '--output':
+            words[i + 1] = f'runs/{model}'
+        elif word == '--data-dir':
+            words[i + 1] = 'data'
+    return shlex.join(words)

@@ -19,6 +19,7 @@ from ..training.data import DatasetError, build_transforms, load_dataset
 from ..training.device_data import images_to_array
 from ..training.engine import eval_metrics, eval_sums
 from ..models.datasets import DATASETS
+from ..models.pretrained import tag_dataset as pretrained_tag_dataset
 from ..models.images import image_mode
 from .common import describe_load_error
 from ..cli import UsageError, command
@@ -117,7 +118,8 @@ def tag_dataset(model: torch.nn.Module) -> Optional[str]:
     """The dataset (the trainer's ``--dataset``) of the model's pretrained tag, what evaluate and export take when
     not told; None for a model without a dataset tag."""
     tag = (getattr(model, 'pretrained_cfg', None) or {}).get('tag')
-    return DATASETS[tag].kind if tag in DATASETS else None
+    dataset = pretrained_tag_dataset(tag)
+    return DATASETS[dataset].kind if dataset else None
 
 
 @command('timm-minimal-evaluate')

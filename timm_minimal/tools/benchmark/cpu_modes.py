@@ -92,8 +92,9 @@ def measure_trainer(model: str, batch_size: int, data_dir: str, train_subset: in
     throughput after the first, the first epoch's extra training time over the median of the others (start-up and
     a cold compilation), and the precision and compile mode the run used."""
     from ...models.datasets import DATASETS
+    from ...models.pretrained import tag_dataset
     from .training import read_metrics, run_trainer_subprocess
-    dataset = DATASETS[model.split('.')[1]].kind
+    dataset = DATASETS[tag_dataset(model.split('.')[1])].kind
     with tempfile.TemporaryDirectory(prefix='cpu-modes-trainer-') as tmp:
         out = Path(tmp) / 'run'
         run_trainer_subprocess(['--model', model, '--dataset', dataset, '--data-dir', data_dir, '--output', str(out),

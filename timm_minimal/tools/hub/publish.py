@@ -10,10 +10,9 @@ card rendered from ``model_cards/template.md`` with huggingface_hub's ``ModelCar
 in the card is read from the run's ``metrics.jsonl`` and ``run.json``; a run that has not finished
 an epoch gets no card. Uploading uses ``HfApi`` and honours ``HF_ENDPOINT`` and ``HF_TOKEN``.
 """
-import shlex
 import shutil
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
@@ -23,14 +22,15 @@ import yaml
 
 from ..benchmark import count_flops
 from ...models.paper import PAPER_EPOCHS, TABLE1, TABLE2, VARIANTS
-from ...models.pretrained import HUB_ORG, weights_file_name
+from ...models.pretrained import HUB_ORG, TAGS, tag_dataset, weights_file_name
 from ...training.checkpoint import CONFIG_FILE, MODEL_FILE, write_file_atomic
 from ...training.run_folder import RunFolder
 from ...training.run_record import Launch, RunRecord
 from ...cli import Failure, UsageError, command
 from .cli import build_parser
 from ..staging import staged_folder
-from ...models.datasets import DATASETS, DatasetInfo, dataset_for_kind
+from ..common import portable_command
+from ...models.datasets import DatasetInfo, dataset_for_kind
 from ...models.vit_minimal import ARCHITECTURES
 
 __all__ = ['RunInfo', 'read_run', 'export_run', 'render_card', 'push_folder', 'main']
@@ -50,6 +50,7 @@ class RunInfo:
     run: RunRecord
     metrics: List[Dict[str, Any]]
     checkpoint: Path
+    recipe_tag: Optional[str] = None  # the tag the weights ship under, where it is not the run's own (--tag)
 
     @property
     def architecture(self) -> str:
@@ -57,6 +58,8 @@ class RunInfo:
 
     @property
     def tag(self) -> str:
+        if self.recipe_tag:
+            return self.recipe_tag
         model = self.run.model
         return model.split('.', 1)[1] if '.' in model else self.run.dataset['name']
 
@@ -144,18 +147,6 @@ def _eval_precision(info: RunInfo) -> Optional[str]:
     return None if precision in (None, 'no') else str(precision)
 
 
-def _portable_command(command: str, model: str) -> str:
-    """The run's command with its output folder written as runs/<model> and its data folder as data
-    (where they lay is no recipe)."""
-    words = shlex.split(command)
-    for i, word in enumerate(words[:-1]):
-        if word == '--output':
-            words[i + 1] = f'runs/{model}'
-        elif word == '--data-dir':
-            words[i + 1] = 'data'
-    return shlex.join(words)
-
-
 def _resolved_recipe(run: RunRecord) -> Dict[str, Any]:
     """The recipe's keys with the values the run actually used (command-line overrides applied)."""
     return {k: run.args.get(k, v) for k, v in (run.recipe_values or {}).items()}
@@ -200,6 +191,7 @@ def render_card(info: RunInfo, repo_id: str, model, template: Optional[Path] = N
     last = info.last
     args = model.init_kwargs
     card_data = _card_data(info, repo_id, args['attn_type'])
+    name = f'{arch}.{info.tag}'
     paper_rows = _paper_rows(arch, kind)
     comparison = _comparison(paper_rows, last)
     versions = info.run.versions
@@ -233,7 +225,7 @@ def render_card(info: RunInfo, repo_id: str, model, template: Optional[Path] = N
         comparison_note=comparison,
         weights_from=info.checkpoint.name,
         epochs=last['epoch'],
-        command=_portable_command(info.run.command, info.run.model),
+        command=portable_command(info.run.command, info.run.model),
         recipe=yaml.safe_dump(_resolved_recipe(info.run), sort_keys=False).strip(),
         versions=', '.join(f'{k} {v}' for k, v in versions.items()) or 'not recorded',
         hardware=_hardware(info),
@@ -245,16 +237,19 @@ def render_card(info: RunInfo, repo_id: str, model, template: Optional[Path] = N
                       f'Tested on the {dataset_name} {info.run.dataset.get("eval_split", "test")} split.'),
         num_classes=model.num_classes,
         teacher=info.run.teacher,
-        shipped=info.run.model if repo_id == f'{HUB_ORG}/{info.run.model}' else None,  # the zoo's own repositories
+        shipped=name if repo_id == f'{HUB_ORG}/{name}' else None,  # the zoo's own repositories
     )
 
 
 def export_run(run_dir: Path, out_dir: Path, repo_id: str, checkpoint: str = 'last',
-               card_copy: Optional[Path] = None, ship_weights: Optional[Path] = None, note: str = '') -> Path:
+               card_copy: Optional[Path] = None, ship_weights: Optional[Path] = None, note: str = '',
+               tag: Optional[str] = None) -> Path:
     """Write the Hub repository folder of a finished run and check that both libraries read it back.
 
     ``ship_weights`` (a maintainer step): also copy the weights into this folder, a checkout's
     ``timm_minimal/models/weights``, as ``<architecture>.<tag>.safetensors``; the installed package is never written.
+    ``tag``: the tag the card names and the weights ship under, a recipe tag of the run's dataset
+    (``models.pretrained.RECIPE_TAGS``); by default the run's own.
     """
     from huggingface_hub.utils import HFValidationError, validate_repo_id
     try:
@@ -262,14 +257,19 @@ def export_run(run_dir: Path, out_dir: Path, repo_id: str, checkpoint: str = 'la
     except HFValidationError as e:
         raise PublishError(f"--repo-id '{repo_id}' is not a Hub repository id (owner/name): {e}") from e
     info = read_run(run_dir, checkpoint)
+    if tag is not None:
+        if tag_dataset(tag) is None or tag_dataset(tag) != tag_dataset(info.tag):
+            raise PublishError(f'--tag {tag}: a run on {info.run.dataset["name"]} ships under its dataset\'s tags '
+                               f'({", ".join(t for t in TAGS if tag_dataset(t) == tag_dataset(info.tag)) or "none"}).')
+        info = replace(info, recipe_tag=tag)
     if ship_weights is not None and not Path(ship_weights).is_dir():
         raise PublishError(f'--ship-weights {ship_weights}: no such folder; run it from the root of a checkout of '
                            f'this repository (timm_minimal/models/weights/) or name the weights folder.')
     if ship_weights and info.architecture not in ARCHITECTURES:
         raise PublishError(f"the run's architecture '{info.architecture}' is not a registered vit_minimal "
                            f"architecture; only those ship inside the package.")
-    if ship_weights and (info.run.model_kwargs or info.tag not in DATASETS):
-        raise PublishError(f'only a registered architecture with a registered tag ({", ".join(DATASETS)}) and no '
+    if ship_weights and (info.run.model_kwargs or tag_dataset(info.tag) is None):
+        raise PublishError(f'only a registered architecture with a registered tag ({", ".join(TAGS)}) and no '
                            f'model overrides can ship as {info.architecture}.{info.tag}; this run has '
                            f'model_kwargs={info.run.model_kwargs}.')
     out_dir = Path(out_dir)
@@ -353,7 +353,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f'{out} already holds this run\'s {args.checkpoint} weights: pushing it as it is')
     else:
         try:
-            export_run(args.run, out, args.repo_id, args.checkpoint, args.card_copy, args.ship_weights, args.note)
+            export_run(args.run, out, args.repo_id, args.checkpoint, args.card_copy, args.ship_weights, args.note,
+                       args.tag)
         except PublishError as e:
             raise UsageError(str(e)) from None
         print(f'wrote {out}')

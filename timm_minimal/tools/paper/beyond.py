@@ -2,13 +2,18 @@
 
     python -m timm_minimal.tools.paper.beyond --data-dir ../shared/data --runs-dir ../runs/beyond --jobs 2
     python -m timm_minimal.tools.paper.beyond --runs-dir ../runs/beyond --report-only --output results/beyond_pilots.md
+    python -m timm_minimal.tools.paper.beyond --recipe cifar10 --epochs 300 --jobs 4 --runs-dir ../runs/beyond-gpu \
+        --only std_mlp_6x4-strong std_mlp_6x1-strong qk_mlp_6x1-strong qkonly_mlp_6x1-strong \
+        --output results/beyond_gpu.md -- --batch-size 1024 --lr 4e-3 --warmup-epochs 45
 
 A variant is a model and the trainer options that change its recipe: mimetic initialisation
 (``--model-kwargs weight_init=mimetic``), distillation from the zoo's best MLP model (``--teacher``, with label
 smoothing off: the teacher's soft targets take its place), stronger augmentation for the models that overfit
 (mixup, cutmix, random erasing and the GPU recipe's zoom and 4-px shift, all on the device data path; RandAugment is
 a per-image transform of the loader path, which trains several times slower on a CPU, so the pilots leave it out).
-Every variant starts from the dataset's recipe (``--recipe``, default CIFAR-10's CPU recipe) at one budget, seed 0.
+Every variant starts from the dataset's recipe (``--recipe``, default CIFAR-10's CPU recipe) at one budget, seed 0;
+trainer options after ``--`` change that base for every variant (the GPU runs: the converged grid's batch 1024, lr 4e-3
+and 45 warm-up epochs, so that each variant differs from the grid's run of its model in the variant's options alone).
 
 Each variant trains once into ``<runs-dir>/<name>/`` (a finished run is reused, an interrupted one resumed), up to
 ``--jobs`` at a time with the cores split among them. The report lists, per variant, the test accuracy of the last
@@ -28,6 +33,8 @@ from ...cli import HelpFormatter, OneLineParser, UsageError, command, positive_i
 from ...training.run_folder import RunFolder
 from .grid import finished_run, thread_env
 from .pool import Command, run_commands, say
+from .reproduce import split_argv
+from ..common import portable_command
 
 __all__ = ['Variant', 'PILOTS', 'variant_command', 'collect', 'write_report', 'main']
 
@@ -53,16 +60,20 @@ def _family(model: str, arch: str) -> List[Variant]:
             Variant(f'{arch}-mimetic-kd', model, MIMETIC + DISTILLED, 'mimetic initialisation and distillation')]
 
 
+_STRONG_WHAT = 'mixup 0.8, cutmix 1.0, random erasing 0.25, zoom +-10%, 4-px shift'
+
 # In the order they run: the questions that decide the most first.
 _SYM, _QK = _family('vit_minimal_sym_6x4.cifar10', 'sym_6x4'), _family('vit_minimal_qk_6x1.cifar10', 'qk_6x1')
 PILOTS: List[Variant] = [
     _SYM[1], _SYM[2], _SYM[0],
-    Variant('std_mlp_6x4-strong', 'vit_minimal_std_mlp_6x4.cifar10', STRONG_AUG,
-            'mixup 0.8, cutmix 1.0, random erasing 0.25, zoom +-10%, 4-px shift'),
+    Variant('std_mlp_6x4-strong', 'vit_minimal_std_mlp_6x4.cifar10', STRONG_AUG, _STRONG_WHAT),
     _SYM[3], _QK[1], _QK[2], _QK[0],
     Variant('std_mlp_6x4-plain', 'vit_minimal_std_mlp_6x4.cifar10'), _QK[3],
     # the recipe the sym_6x4 pilots chose, for the other 4-head model's converged run (--epochs 150)
     _family('vit_minimal_std_6x4.cifar10', 'std_6x4')[3],
+    # the other MLP models with the strong augmentation (converged runs on a GPU)
+    *(Variant(f'{arch}-strong', f'vit_minimal_{arch}.cifar10', STRONG_AUG, _STRONG_WHAT)
+      for arch in ('std_mlp_6x1', 'qk_mlp_6x1', 'qkonly_mlp_6x1')),
 ]
 
 
@@ -80,7 +91,8 @@ def variant_command(v: Variant, args: argparse.Namespace) -> Optional[Command]:
             raise UsageError(f'{folder.path} holds files that are not a run of this tool; move them away or choose '
                              f'another --runs-dir. Nothing was trained.')
         argv += ['--model', v.model, '--dataset', 'cifar10', '--recipe', args.recipe, '--epochs', str(args.epochs),
-                 '--seed', '0', '--output', str(folder), '--no-progress', '--cpu-processes', '1', *v.options]
+                 '--seed', '0', '--output', str(folder), '--no-progress', '--cpu-processes', '1', *args.trainer_args,
+                 *v.options]
         if args.data_dir:
             argv += ['--data-dir', args.data_dir]
     return Command(v.name, argv, Path(args.runs_dir) / 'logs' / f'{v.name}.log', env=thread_env(args.jobs))
@@ -103,7 +115,9 @@ def collect(variants: Sequence[Variant], runs_dir: Path) -> List[Dict[str, Any]]
                          test_acc=last['test_acc'], train_acc=last['train_acc'], best_test_acc=best['test_acc'],
                          best_epoch=best['epoch'], teacher=record.teacher,
                          wall_time=sum(m['epoch_time'] for m in metrics), threads=record.last_launch.torch_threads,
-                         device=record.last_launch.device_name, cpu_flags=record.last_launch.cpu_flags))
+                         device=record.last_launch.device_name, device_type=record.last_launch.device,
+                         cpu_flags=record.last_launch.cpu_flags, recipe=record.recipe,
+                         command=portable_command(record.command, v.name) if record.command else None))
     return rows
 
 
@@ -117,23 +131,28 @@ def keep_earlier(rows: List[Dict[str, Any]], earlier: Sequence[Dict[str, Any]],
 
 
 def _machine(row: Dict[str, Any]) -> str:
-    """The CPU a row trained on, as its run recorded it (rows of runs that recorded no flags say so)."""
+    """The device a row trained on, as its run recorded it: a GPU by its name, a CPU with its flags (rows of runs
+    that recorded no flags say so)."""
+    if row.get('device_type', 'cpu') != 'cpu':
+        return f"{row['device']} (GPU)"
     return f"{row['device']} (CPU flags: {row.get('cpu_flags') or 'not recorded'})"
 
 
 def write_report(rows: Sequence[Dict[str, Any]], path: Path, command_line: str) -> None:
     machines = list(dict.fromkeys(_machine(r) for r in rows))
+    recipes = list(dict.fromkeys(r.get('recipe') or 'cifar10_cpu' for r in rows))  # earlier rows: the CPU pilots
     lines = [
         '# Beyond the paper: CIFAR-10 pilots', '',
         f'Command: `{command_line}`', '',
-        'Every run: the `cifar10_cpu` recipe (AdamW, lr 6e-3, cosine) at the budget shown, seed 0, one process of one '
-        'thread beside one other run, on the CPU the last column names. Test accuracy is that of the last epoch on '
-        'the full CIFAR-10 test '
+        f'Every run: the {" and ".join(f"`{r}`" for r in recipes)} recipe at the budget shown, seed 0, with the '
+        'options its trainer command (below) adds, on the device the last column names'
+        + ('; CPU runs as one process of one thread beside one other run' if any(
+            r.get('device_type', 'cpu') == 'cpu' for r in rows) else '') + '. Test accuracy is that of the last epoch on the full CIFAR-10 test '
         'split; the best epoch is shown for reference only (no checkpoint was chosen on the test split). Train '
         'accuracy is measured on the augmented batches of the last epoch (with mixup and cutmix: against each '
         'image\'s own label, so it reads low). Wall times are those of a shared machine, not benchmarks.', '',
         '| pilot | model | parameters | what changes | epochs | train acc % | test acc % (last) | best test % (epoch) '
-        '| wall time (s) | CPU |',
+        '| wall time (s) | device |',
         '|---|---|---:|---|---:|---:|---:|---:|---:|---:|',
     ]
     for r in rows:
@@ -142,13 +161,17 @@ def write_report(rows: Sequence[Dict[str, Any]], path: Path, command_line: str) 
         lines.append(f'| {r["name"]} | `{r["model"]}` | {params} | {r["what"]} | {done} | {r["train_acc"]:.2f} '
                      f'| {r["test_acc"]:.2f} | {r["best_test_acc"]:.2f} ({r["best_epoch"]}) | {r["wall_time"]:,.0f} '
                      f'| {machines.index(_machine(r)) + 1} |')
-    lines += [''] + [f'CPU {i}: {m}.' for i, m in enumerate(machines, 1)]
+    lines += [''] + [f'Device {i}: {m}.' for i, m in enumerate(machines, 1)]
     teachers = {r['teacher']['name']: r['teacher'] for r in rows if r.get('teacher')}
     for name, t in teachers.items():
         lines += ['', f'Teacher `{name}` ({t["num_params"]:,} parameters): {t["test_acc"]:.2f}% on the test split as '
                       f'the runs measured it ({t["precision"]} inference), {t["distill_type"]} distillation at '
                       f'temperature {t["temperature"]:g}, loss weights task {t["task_weight"]:g} / distillation '
                       f'{t["distill_weight"]:g}.']
+    commands = [r for r in rows if r.get('command')]  # rows kept from reports that recorded none show none
+    if commands:
+        lines += ['', 'The trainer commands, as the runs recorded them (with the datasets under `data/`):', '']
+        lines += [f'- {r["name"]}: `{r["command"]}`' for r in commands]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text('\n'.join(lines) + '\n')
 
@@ -166,13 +189,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument('--json', default=None, help='machine-readable rows (default: --output with .json)')
     p.add_argument('--report-only', action='store_true', help='train nothing; write the report from the run folders')
     p.add_argument('--dry-run', action='store_true', help='print the training commands only')
+    p.epilog = 'Trainer options after -- change the base recipe of every pilot (e.g. -- --batch-size 1024 --lr 4e-3).'
     return p
 
 
 @command('beyond')
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(argv)
+    ours, trainer_args = split_argv(argv)
+    args = build_parser().parse_args(ours)
+    args.trainer_args = trainer_args
     chosen = [v for v in PILOTS if not args.only or v.name in args.only]
     unknown = sorted(set(args.only or ()) - {v.name for v in PILOTS})
     if unknown:

@@ -72,14 +72,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument('--combine', nargs='+', metavar='JSON',
                    help='train nothing; write --output over the --json files of earlier runs, each dataset and depth '
                         'at its own budget (tools/paper/results_summary.py)')
-    p.add_argument('--beyond', default=None, metavar='JSON',
-                   help="with --combine: also a section on the pilots beyond the paper, from this --json of "
+    p.add_argument('--beyond', nargs='+', default=(), metavar='JSON',
+                   help="with --combine: also a section on the runs beyond the paper, from these --json files of "
                         "python -m timm_minimal.tools.paper.beyond")
     p.add_argument('--note', default='', help='a sentence for the report\'s setup (e.g. how the runs shared a device)')
     return p
 
 
-def _split_argv(argv: Sequence[str]) -> Tuple[List[str], List[str]]:
+def split_argv(argv: Sequence[str]) -> Tuple[List[str], List[str]]:
     """Our options and the trainer's (those after ``--``)."""
     argv = list(argv)
     if '--' in argv:
@@ -92,11 +92,12 @@ def _combine(args: argparse.Namespace, argv: Sequence[str], parser: argparse.Arg
     missing = [p for p in args.combine if not Path(p).is_file()]
     if missing:
         parser.error(f"--combine: no such file: {', '.join(missing)}")
-    if args.beyond and not Path(args.beyond).is_file():
-        parser.error(f'--beyond: no such file: {args.beyond}')
+    missing = [p for p in args.beyond if not Path(p).is_file()]
+    if missing:
+        parser.error(f'--beyond: no such file: {", ".join(missing)}')
     try:
         write_summary([Path(p) for p in args.combine], Path(args.output), 'timm-minimal-reproduce ' + shlex.join(argv),
-                      Path(args.plot) if args.plot else None, Path(args.beyond) if args.beyond else None)
+                      Path(args.plot) if args.plot else None, [Path(p) for p in args.beyond])
     except ValueError as e:
         parser.error(str(e))
     say(f'[reproduce] wrote {args.output}' + (f', {args.plot}' if args.plot else ''))
@@ -107,7 +108,7 @@ def _combine(args: argparse.Namespace, argv: Sequence[str], parser: argparse.Arg
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """The command line: 0 when every run it launched finished, 1 when one failed (named, with its log), 2 for
     misuse or a run folder it may not use."""
-    argv, extra = _split_argv(sys.argv[1:] if argv is None else argv)
+    argv, extra = split_argv(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     args = parser.parse_args(argv)
     # the reports go beside the runs unless named: a committed report is regenerated only by naming it
