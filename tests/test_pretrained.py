@@ -52,6 +52,22 @@ def test_a_recipe_tag_is_its_datasets_geometry_and_preprocessing_and_exists_only
         create_named_model('vit_minimal_sym_6x4.cifar100', pretrained=False)
 
 
+@pytest.mark.parametrize('name', [n for n in SHIPPED if n.split('.')[1] not in ('mnist', 'cifar10', 'in1k')])
+def test_a_recipe_tag_checkpoint_loads_in_transformers_as_in_timm(name):
+    """The config of a recipe tag is its dataset's (3x32x32, CIFAR-10's ten labels); the transformers model built
+    from it gives timm's logits."""
+    from timm_minimal.models.configuration_vit_minimal import VitMinimalConfig
+    from timm_minimal.models.modeling_vit_minimal import VitMinimalForImageClassification
+    config = VitMinimalConfig.from_timm(name)
+    assert (config.in_chans, config.img_size, config.num_labels) == (3, 32, 10)
+    assert config.id2label[0] == 'airplane'
+    model = timm.create_model(name, pretrained=True).eval()
+    hf = VitMinimalForImageClassification.from_timm(model).eval()
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(hf(pixel_values=x).logits, model(x), rtol=0, atol=1e-5)
+
+
 @pytest.mark.parametrize('name', SHIPPED)
 def test_shipped_checkpoint_loads_offline_and_has_a_card(name):
     model = timm.create_model(name, pretrained=True).eval()
