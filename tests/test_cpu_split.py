@@ -155,7 +155,10 @@ def test_a_run_that_leaves_the_head_padding_to_the_decision_measures_the_eager_s
     decision = decide(padded=None)
     assert decision[:3] == (1, False, False) and sorted(measured) == sorted(rates)
     assert decision.rates['1 x 2 unpadded'] == 1139.0 and decision.rates['1 x 2'] == 845.0
-    assert decide(padded=None) == decision and len(measured) == 4  # kept
+    pads = cpu_split._pads
+    monkeypatch.setattr(cpu_split, '_pads', lambda *a: pytest.fail('a kept decision built the model'))
+    assert decide(padded=None) == decision and len(measured) == 4  # kept, and found without building the model
+    monkeypatch.setattr(cpu_split, '_pads', pads)
     assert decide(padded=True)[:3] == (2, False, True) and measured[-1] == (2, False, True)  # its own entry
     rates[1, False, False], rates[2, False, False] = 870.0, 930.0  # within the margin: the padding stays
     assert decide(padded=None, model_kwargs={'depth': 2})[:3] == (2, False, True)

@@ -230,18 +230,19 @@ def decide(model: str, batch: int, cache_dir: Path, budget: Optional[int] = None
     budget = core_budget() if budget is None else budget
     processes = [n for n in _candidates(budget) if batch % n == 0]
     modes = [False, True] if compiled is None else [bool(compiled)]
-    pads = _pads(model, model_kwargs, padded)
-    candidates = [(n, c, p) for n in processes for c in modes for p in (pads[:1] if c else pads)]
-    if len(candidates) < 2:
-        return Decision(1, modes[0], pads[0])
     step = dict(model_kwargs=dict(model_kwargs or {}), bf16=bool(bf16))
     facts = dict(cpu_signature(), model=model, batch=batch, budget=budget, compiled=compiled, padded=padded, **step)
     key = hashlib.sha256(json.dumps(facts, sort_keys=True, default=repr).encode()).hexdigest()[:16]
     path = Path(cache_dir) / 'cpu_split.json'
     known = read_cache(path, say)
-    cached = _cached(known.get(key), processes, modes, pads)
+    # a kept decision first: it was measured for these very facts, so no model is built to list the paddings
+    cached = _cached(known.get(key), processes, modes, [True, False] if padded is None else [bool(padded)])
     if cached is not None:
         return cached
+    pads = _pads(model, model_kwargs, padded)
+    candidates = [(n, c, p) for n in processes for c in modes for p in (pads[:1] if c else pads)]
+    if len(candidates) < 2:
+        return Decision(1, modes[0], pads[0])
     quiet = free_cores(budget) >= budget
     what = ', '.join(_label(n, budget // n, c, p) for n, c, p in candidates)
     seconds = sum(PROBE_SECONDS + (60 if c else 8) for _, c, _ in candidates)
