@@ -50,6 +50,8 @@ def test_a_recipe_tag_is_its_datasets_geometry_and_preprocessing_and_exists_only
         timm.create_model('vit_minimal_sym_6x4.cifar10_mixup')  # no sym_6x4 weights of that recipe
     with pytest.raises(ValueError, match=r'the tags are .mnist, .cifar10, .in1k, .cifar10_mixup'):
         create_named_model('vit_minimal_sym_6x4.cifar100', pretrained=False)
+    with pytest.raises(ValueError, match=r'.cifar10_mixup weights exist for .*vit_minimal_std_mlp_6x4.cifar10_mixup'):
+        create_named_model('vit_minimal_sym_6x4.cifar10_mixup', pretrained=True)
 
 
 @pytest.mark.parametrize('name', [n for n in SHIPPED if n.split('.')[1] not in ('mnist', 'cifar10', 'in1k')])

@@ -12,8 +12,8 @@ from timm.layers import to_2tuple
 from .datasets import DATASETS
 from .paper import PAPER_ARXIV, PAPER_TITLE
 
-__all__ = ['WEIGHTS_DIR', 'HUB_ORG', 'RECIPE_TAGS', 'TAGS', 'tag_dataset', 'weights_file_name', 'tag_geometry', 'tag_for_geometry', 'dataset_label_names',
-           'describe_pretrained_cfg', 'pretrained_cfg_for', 'jsonable']
+__all__ = ['WEIGHTS_DIR', 'HUB_ORG', 'RECIPE_TAGS', 'TAGS', 'tag_dataset', 'weights_file_name', 'tag_geometry',
+           'tag_for_geometry', 'dataset_label_names', 'describe_pretrained_cfg', 'pretrained_cfg_for', 'jsonable']
 
 
 # A dataset's name is its tag (``.mnist``, ``.cifar10``): the paper's recipe. A recipe tag, in timm's style (compare

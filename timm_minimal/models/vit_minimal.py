@@ -564,9 +564,9 @@ def _create_vit_minimal(variant: str, pretrained: bool = False, **kwargs) -> Vis
 
 def register_model(fn):
     """timm's ``register_model`` with this module's pretrained cfgs, one per tag of ``DATASETS`` (MNIST, the
-    first, is the default) and one per recipe tag the architecture has weights for, made for the function's name, which also joins ``ARCHITECTURES``. timm registers
-    a name once: a copy of this file travels with every Hugging Face checkpoint (``trust_remote_code``) and
-    may be imported more than once; the first registration stays."""
+    first, is the default) and one per recipe tag the architecture has weights for, made for the function's name,
+    which also joins ``ARCHITECTURES``. timm registers a name once: a copy of this file travels with every Hugging
+    Face checkpoint (``trust_remote_code``) and may be imported more than once; the first registration stays."""
     name = fn.__name__
     ARCHITECTURES.append(name)
     cfgs = {f'{name}.{d}': _cfg(d, **_weights(name, d)) for d in DATASETS}

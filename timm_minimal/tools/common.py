@@ -37,7 +37,7 @@ def create_named_model(name: str, pretrained: bool, error: Type[Exception] = Val
     (always with its weights). Anything else raises ``error`` with what is allowed; a tag without weights adds
     ``no_weights_hint``."""
     import timm
-    from ..models.pretrained import TAGS
+    from ..models.pretrained import RECIPE_TAGS, TAGS
     from ..models.vit_minimal import ARCHITECTURES, NoPretrainedWeights, VisionTransformerMinimal
     checkpoint = name.startswith(('local-dir:', 'hf-hub:'))
     if not checkpoint:
@@ -46,6 +46,9 @@ def create_named_model(name: str, pretrained: bool, error: Type[Exception] = Val
             raise error(f"unknown model '{name}': expected {allowed_models()}")
         if tag and tag not in TAGS:
             raise error(f"unknown model '{name}': the tags are {', '.join('.' + t for t in TAGS)}")
+        if tag in RECIPE_TAGS and name not in timm.list_pretrained(f'*.{tag}'):  # a recipe tag exists with weights
+            raise error(f"unknown model '{name}': .{tag} weights exist for "
+                        f"{', '.join(timm.list_pretrained(f'*.{tag}'))} only")
     try:
         model = timm.create_model(name, pretrained=pretrained or checkpoint)
     except NoPretrainedWeights as e:

@@ -117,7 +117,8 @@ def collect(variants: Sequence[Variant], runs_dir: Path) -> List[Dict[str, Any]]
         last = metrics[-1]
         best = max(metrics, key=lambda m: m['test_acc'])
         rows.append(dict(name=v.name, model=v.model, what=v.what, options=list(v.options), params=record.num_params,
-                         status=record.status, epochs=last['epoch'], planned_epochs=(folder.read_args() or {}).get('epochs'),
+                         status=record.status, epochs=last['epoch'],
+                         planned_epochs=(folder.read_args() or {}).get('epochs'),
                          test_acc=last['test_acc'], train_acc=last['train_acc'], best_test_acc=best['test_acc'],
                          best_epoch=best['epoch'], teacher=record.teacher,
                          wall_time=sum(m['epoch_time'] for m in metrics), threads=record.last_launch.torch_threads,
@@ -147,14 +148,14 @@ def _machine(row: Dict[str, Any]) -> str:
 def write_report(rows: Sequence[Dict[str, Any]], path: Path, command_line: str) -> None:
     machines = list(dict.fromkeys(_machine(r) for r in rows))
     recipes = list(dict.fromkeys(r.get('recipe') or 'cifar10_cpu' for r in rows))  # earlier rows: the CPU pilots
+    on_cpu = any(r.get('device_type', 'cpu') == 'cpu' for r in rows)
+    cpu_runs = '; CPU runs as one process of one thread beside one other run' if on_cpu else ''
     lines = [
         '# Beyond the paper: CIFAR-10 pilots', '',
         f'Command: `{command_line}`', '',
         f'Every run: the {" and ".join(f"`{r}`" for r in recipes)} recipe at the budget shown, seed 0, with the '
-        'options its trainer command (below) adds, on the device the last column names'
-        + ('; CPU runs as one process of one thread beside one other run' if any(
-            r.get('device_type', 'cpu') == 'cpu' for r in rows) else '') + '. Test accuracy is that of the last epoch on the full CIFAR-10 test '
-        'split; the best epoch is shown for reference only (no checkpoint was chosen on the test split). Train '
+        f'options its trainer command (below) adds, on the device the last column names{cpu_runs}. Test accuracy is '
+        'that of the last epoch on the full CIFAR-10 test split; the best epoch is shown for reference only (no checkpoint was chosen on the test split). Train '
         'accuracy is measured on the augmented batches of the last epoch (with mixup and cutmix: against each '
         'image\'s own label, so it reads low). Wall times are those of a shared machine, not benchmarks.', '',
         '| pilot | model | parameters | what changes | epochs | train acc % | test acc % (last) | best test % (epoch) '
