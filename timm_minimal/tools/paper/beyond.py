@@ -45,6 +45,7 @@ DISTILLED = ('--teacher', TEACHER, '--smoothing', '0')
 DISTILLED_STRONG = ('--teacher', STRONG_TEACHER, '--smoothing', '0')
 STRONG_AUG = ('--mixup', '0.8', '--cutmix', '1.0', '--reprob', '0.25', '--scale', '0.81', '1.21',
               '--translate', '0.125')
+RANDAUG = ('--data-path', 'loader', '--aa', 'rand-m9-mstd0.5-inc1')
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,9 @@ PILOTS: List[Variant] = [
     *(_family(f'vit_minimal_{arch}.cifar10', arch)[3] for arch in ('std_6x1', 'sym_6x1', 'qkonly_6x1')),
     *(Variant(f'{arch}-mimetic-kd-strong-teacher', f'vit_minimal_{arch}.cifar10', MIMETIC + DISTILLED_STRONG,
               f'mimetic initialisation and distillation from {STRONG_TEACHER}') for arch in ('sym_6x4', 'std_6x4')),
+    # the strong augmentation with RandAugment, a per-image transform of the loader path (CCT's CIFAR-10 recipe has it)
+    Variant('std_mlp_6x4-strong-randaug', 'vit_minimal_std_mlp_6x4.cifar10', STRONG_AUG + RANDAUG,
+            _STRONG_WHAT + ', RandAugment m9 (loader path)'),
 ]
 
 
