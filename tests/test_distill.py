@@ -141,6 +141,16 @@ def test_a_distilled_run_records_its_teacher(data, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(not torch.cuda.is_available(), reason='needs a CUDA GPU: a distilled run on the GPU')
+def test_a_distilled_run_trains_on_a_gpu(data, tmp_path):
+    """The whole step on the GPU, teacher included (its normalisation buffers had stayed on the CPU)."""
+    out = tmp_path / 'run'
+    args = [a for a in KD_ARGS if a != '--cpu'] + data + ['--epochs', '1', '--output', out, '--no-compile']
+    assert run_inprocess(args) == 0
+    run = json.loads((out / 'run.json').read_text())
+    assert run['launches'][-1]['device'] == 'cuda' and run['teacher']['name'] == 'vit_minimal_std_mlp_6x1.mnist'
+
+
 def test_resume_with_a_teacher_is_bit_exact(data, tmp_path):
     reference, out = tmp_path / 'reference', tmp_path / 'run'
     assert run_inprocess(KD_ARGS + data + ['--output', reference]) == 0
