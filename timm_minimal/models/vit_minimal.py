@@ -570,7 +570,7 @@ def register_model(fn):
     name = fn.__name__
     ARCHITECTURES.append(name)
     cfgs = {f'{name}.{d}': _cfg(d, **_weights(name, d)) for d in DATASETS}
-    cfgs.update({f'{name}.{t}': _cfg(d, **_weights(name, t)) for t, d in RECIPE_TAGS.items() if _weights(name, t)})
+    cfgs.update({f'{name}.{t}': _cfg(d, **w) for t, d in RECIPE_TAGS.items() if (w := _weights(name, t))})
     default_cfgs.update(generate_default_cfgs(cfgs))
     return fn if is_model(name) else _timm_register_model(fn)
 

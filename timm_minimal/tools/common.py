@@ -46,9 +46,9 @@ def create_named_model(name: str, pretrained: bool, error: Type[Exception] = Val
             raise error(f"unknown model '{name}': expected {allowed_models()}")
         if tag and tag not in TAGS:
             raise error(f"unknown model '{name}': the tags are {', '.join('.' + t for t in TAGS)}")
-        if tag in RECIPE_TAGS and name not in timm.list_pretrained(f'*.{tag}'):  # a recipe tag exists with weights
-            raise error(f"unknown model '{name}': .{tag} weights exist for "
-                        f"{', '.join(timm.list_pretrained(f'*.{tag}'))} only")
+        with_tag = timm.list_pretrained(f'*.{tag}') if tag in RECIPE_TAGS else ()
+        if tag in RECIPE_TAGS and name not in with_tag:  # a recipe tag exists only where its weights ship
+            raise error(f"unknown model '{name}': .{tag} weights exist for {', '.join(with_tag)} only")
     try:
         model = timm.create_model(name, pretrained=pretrained or checkpoint)
     except NoPretrainedWeights as e:

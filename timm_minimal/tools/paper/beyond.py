@@ -159,9 +159,10 @@ def write_report(rows: Sequence[Dict[str, Any]], path: Path, command_line: str) 
         f'Command: `{command_line}`', '',
         f'Every run: the {" and ".join(f"`{r}`" for r in recipes)} recipe at the budget shown, seed 0, with the '
         f'options its trainer command (below) adds, on the device the last column names{cpu_runs}. Test accuracy is '
-        'that of the last epoch on the full CIFAR-10 test split; the best epoch is shown for reference only (no checkpoint was chosen on the test split). Train '
-        'accuracy is measured on the augmented batches of the last epoch (with mixup and cutmix: against each '
-        'image\'s own label, so it reads low). Wall times are those of a shared machine, not benchmarks.', '',
+        'that of the last epoch on the full CIFAR-10 test split; the best epoch is shown for reference only (no '
+        'checkpoint was chosen on the test split). Train accuracy is measured on the augmented batches of the last '
+        'epoch (with mixup and cutmix: against each image\'s own label, so it reads low). Wall times are those of a '
+        'shared machine, not benchmarks.', '',
         '| pilot | model | parameters | what changes | epochs | train acc % | test acc % (last) | best test % (epoch) '
         '| wall time (s) | device |',
         '|---|---|---:|---|---:|---:|---:|---:|---:|---:|',

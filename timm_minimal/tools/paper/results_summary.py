@@ -323,15 +323,14 @@ def load_pilots(path: Path) -> List[Row]:
     return data
 
 
-def _beyond_baseline(r: Row, reports: Sequence[List[Row]], rows: Sequence[Row]) -> Optional[Tuple[float, str]]:
-    """The run ``r`` is measured against: the plain pilot of its model in its own report at its budget, else the
-    grid's run of the model at that budget (the paper's recipe, which the converged variants start from)."""
-    for pilots in reports:
-        if r in pilots:
-            plain = [p for p in pilots if p['model'] == r['model'] and not p['options'] and p['status'] == 'finished'
-                     and p['epochs'] == r['epochs'] and p is not r]
-            if plain:
-                return plain[0]['test_acc'], 'the plain pilot'
+def _beyond_baseline(r: Row, pilots: Sequence[Row], rows: Sequence[Row]) -> Optional[Tuple[float, str]]:
+    """The run ``r`` of the report ``pilots`` is measured against: the plain pilot of its model in that report at its
+    budget, else the grid's run of the model at that budget (the paper's recipe, which the converged variants start
+    from)."""
+    plain = [p for p in pilots if p['model'] == r['model'] and not p['options'] and p['status'] == 'finished'
+             and p['epochs'] == r['epochs'] and p is not r]
+    if plain:
+        return plain[0]['test_acc'], 'the plain pilot'
     grid = [g for g in rows if g['model'] == r['model'] and g['epochs'] == r['epochs']]
     return (grid[0]['val_acc'], 'the grid\'s run') if grid and r['options'] else None
 
@@ -348,10 +347,10 @@ def beyond_section(reports: Sequence[List[Row]], paths: Sequence[Path], rows: Se
              f'with mixup and cutmix it is measured against each image\'s own label and reads low.',
              '', '| model | what changes | epochs | train acc % | test acc % | Δ (against) |',
              '|---|---|---:|---:|---:|---|']
-    every = [r for pilots in reports for r in pilots]
-    for r in sorted(every, key=lambda r: (r['model'], r['epochs'], bool(r['options']), r['name'])):
+    every = [(r, pilots) for pilots in reports for r in pilots]
+    for r, pilots in sorted(every, key=lambda e: (e[0]['model'], e[0]['epochs'], bool(e[0]['options']), e[0]['name'])):
         done = r['status'] == 'finished'
-        base = _beyond_baseline(r, reports, rows) if done else None
+        base = _beyond_baseline(r, pilots, rows) if done else None
         epochs = f"{r['epochs']}" if done else f"{r['epochs']} of {r['planned_epochs']} (unfinished)"
         delta = f"{r['test_acc'] - base[0]:+.2f} ({base[1]}, {base[0]:.2f})" if base else '–'
         lines.append(f"| `{r['model']}` | {r['what']} | {epochs} | {cell(r.get('train_acc'), '.2f')} "
