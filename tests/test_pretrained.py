@@ -52,6 +52,10 @@ def test_a_recipe_tag_is_its_datasets_geometry_and_preprocessing_and_exists_only
         create_named_model('vit_minimal_sym_6x4.cifar100', pretrained=False)
     with pytest.raises(ValueError, match=r'.cifar10_mixup weights exist for .*vit_minimal_std_mlp_6x4.cifar10_mixup'):
         create_named_model('vit_minimal_sym_6x4.cifar10_mixup', pretrained=True)
+    kd = timm.create_model('vit_minimal_sym_6x1.cifar10_kd', pretrained=True)  # mimetic start, distilled
+    assert kd.pretrained_cfg['tag'] == 'cifar10_kd' and kd.num_classes == 10
+    with pytest.raises(RuntimeError, match=r'Invalid pretrained tag \(cifar10_kd\)'):
+        timm.create_model('vit_minimal_sym_6x4.cifar10_kd')
 
 
 @pytest.mark.parametrize('name', [n for n in SHIPPED if n.split('.')[1] not in ('mnist', 'cifar10', 'in1k')])

@@ -209,6 +209,18 @@ def test_a_recipe_tag_names_the_card_and_the_shipped_file_and_must_be_of_the_run
     assert "timm.create_model('vit_minimal_sym_6x1.mnist_longer', pretrained=True)" in (out / 'README.md').read_text()
 
 
+def test_a_run_from_another_starting_point_ships_as_the_registered_architecture(mnist_dir, tmp_path):
+    """``weight_init`` sets only where training starts (``.cifar10_kd`` starts from the mimetic initialisation): such
+    a run ships under the architecture's tag, where a keyword that changes the architecture is refused."""
+    run = _train(tmp_path / 'run', '--model', 'vit_minimal_sym_6x1.mnist', '--dataset', 'mnist', '--data-dir',
+                 str(mnist_dir), '--train-subset', '128', '--eval-subset', '64', '--batch-size', '64',
+                 '--model-kwargs', 'weight_init=mimetic')
+    weights = tmp_path / 'weights'
+    weights.mkdir()
+    publish.export_run(run, tmp_path / 'out', 'x/y', ship_weights=weights)
+    assert [p.name for p in weights.iterdir()] == ['vit_minimal_sym_6x1.mnist.safetensors']
+
+
 def test_a_garbage_metrics_line_is_named(mnist_run, tmp_path, capsys):
     run = tmp_path / 'copy'
     shutil.copytree(mnist_run, run)

@@ -466,6 +466,33 @@ def test_combine_adds_the_pilots_beyond_the_paper_each_against_its_plain_run(tmp
     assert 'give --combine too' in capsys.readouterr().err
 
 
+def test_combine_sets_each_architecture_at_its_best_against_the_baseline_at_its_best(tmp_path):
+    """At the budget the runs beyond the paper reached: each model's best finished run (or the grid's), against the
+    baseline's best; an unfinished run or a pilot of another budget does not count."""
+    cifar = _rows_json(tmp_path / 'cifar.json', 'cifar10', 300, {
+        'vit_minimal_std_mlp_6x1': (78.0, 279_046), 'vit_minimal_std_6x1': (68.0, 92_830),
+        'vit_minimal_sym_6x4': (75.0, 70_870), 'vit_minimal_qkonly_6x1': (54.0, 26_590)})
+    run = dict(status='finished', epochs=300, planned_epochs=300)
+    runs = [dict(run, name='mlp-mixup', model='vit_minimal_std_mlp_6x1.cifar10', what='mixup', options=['--mixup', '0.8'],
+                 test_acc=81.0),
+            dict(run, name='sym-kd', model='vit_minimal_sym_6x4.cifar10', what='distilled', options=['--teacher', 't'],
+                 test_acc=76.5),
+            dict(run, name='std-kd', model='vit_minimal_std_6x1.cifar10', what='distilled', options=['--teacher', 't'],
+                 test_acc=90.0, status='running', epochs=200),
+            dict(run, name='std-pilot', model='vit_minimal_std_6x1.cifar10', what='mimetic', options=['--x'],
+                 test_acc=95.0, epochs=36, planned_epochs=36)]
+    beyond = tmp_path / 'beyond.json'
+    beyond.write_text(json.dumps(runs))
+    md = tmp_path / 'R.md'
+    assert reproduce.main(['--combine', str(cifar), '--output', str(md), '--beyond', str(beyond)]) == 0
+    section = md.read_text().split('### Each at its best (CIFAR-10, 6 layers, 300 epochs)')[1]
+    assert "`vit_minimal_std_mlp_6x1` at its own best (81.00%)" in section
+    assert '| `vit_minimal_sym_6x4` | 70,870 | 75.00 | 76.50 | distilled | -3.00 | -4.50 |' in section
+    assert "| `vit_minimal_std_6x1` | 92,830 | 68.00 | 68.00 | the paper's recipe | -10.00 | -13.00 |" in section
+    assert 'Median over the 3 others against the baseline: -10.00 pp with one recipe, -13.00 pp with each at its best.' \
+        in section
+
+
 def test_the_committed_results_are_what_their_command_writes(tmp_path, monkeypatch):
     """RESULTS.md names the command that wrote it; that command, run over a copy of results/, writes it again."""
     import re

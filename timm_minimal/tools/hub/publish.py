@@ -31,7 +31,7 @@ from .cli import build_parser
 from ..staging import staged_folder
 from ..common import portable_command
 from ...models.datasets import DatasetInfo, dataset_for_kind
-from ...models.vit_minimal import ARCHITECTURES
+from ...models.vit_minimal import ARCHITECTURES, MODEL_KEYWORDS
 
 __all__ = ['RunInfo', 'read_run', 'export_run', 'render_card', 'push_folder', 'main']
 
@@ -268,10 +268,12 @@ def export_run(run_dir: Path, out_dir: Path, repo_id: str, checkpoint: str = 'la
     if ship_weights and info.architecture not in ARCHITECTURES:
         raise PublishError(f"the run's architecture '{info.architecture}' is not a registered vit_minimal "
                            f"architecture; only those ship inside the package.")
-    if ship_weights and (info.run.model_kwargs or tag_dataset(info.tag) is None):
+    # a keyword that only sets the starting point (weight_init) leaves the architecture the registered one
+    overrides = {k: v for k, v in (info.run.model_kwargs or {}).items() if k in MODEL_KEYWORDS}
+    if ship_weights and (overrides or tag_dataset(info.tag) is None):
         raise PublishError(f'only a registered architecture with a registered tag ({", ".join(TAGS)}) and no '
                            f'model overrides can ship as {info.architecture}.{info.tag}; this run has '
-                           f'model_kwargs={info.run.model_kwargs}.')
+                           f'model_kwargs={overrides}.')
     out_dir = Path(out_dir)
     if card_copy is not None and Path(card_copy).is_dir():
         raise PublishError(f'--card-copy {card_copy} is a folder; name the file to write, e.g. '
