@@ -184,6 +184,30 @@ def test_a_probe_runs_the_step_it_is_given():
     assert rate > 0
 
 
+@pytest.mark.slow  # two interpreters, each importing torch and timm: 6-7 s
+def test_the_processes_of_a_split_are_measured_as_one_ddp_group(monkeypatch):
+    """The real probe of a split: its processes join one gloo group through the store the caller serves (they would
+    wait for a peer until the timeout otherwise) and stop at the same step; the rate is theirs summed."""
+    monkeypatch.setattr(cpu_split, 'PROBE_TIMEOUT', 60.0)
+    rate = cpu_split.measure('vit_minimal_sym_6x1.mnist', 16, 2, 1, seconds=0.2, model_kwargs={'depth': 1})
+    assert rate > 0
+
+
+def test_a_decision_kept_from_another_kind_of_probe_is_measured_again(monkeypatch, tmp_path, quiet):
+    """The probe's kind is part of the cache key: a decision measured with independent processes (the probe before
+    the DDP group) is not this probe's answer."""
+    calls = []
+    monkeypatch.setattr(cpu_split, 'measure', lambda m, b, n, t, **k: calls.append(n) or float(n))
+    decide = functools.partial(cpu_split.decide, 'vit_minimal_sym_6x4.cifar10', 256, tmp_path, budget=2,
+                               say=lambda *a: None)
+    monkeypatch.setattr(cpu_split, 'PROBE', 'independent')
+    decide()
+    monkeypatch.setattr(cpu_split, 'PROBE', 'ddp')
+    decide()
+    decide()
+    assert calls == [1, 2, 1, 2] and len(json.loads((tmp_path / 'cpu_split.json').read_text())) == 2
+
+
 def _plan(argv, explicit=None, **kwargs):
     args, provenance = train_mod.parse_args(argv)
     if explicit is not None:

@@ -10,7 +10,8 @@ measurement on this machine says that pays:
   which gives each job ``cores / N`` threads, never makes N x processes x threads exceed the cores);
 - the candidates are 1 process with all of them as threads and one process per core, each eager and compiled
   (where the run leaves compilation to the decision), each measured as the run's own training step (its model and
-  keywords at its batch, in its precision), the processes of a split at once (``measure``);
+  keywords at its batch, in its precision), the processes of a split at once as one DDP group, their gradients
+  averaged every step as the run averages them (``measure``);
 - a split, or a compilation, must be measured at least 5% faster (``MARGIN``), or the run stays one eager process;
 - the answer is kept in the cache folder per CPU (model name, flags, cores), torch version, model, batch and step,
   so a machine measures once (a measurement disturbed by other load is not kept); ``--cpu-processes N`` and
@@ -25,7 +26,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, List, NamedTuple, Optional, Sequence
+from datetime import timedelta
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 
@@ -41,6 +43,7 @@ SPLIT_MIN_IMAGES = 500_000  # a shorter run (the tests, the demo) stays one proc
 PROBE_SECONDS = 6.0  # timed, after PROBE_WARMUP steps: a 3 s probe measured one process at 0.6x its rate
 PROBE_WARMUP = 5
 PROBE_TIMEOUT = 120.0  # seconds for all the probes of one candidate together
+PROBE = 'ddp'  # a split's processes are measured as one DDP group (``measure``), part of the cache key
 MARGIN = 1.05  # a split or a compilation must be measured this much faster: a tie keeps the simpler eager process
 
 
@@ -116,11 +119,14 @@ def kernels_capped_below_bf16() -> bool:
 
 def bare_step_rate(model: str, batch: int, threads: int, seconds: float, warmup: int = PROBE_WARMUP,
                    model_kwargs: Optional[Dict[str, Any]] = None, bf16: bool = False, compiled: bool = False,
-                   padded: bool = True) -> float:
+                   padded: bool = True, group: Optional[Tuple[int, int, int]] = None) -> float:
     """Images per second of the bare training step (forward, cross-entropy, backward, AdamW) of ``model`` built with
     ``model_kwargs``, as the run will take it: in bf16 autocast where ``bf16``, through ``torch.compile`` where
-    ``compiled`` (the warm-up steps compile), with the heads padded where ``padded``."""
+    ``compiled`` (the warm-up steps compile), with the heads padded where ``padded``. ``group`` (store port, rank,
+    processes) makes it one process of a split: the model in DDP over gloo, its gradients averaged every step as the
+    split's run averages them, through the store the caller serves on 127.0.0.1 (``measure``)."""
     import timm
+    import torch.distributed as dist
     from ..models.layers import set_head_padding
     torch.set_num_threads(threads)
     torch.manual_seed(0)
@@ -129,33 +135,59 @@ def bare_step_rate(model: str, batch: int, threads: int, seconds: float, warmup:
     x = torch.randn(batch, *net.pretrained_cfg['input_size'])
     y = torch.randint(0, max(1, net.num_classes), (batch,))
     opt = torch.optim.AdamW(net.parameters(), lr=1e-4)
+    if group is not None:
+        port, rank, world = group
+        store = dist.TCPStore('127.0.0.1', port, is_master=False, timeout=timedelta(seconds=PROBE_TIMEOUT))
+        dist.init_process_group('gloo', store=store, rank=rank, world_size=world)
+        net = torch.nn.parallel.DistributedDataParallel(net)
     forward = torch.compile(net, dynamic=False) if compiled else net
     steps, t0 = 0, None
-    while True:
-        opt.zero_grad(set_to_none=True)
-        with torch.autocast('cpu', dtype=torch.bfloat16, enabled=bf16):
-            loss = torch.nn.functional.cross_entropy(forward(x), y)
-        loss.backward()
-        opt.step()
-        steps += 1
-        if steps == warmup:
-            t0 = time.perf_counter()
-        elif t0 is not None and time.perf_counter() - t0 > seconds and steps >= 2 * warmup:
-            return (steps - warmup) * batch / (time.perf_counter() - t0)
+    try:
+        while True:
+            opt.zero_grad(set_to_none=True)
+            with torch.autocast('cpu', dtype=torch.bfloat16, enabled=bf16):
+                loss = torch.nn.functional.cross_entropy(forward(x), y)
+            loss.backward()
+            opt.step()
+            steps += 1
+            if steps == warmup:
+                t0 = time.perf_counter()
+            elif t0 is not None and _all_done(time.perf_counter() - t0 > seconds and steps >= 2 * warmup, group):
+                return (steps - warmup) * batch / (time.perf_counter() - t0)
+    finally:
+        if group is not None:
+            dist.destroy_process_group()
+
+
+def _all_done(done: bool, group: Optional[Tuple[int, int, int]]) -> bool:
+    """Whether every process of the probe is done: the processes of a split stop at the same step, or one would
+    wait for the others' gradients forever (one flag summed across them, a few bytes a step)."""
+    if group is None:
+        return done
+    flag = torch.tensor([float(done)])
+    torch.distributed.all_reduce(flag)
+    return bool(flag.item())
 
 
 def measure(model: str, batch: int, processes: int, threads: int, seconds: float = PROBE_SECONDS,
             **step: Any) -> float:
     """Images per second of ``processes`` concurrent processes of ``threads`` threads, each stepping its share of
     the global ``batch`` (``step``: ``bare_step_rate``'s model_kwargs, bf16, compiled, padded): what a run of that split
-    trains, summed. No probe outlives this call: on a failure or a timeout of one, every one is ended."""
-    code = (f'from timm_minimal.training.cpu_split import bare_step_rate; '
-            f'print(bare_step_rate({model!r}, {max(1, batch // processes)}, {threads}, {seconds}, **{step!r}))')
+    trains, summed. The processes of a split are one process group, their gradients averaged every step as in the
+    run (independent processes measured 1.1-1.3x what the split then trained: ``benchmarks/ddp_cpu_overhead.md``).
+    No probe outlives this call: on a failure or a timeout of one, every one is ended."""
+    store = None
+    if processes > 1:  # served here, on a port the system picks, and bound until the probes have ended
+        import torch.distributed as dist
+        store = dist.TCPStore('127.0.0.1', 0, is_master=True, wait_for_workers=False)
     timeout = PROBE_TIMEOUT * (3 if step.get('compiled') else 1)  # a cold compilation on one thread takes a minute
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     procs: List[subprocess.Popen] = []
     try:
-        for _ in range(processes):
+        for rank in range(processes):
+            group = (store.port, rank, processes) if store is not None else None
+            code = (f'from timm_minimal.training.cpu_split import bare_step_rate; print(bare_step_rate('
+                    f'{model!r}, {max(1, batch // processes)}, {threads}, {seconds}, group={group!r}, **{step!r}))')
             procs.append(subprocess.Popen([sys.executable, '-c', code], stdout=subprocess.PIPE,
                                           stderr=subprocess.DEVNULL, text=True, env=env))
         deadline = time.monotonic() + timeout
@@ -231,7 +263,9 @@ def decide(model: str, batch: int, cache_dir: Path, budget: Optional[int] = None
     processes = [n for n in _candidates(budget) if batch % n == 0]
     modes = [False, True] if compiled is None else [bool(compiled)]
     step = dict(model_kwargs=dict(model_kwargs or {}), bf16=bool(bf16))
-    facts = dict(cpu_signature(), model=model, batch=batch, budget=budget, compiled=compiled, padded=padded, **step)
+    # ``probe``: how a split was measured; decisions kept from the independent probes of before are measured again
+    facts = dict(cpu_signature(), model=model, batch=batch, budget=budget, compiled=compiled, padded=padded,
+                 probe=PROBE, **step)
     key = hashlib.sha256(json.dumps(facts, sort_keys=True, default=repr).encode()).hexdigest()[:16]
     path = Path(cache_dir) / 'cpu_split.json'
     known = read_cache(path, say)
