@@ -167,6 +167,46 @@ def test_a_run_that_leaves_the_head_padding_to_the_decision_measures_the_eager_s
     assert all(padded for _, _, padded in measured)
 
 
+def test_a_candidate_whose_probe_fails_is_left_out_and_a_compiled_one_pads_as_its_eager_one_measured_faster(
+        monkeypatch, tmp_path, quiet):
+    """A compiled step that computes another loss (torch 2.14's inductor computed NaN with AVX2 code) fails its probe:
+    that candidate is left out, naming why, and the others still decide. Each compiled candidate takes the padding its
+    eager step measured faster by the margin."""
+    rates = {(1, False, True): 800.0, (1, False, False): 900.0, (2, False, True): 1000.0, (2, False, False): 990.0,
+             (2, True, True): 1500.0}
+    measured = []
+
+    def fake(m, b, n, t, compiled, padded, **step):
+        measured.append((n, compiled, padded))
+        if (n, compiled) == (1, True):
+            raise RuntimeError('the compiled step computes a loss of nan where the eager step computes 2.303')
+        return rates[n, compiled, padded]
+    monkeypatch.setattr(cpu_split, 'measure', fake)
+    said = []
+    decision = cpu_split.decide('vit_minimal_sym_6x4.cifar10', 256, tmp_path, budget=2, say=said.append,
+                                compiled=None, padded=None)
+    assert measured == [(1, False, True), (1, False, False), (1, True, False),
+                        (2, False, True), (2, False, False), (2, True, True)]
+    assert decision[:3] == (2, True, True) and '1 x 2 compiled unpadded' not in decision.rates
+    assert '1 x 2 compiled unpadded: left out (the compiled step computes a loss of nan' in said[-1]
+    monkeypatch.setattr(cpu_split, 'measure', lambda *a, **k: (_ for _ in ()).throw(RuntimeError('no')))
+    said.clear()
+    assert cpu_split.decide('vit_minimal_sym_6x1.cifar10', 256, tmp_path, budget=2, say=said.append)[:3] == (1, False,
+                                                                                                            True)
+    assert 'every measurement failed (the measurement' not in said[-1] and 'every measurement failed (no' in said[-1]
+
+
+def test_a_compiled_probe_that_computes_another_loss_fails(monkeypatch):
+    """The probe checks its first compiled step against the eager one: here a stand-in compilation computes NaN."""
+    monkeypatch.setattr(torch, 'compile', lambda net, **k: (lambda x: net(x) * float('nan')))
+    with pytest.raises(RuntimeError, match='the compiled step computes a loss of nan where the eager step computes'):
+        cpu_split.bare_step_rate('vit_minimal_std_mlp_6x1.mnist', 8, 1, 0.05, warmup=1, model_kwargs={'depth': 1},
+                                 compiled=True)
+    monkeypatch.setattr(torch, 'compile', lambda net, **k: net)  # the same loss: it measures
+    assert cpu_split.bare_step_rate('vit_minimal_std_mlp_6x1.mnist', 8, 1, 0.05, warmup=1, model_kwargs={'depth': 1},
+                                    compiled=True) > 0
+
+
 def test_a_decision_taken_beside_other_work_is_not_kept(monkeypatch, tmp_path):
     measured, said = [], []
     monkeypatch.setattr(cpu_split, 'measure', lambda m, b, n, t, **step: measured.append(n) or float(n))
