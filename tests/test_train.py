@@ -123,6 +123,7 @@ def test_diverging_run_stops_with_clear_message_and_keeps_last_good_checkpoint(d
     assert rc == train_mod.EXIT_DIVERGED
     err = capsys.readouterr().err
     assert 'Training diverged:' in err and 'not finite' in err and 'last good checkpoint is' in err and '--lr' in err
+    assert '--no-compile' not in err  # only a compiled run is pointed at its compilation
     st = state(out)
     assert f"update {st['update'] + 1}," in err  # stopped at the first bad update, nothing saved after it
     assert all(torch.isfinite(v).all() for v in weights(out).values())

@@ -170,7 +170,7 @@ def _check_compiled(loss: float, eager: float) -> None:
     torch 2.14's inductor, generating AVX2 code, computed NaN for the padded 6-layer models at batch 64 and more."""
     if not math.isfinite(loss) or abs(loss - eager) > 0.05 * abs(eager) + 1e-3:
         raise RuntimeError(f'the compiled step computes a loss of {loss:.4g} where the eager step computes '
-                           f'{eager:.4g}: it is left out')
+                           f'{eager:.4g}')
 
 
 def _all_done(done: bool, group: Optional[Tuple[int, int, int]]) -> bool:
@@ -303,8 +303,9 @@ def decide(model: str, batch: int, cache_dir: Path, budget: Optional[int] = None
     trains ``model`` at ``batch`` fastest here, measured on the step the run will take (its model kwargs, bf16
     autocast, compilation, padding) once per machine, model, batch and step, and kept in ``cache_dir/cpu_split.json``;
     one process (eager and padded where those were left to it) where nothing else can run or a measurement fails.
-    The padding is measured on the eager step (a compiled one keeps the padding given, else pads). A measurement
-    taken while other work keeps cores busy decides this run only: it is not kept as the machine's answer."""
+    The padding is measured on the eager step (a compiled one takes the padding its eager step measured faster, else
+    the one given, else pads); a candidate whose measurement fails is left out. A measurement taken while other work
+    keeps cores busy decides this run only: it is not kept as the machine's answer."""
     budget = core_budget() if budget is None else budget
     processes = [n for n in _candidates(budget) if batch % n == 0]
     modes = [False, True] if compiled is None else [bool(compiled)]

@@ -353,7 +353,8 @@ def _train(run: Run, state: TrainState, info: Dict[str, Any], last_dir: Optional
         kept = run.folder.find_checkpoint()
         message = (f'Training diverged: {e}. Stopped without saving; the last good checkpoint is '
                    f'{kept if kept else "none (the run diverged before its first checkpoint)"}. Try a lower --lr, '
-                   f'--clip-grad 1.0, a longer --warmup-epochs, or --mixed-precision no.')
+                   f'--clip-grad 1.0, a longer --warmup-epochs, or --mixed-precision no'
+                   f'{" (or --no-compile: a compiled step can compute otherwise)" if run.compiled else ""}.')
     except CheckpointNotWritten:  # the main process failed to write and says why; this one stops with it
         status = 'failed'
     except Exception as e:  # noqa: BLE001 (safetensors and torch.save report a full disk in their own types)
