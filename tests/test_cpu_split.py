@@ -233,6 +233,16 @@ def test_the_processes_of_a_split_are_measured_as_one_ddp_group(monkeypatch):
     assert rate > 0
 
 
+def test_the_store_a_split_meets_at_listens_on_the_loopback_address_alone():
+    """The store of a split's probe and of its run (torch's own would listen on every interface)."""
+    import psutil
+    from datetime import timedelta
+    with cpu_split._loopback_store(2, timedelta(seconds=10)) as port:
+        listening = [c.laddr for c in psutil.Process().net_connections(kind='tcp')
+                     if c.status == psutil.CONN_LISTEN and c.laddr.port == port]
+    assert [addr.ip for addr in listening] == ['127.0.0.1']
+
+
 def test_a_decision_kept_from_another_kind_of_probe_is_measured_again(monkeypatch, tmp_path, quiet):
     """The probe's kind is part of the cache key: a decision measured with independent processes (the probe before
     the DDP group) is not this probe's answer."""

@@ -17,6 +17,7 @@ measurement on this machine says that pays:
   so a machine measures once (a measurement disturbed by other load is not kept); ``--cpu-processes N`` and
   ``--compile``/``--no-compile`` override it, and every launch records what ran in ``run.json``.
 """
+import contextlib
 import functools
 import hashlib
 import json
@@ -29,7 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 from datetime import timedelta
-from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 
@@ -183,6 +184,21 @@ def _all_done(done: bool, group: Optional[Tuple[int, int, int]]) -> bool:
     return bool(flag.item())
 
 
+@contextlib.contextmanager
+def _loopback_store(processes: int, timeout: timedelta) -> Iterator[int]:
+    """A store for ``processes`` ranks, served by this process on the loopback address alone (torch's own listens on
+    every interface, without authentication) on a port the system picks, while the block runs; yields the port."""
+    import socket
+    from torch.distributed import TCPStore
+    with socket.socket() as sock:
+        sock.bind(('127.0.0.1', 0))
+        sock.listen(128)
+        port = sock.getsockname()[1]
+        store = TCPStore('127.0.0.1', port, world_size=processes, is_master=True,  # noqa: F841 (served while it lives)
+                         master_listen_fd=sock.fileno(), wait_for_workers=False, timeout=timeout)
+        yield port
+
+
 def measure(model: str, batch: int, processes: int, threads: int, seconds: float = PROBE_SECONDS,
             **step: Any) -> float:
     """Images per second of ``processes`` concurrent processes of ``threads`` threads, each stepping its share of
@@ -190,17 +206,20 @@ def measure(model: str, batch: int, processes: int, threads: int, seconds: float
     trains, summed. The processes of a split are one process group, their gradients averaged every step as in the
     run (independent processes measured 1.1-1.3x what the split then trained: ``benchmarks/ddp_cpu_overhead.md``).
     No probe outlives this call: on a failure or a timeout of one, every one is ended."""
-    store = None
-    if processes > 1:  # served here, on a port the system picks, and bound until the probes have ended
-        import torch.distributed as dist
-        store = dist.TCPStore('127.0.0.1', 0, is_master=True, wait_for_workers=False)
     timeout = PROBE_TIMEOUT * (3 if step.get('compiled') else 1)  # a cold compilation on one thread takes a minute
+    store = _loopback_store(processes, timedelta(seconds=timeout)) if processes > 1 else contextlib.nullcontext()
+    with store as port:  # a split's processes meet there; bound until they have ended
+        return _run_probes(model, batch, processes, threads, seconds, timeout, port, step)
+
+
+def _run_probes(model: str, batch: int, processes: int, threads: int, seconds: float, timeout: float,
+                port: Optional[int], step: Dict[str, Any]) -> float:
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     procs: List[subprocess.Popen] = []
     errors = [tempfile.TemporaryFile('w+') for _ in range(processes)]  # files: a full pipe would stall the group
     try:
         for rank in range(processes):
-            group = (store.port, rank, processes) if store is not None else None
+            group = (port, rank, processes) if port is not None else None
             code = (f'from timm_minimal.training.cpu_split import bare_step_rate; print(bare_step_rate('
                     f'{model!r}, {max(1, batch // processes)}, {threads}, {seconds}, group={group!r}, **{step!r}))')
             procs.append(subprocess.Popen([sys.executable, '-c', code], stdout=subprocess.PIPE,
@@ -288,7 +307,7 @@ def _measure_candidates(model: str, batch: int, budget: int, processes: Sequence
         for c in sorted(modes):
             eager = {p: rates[(n, False, p)] for p in pads if (n, False, p) in rates}
             unpadded = len(eager) == 2 and eager[False] > eager[True] * MARGIN
-            for p in ([not unpadded] if c and len(pads) > 1 else pads[:1] if c else pads):
+            for p in ([not unpadded] if c and len(pads) > 1 else pads):  # one padding where there is no choice
                 try:
                     rates[(n, c, p)] = measure(model, batch, n, budget // n, compiled=c, padded=p, **step)
                 except (RuntimeError, ValueError, IndexError, subprocess.SubprocessError, OSError) as e:
@@ -367,21 +386,11 @@ def run_split_processes(argv: Sequence[str], processes: int, env: Dict[str, str]
     not), gloo through
     accelerate, and return the exit status of the first that failed (0 when none did).
 
-    The processes meet at a store this process serves on the loopback address alone (torch's launcher would serve
-    it on every interface, without authentication), and they form a process group of their own: Ctrl-C or SIGTERM
-    to this process, or the failure of any one of them, ends them all (SIGTERM, then SIGKILL after ``grace``
-    seconds) before this function returns."""
+    The processes meet at a store this process serves on the loopback address alone (``_loopback_store``), and they
+    form a process group of their own: Ctrl-C or SIGTERM to this process, or the failure of any one of them, ends them
+    all (SIGTERM, then SIGKILL after ``grace`` seconds) before this function returns."""
     import signal
-    import socket
-    from datetime import timedelta
-    from torch.distributed import TCPStore
-    with socket.socket() as sock:
-        sock.bind(('127.0.0.1', 0))
-        sock.listen(128)
-        port = sock.getsockname()[1]
-        store = TCPStore(  # noqa: F841 (served while it lives)
-            '127.0.0.1', port, world_size=processes, is_master=True, master_listen_fd=sock.fileno(),
-            wait_for_workers=False, timeout=timedelta(minutes=10))
+    with _loopback_store(processes, timedelta(minutes=10)) as port:
         group: List[subprocess.Popen] = []
 
         def forward(signum, _frame):  # leaves the wait below; the group is ended in ``finally``, where it is reaped
