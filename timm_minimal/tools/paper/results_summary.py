@@ -358,40 +358,44 @@ def beyond_section(reports: Sequence[List[Row]], paths: Sequence[Path], rows: Se
     return lines + ['']
 
 
-def _at_best(r: Row, reports: Sequence[List[Row]]) -> Tuple[float, str]:
+def _changed_runs(reports: Sequence[List[Row]]) -> List[Row]:
+    """The finished runs beyond the paper that change something (a plain pilot is the paper's recipe)."""
+    return [b for pilots in reports for b in pilots if b['status'] == 'finished' and b['options']]
+
+
+def _at_best(r: Row, changed: Sequence[Row]) -> Tuple[float, str]:
     """The highest last-epoch test accuracy of grid row ``r``'s model at ``r``'s budget: its grid run (the paper's
-    recipe) or a finished run beyond the paper of the same model and budget, with what that run changes."""
-    runs = [(b['test_acc'], b['what']) for pilots in reports for b in pilots
-            if b['model'] == r['model'] and b['epochs'] == r['epochs'] and b['status'] == 'finished' and b['options']]
+    recipe) or a run of ``changed`` of the same model and budget, with what that run changes."""
+    runs = [(b['test_acc'], b['what']) for b in changed if b['model'] == r['model'] and b['epochs'] == r['epochs']]
     return max([(r['val_acc'], "the paper's recipe")] + runs, key=lambda t: t[0])
 
 
 def best_section(rows: Sequence[Row], reports: Sequence[List[Row]]) -> List[str]:
     """Each CIFAR-10 architecture at its best recipe against the baseline at its best, at the longest budget that
     runs beyond the paper reached: the median difference of the others, for one recipe and for each at its best."""
-    budgets = {b['epochs'] for pilots in reports for b in pilots if b['status'] == 'finished' and b['options']}
-    groups = [g for g in _groups(list(rows)) if g[0] == 'cifar10' and g[2] in budgets]
+    changed = _changed_runs(reports)
+    groups = [g for g in _groups(list(rows)) if g[0] == 'cifar10' and g[2] in {b['epochs'] for b in changed}]
     group = max(groups, key=lambda g: (g[2], -g[1]), default=None)
     base = _baseline(list(rows), group) if group else None
     if base is None:
         return []
-    base_best = _at_best(base, reports)[0]
+    best = sorted(((r, *_at_best(r, changed)) for r in rows if _group(r) == group), key=lambda e: -e[1])
+    base_best = next(acc for r, acc, _ in best if r is base)
     lines = [f'### Each at its best ({_name(group[0])}, {group[1]} layers, {group[2]} epochs)', '',
              f'Each architecture\'s highest test accuracy at {group[2]} epochs among the grid\'s run (the paper\'s '
              f'recipe) and the finished runs above of that budget, against the baseline `{base["architecture"]}` at '
              f'its own best ({base_best:.2f}%); one seed each, last epoch, no checkpoint chosen on the test split.', '',
              '| model | parameters | paper\'s recipe % | best % | its recipe | Δ baseline, paper\'s recipe | '
              'Δ baseline, each at its best |', '|---|---:|---:|---:|---|---:|---:|']
-    one, best = [], []
-    for r in sorted((r for r in rows if _group(r) == group), key=lambda r: -_at_best(r, reports)[0]):
-        acc, what = _at_best(r, reports)
+    one, each = [], []
+    for r, acc, what in best:
         if r is not base:
-            one.append(r['val_acc'] - base['val_acc'])
-            best.append(acc - base_best)
+            one.append(_delta(r, base, 'val_acc'))
+            each.append(acc - base_best)
         lines.append(f"| `{r['architecture']}` | {r['params']:,} | {r['val_acc']:.2f} | {acc:.2f} | {what} | "
-                     + ('baseline | baseline |' if r is base else f"{one[-1]:+.2f} | {best[-1]:+.2f} |"))
+                     + ('baseline | baseline |' if r is base else f"{one[-1]:+.2f} | {each[-1]:+.2f} |"))
     lines += ['', f'Median over the {len(one)} others against the baseline: {median(one):+.2f} pp with '
-                  f'one recipe, {median(best):+.2f} pp with each at its best.', '']
+                  f'one recipe, {median(each):+.2f} pp with each at its best.', '']
     return lines
 
 
