@@ -335,6 +335,44 @@ def test_recipe_then_command_line(tmp_path):
         assert set(train_mod.load_recipe(name)) <= set(vars(train_mod.build_parser().parse_args([])))
 
 
+def test_the_cpu_cifar10_recipe_starts_a_minimal_transformer_mimetic_and_leaves_other_models_their_own(tmp_path):
+    cpu = ['--dataset', 'cifar10', '--cpu']
+    assert train_mod.parse_args(['--model', 'vit_minimal_sym_6x4'] + cpu)[0].weight_init == 'mimetic'
+    assert train_mod.parse_args(['--model', 'resnet18'] + cpu)[0].weight_init == 'default'  # the recipe's is ours
+    assert train_mod.parse_args(['--model', 'vit_minimal_sym_6x4', '--recipe', 'cifar10'] + cpu)[0].weight_init == 'default'
+    with pytest.raises(train_mod.UsageError, match='--weight-init mimetic sets the starting point of the vit_minimal'):
+        train_mod.parse_args(['--model', 'resnet18', '--weight-init', 'mimetic'] + cpu)
+    # a run started before the option existed resumes as it started: what its args.yaml lacks is the built-in
+    # default, not the recipe's value of today
+    run = tmp_path / 'run'
+    run.mkdir()
+    (run / 'args.yaml').write_text(yaml.safe_dump(dict(model='vit_minimal_sym_6x4.cifar10', dataset='cifar10',
+                                                       cpu=True, recipe='cifar10_cpu', lr=1e-3)))
+    args, _ = train_mod.parse_args(['--resume', str(run)])
+    assert (args.weight_init, args.lr, args.recipe) == ('default', 1e-3, 'cifar10_cpu')
+
+
+def test_weight_init_builds_the_model_from_that_start_and_records_it_and_model_kwargs_win(data, tmp_path):
+    import timm
+    from types import SimpleNamespace
+    argv = [str(a) for a in DDP_ARGS + data] + ['--weight-init', 'mimetic']
+
+    def built(*extra):
+        args, provenance = train_mod.parse_args(argv + list(extra) + ['--output', str(tmp_path / 'built')])
+        return train_mod.build_model(resolve_plan(args, provenance, split=False), SimpleNamespace(num_classes=10))
+
+    model, name, kwargs = built()
+    assert kwargs == {'depth': 1, 'weight_init': 'mimetic'}
+    torch.manual_seed(0)
+    reference = timm.create_model(name, num_classes=10, depth=1, weight_init='mimetic')
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), reference.state_dict().values()))
+    assert built('--model-kwargs', 'depth=1', "weight_init=''")[2] == {'depth': 1, 'weight_init': ''}  # it wins
+    run = tmp_path / 'run'
+    assert run_inprocess(argv + ['--train-subset', '32', '--epochs', '1', '--eval-subset', '32', '--output', run]) == 0
+    assert json.loads((run / 'run.json').read_text())['model_kwargs'] == {'depth': 1, 'weight_init': 'mimetic'}
+    assert yaml.safe_load((run / 'args.yaml').read_text())['weight_init'] == 'mimetic'
+
+
 @pytest.mark.parametrize('option, value, allowed', [
     ('--epochs', '0', 'an integer of at least 1'), ('--epochs', '-2', 'an integer of at least 1'),
     ('--batch-size', '0', 'an integer of at least 1'), ('--num-workers', '-1', 'an integer of at least 0'),

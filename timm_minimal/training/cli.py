@@ -9,12 +9,13 @@ import argparse
 import sys
 from importlib import resources
 from pathlib import Path
-from typing import Any, Dict, Optional, Sequence, Tuple
+from typing import Any, Dict, Optional, Sequence, Tuple, get_args
 
 import yaml
 
 from ..cli import OneLineParser, UsageError, number
 from ..models.datasets import MIN_CROP_PCT, dataset_for_kind
+from ..models.model_args import WeightInitType
 from .dataset_names import DatasetError, dataset_kind
 
 # On a 2-core CPU a cold torch.compile of std_mlp_6x1 cost 27 s and made its trainer epochs 1.11x faster (the
@@ -57,6 +58,8 @@ POSITIVE, NON_NEGATIVE, FRACTION = number(float, 0, above=True), number(float, 0
 BELOW_ONE = number(float, 0, 1, below=True)  # a rate that must leave something: dropout, smoothing
 DEGREES = number(float, 0, 180)
 MAX_CLASSES = 1_000_000
+# --weight-init: the minimal transformers' starting points (their ``weight_init`` keyword; 'default' passes none)
+WEIGHT_INITS = ('default',) + tuple(v for v in get_args(WeightInitType) if v not in ('', 'skip'))
 MAX_ERASE_COUNT = 64  # rectangles per image: timm's RandomErasing draws each, so a huge count never ends a batch
 
 
@@ -104,6 +107,10 @@ def build_parser(suppress: bool = False) -> argparse.ArgumentParser:
     g = p.add_argument_group('model')
     g.add_argument('--model-kwargs', nargs='*', action=ModelKwargs, **d({}),
                    help='extra model arguments, e.g. depth=2 embed_dim=96 img_size=64')
+    g.add_argument('--weight-init', choices=WEIGHT_INITS, **d('default'),
+                   help='the starting point of a vit_minimal model (its weight_init keyword, which --model-kwargs '
+                        'overrides): default (timm\'s ViT initialisation) or mimetic (each attention layer\'s W_Q W_K^T '
+                        'near a multiple of the identity, W_V W_O near minus one); other models start from their own')
     g.add_argument('--pretrained', action='store_true', **d(False), help="start from the model's pretrained weights")
     g.add_argument('--pretrained-path', **d(None), help='start from these weights (safetensors or .pth; a '
                    'classifier of another size is replaced)')
@@ -355,13 +362,28 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> Tuple[argparse.Namespace
                          f'lr, batch_size, epochs.')
     check_option_types(parser, recipe, f'Recipe {recipe_name}')
     resolved = dict(defaults)
-    resolved.update(recipe)
+    # a resumed run's args.yaml holds every option as its start resolved it; an option it lacks is younger than the
+    # run, which started without it, as its built-in default (not as the recipe's value today)
+    resolved.update(recipe if not saved else {})
     resolved.update({k: v for k, v in saved.items() if k in dests})
     resolved.update(explicit)
+    _minimal_weight_init(resolved, model, explicit)
     resolved['recipe'] = recipe_name
     resolved['resume'] = explicit.get('resume')
     args = argparse.Namespace(**resolved)
     return args, dict(recipe=recipe_name, recipe_values=recipe, explicit=sorted(explicit))
+
+
+def _minimal_weight_init(resolved: Dict[str, Any], model: str, explicit: Dict[str, Any]) -> None:
+    """``--weight-init`` is the minimal transformers' keyword: another model asked for one on the command line is
+    refused; a recipe's (``cifar10_cpu``) leaves it to its own initialisation."""
+    from timm.models import split_model_name_tag
+    if resolved['weight_init'] == 'default' or split_model_name_tag(model)[0].startswith('vit_minimal'):
+        return
+    if 'weight_init' in explicit:
+        raise UsageError(f"--weight-init {resolved['weight_init']} sets the starting point of the vit_minimal models; "
+                         f"{model} has its own (its keywords go through --model-kwargs).")
+    resolved['weight_init'] = 'default'
 
 
 def check_numbers(args: argparse.Namespace) -> None:

@@ -15,7 +15,7 @@ from .engine import Run, TrainState, set_rng_state
 
 __all__ = ['restore', 'FIXED_ON_RESUME', 'SCHEDULE_OPTIONS']
 
-FIXED_ON_RESUME = ('opt', 'seed', 'grad_accum_steps', 'train_subset', 'model_kwargs', 'drop_path', 'drop')
+FIXED_ON_RESUME = ('opt', 'seed', 'grad_accum_steps', 'train_subset', 'model_kwargs', 'weight_init', 'drop_path', 'drop')
 SCHEDULE_OPTIONS = ('epochs', 'lr', 'sched', 'warmup_epochs', 'warmup_lr', 'min_lr')
 
 

@@ -135,6 +135,8 @@ def build_model(plan: RunPlan, data: ImageData) -> Tuple[nn.Module, str, Dict[st
         model_kwargs.setdefault('drop_path_rate', args.drop_path)
     if args.drop:
         model_kwargs.setdefault('drop_rate', args.drop)
+    if args.weight_init != 'default':  # a minimal transformer's starting point (cli: other models keep 'default')
+        model_kwargs.setdefault('weight_init', args.weight_init)
     create_kwargs = dict(num_classes=data.num_classes, **model_kwargs)
     if args.pretrained_path:
         if not Path(args.pretrained_path).is_file():

@@ -103,7 +103,7 @@ def train_command(row: PaperRow, args: argparse.Namespace, extra: Sequence[str])
         argv += ['--resume', str(folder), '--epochs', str(args.epochs)]
     else:
         argv += ['--model', row.model, '--dataset', row.dataset, '--output', str(folder), '--epochs', str(args.epochs),
-                 '--seed', str(args.seed), '--no-progress']
+                 '--seed', str(args.seed), '--no-progress', '--weight-init', 'default']  # the paper's starting point
         if args.data_dir:
             argv += ['--data-dir', args.data_dir]
         if args.recipe:
