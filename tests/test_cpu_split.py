@@ -207,6 +207,19 @@ def test_a_compiled_probe_that_computes_another_loss_fails(monkeypatch):
                                     compiled=True) > 0
 
 
+def test_a_failed_probe_is_named_by_its_cause_not_by_the_warnings_after_it():
+    """A compiled probe's stderr goes on with inductor's warnings after its traceback; a probe ended by a signal
+    leaves no traceback at all."""
+    warning = ('[rank0]:W1127 02:57:08.463000 23645 site-packages/torch/utils/cpp_extension.py:183] [4/0] No CUDA '
+               'runtime is found, using CUDA_HOME=/usr/local/cuda')
+    traceback = 'Traceback (most recent call last):\n  File "<string>", line 1\nRuntimeError: gloo: connection reset\n'
+    assert cpu_split._why(1, traceback + warning + '\n') == 'RuntimeError: gloo: connection reset'
+    compiler = 'torch._dynamo.exc.BackendCompilerFailed: backend=inductor raised: ...'
+    assert cpu_split._why(1, traceback.replace('RuntimeError: gloo: connection reset', compiler) + warning) == compiler
+    assert cpu_split._why(-9, warning) == 'ended by signal 9 (SIGKILL)'
+    assert cpu_split._why(3, 'one line\n\n') == 'one line' and cpu_split._why(3, '') == 'exit status 3, no message'
+
+
 def test_a_decision_taken_beside_other_work_is_not_kept(monkeypatch, tmp_path):
     measured, said = [], []
     monkeypatch.setattr(cpu_split, 'measure', lambda m, b, n, t, **step: measured.append(n) or float(n))

@@ -336,6 +336,10 @@ def test_recipe_then_command_line(tmp_path):
 
 
 def test_the_cpu_cifar10_recipe_starts_a_minimal_transformer_mimetic_and_leaves_other_models_their_own(tmp_path):
+    from typing import get_args
+    from timm_minimal.models.model_args import WeightInitType
+    from timm_minimal.training.cli import WEIGHT_INITS
+    assert set(WEIGHT_INITS) - {'default'} == set(get_args(WeightInitType)) - {'', 'skip'}  # the models' starts
     cpu = ['--dataset', 'cifar10', '--cpu']
     assert train_mod.parse_args(['--model', 'vit_minimal_sym_6x4'] + cpu)[0].weight_init == 'mimetic'
     assert train_mod.parse_args(['--model', 'resnet18'] + cpu)[0].weight_init == 'default'  # the recipe's is ours

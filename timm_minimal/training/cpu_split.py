@@ -24,6 +24,8 @@ import json
 import math
 import os
 import platform
+import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -229,8 +231,8 @@ def _run_probes(model: str, batch: int, processes: int, threads: int, seconds: f
         for p, err in zip(procs, errors):
             if p.returncode:
                 err.seek(0)
-                why = ([line for line in err.read().splitlines() if line.strip()] or ['no message'])[-1]
-                raise RuntimeError(f'the measurement of {processes} x {threads} failed: {why[:200]}')
+                raise RuntimeError(f'the measurement of {processes} x {threads} failed: '
+                                   f'{_why(p.returncode, err.read())[:200]}')
         return sum(float(out.split()[-1]) for out in outputs)
     finally:
         for p in procs:
@@ -239,6 +241,21 @@ def _run_probes(model: str, batch: int, processes: int, threads: int, seconds: f
                 p.wait()
         for err in errors:
             err.close()
+
+
+RAISED = re.compile(r'[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit|Failed|Expired)(:|$)')  # a traceback's last line
+
+
+def _why(returncode: int, stderr: str) -> str:
+    """What ended a failed probe: the exception its traceback ends with, else the signal that ended it, else its
+    last line (a compiled probe's stderr goes on with inductor's warnings after the cause)."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    raised = [line for line in lines if RAISED.match(line)]
+    if raised:
+        return raised[-1]
+    if returncode < 0:
+        return f'ended by signal {-returncode} ({signal.Signals(-returncode).name})'
+    return lines[-1] if lines else f'exit status {returncode}, no message'
 
 
 def _candidates(budget: int) -> List[int]:
@@ -389,7 +406,6 @@ def run_split_processes(argv: Sequence[str], processes: int, env: Dict[str, str]
     The processes meet at a store this process serves on the loopback address alone (``_loopback_store``), and they
     form a process group of their own: Ctrl-C or SIGTERM to this process, or the failure of any one of them, ends them
     all (SIGTERM, then SIGKILL after ``grace`` seconds) before this function returns."""
-    import signal
     with _loopback_store(processes, timedelta(minutes=10)) as port:
         group: List[subprocess.Popen] = []
 
@@ -429,7 +445,6 @@ def _wait_all(group: List[subprocess.Popen]) -> int:
 def end_process_group(group: List[subprocess.Popen], grace: float) -> None:
     """SIGTERM to the process group led by ``group[0]`` (every process of the run), SIGKILL to what is left after
     ``grace`` seconds; returns once none of them runs."""
-    import signal
     for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
         if all(p.poll() is not None for p in group):
             return
