@@ -363,7 +363,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> Tuple[argparse.Namespace
     check_option_types(parser, recipe, f'Recipe {recipe_name}')
     resolved = dict(defaults)
     # a resumed run's args.yaml holds every option as its start resolved it; an option it lacks is younger than the
-    # run, which started without it, as its built-in default (not as the recipe's value today)
+    # run, which therefore trained as with the option's built-in default (not with the recipe's value of today)
     resolved.update(recipe if not saved else {})
     resolved.update({k: v for k, v in saved.items() if k in dests})
     resolved.update(explicit)
