@@ -403,6 +403,8 @@ def test_bad_numbers_are_named(option, value, allowed, data, tmp_path, capsys):
     ('seed: 18446744073709551616', 'seed must be an integer of at least 0'),
     ('epochs: 2.5', 'epochs must be an integer'), ('lr: .nan', 'lr must be a finite number of at least 0'),
     ('scale: [0.5]', 'scale takes 2 values'), ('hflip: yes', 'hflip must be a finite number'),
+    ('weight_init: jax', 'weight_init must be one of default, mimetic, got'),
+    ('clip_mode: agc', 'clip_mode must be one of norm, value, got'),
 ])
 def test_recipes_and_args_yaml_pass_the_same_checks(line, message, data, tmp_path, capsys):
     recipe = tmp_path / 'r.yaml'

@@ -247,14 +247,19 @@ def read_options_yaml(text: str, what: str) -> Dict[str, Any]:
 
 
 def check_option_types(parser: argparse.ArgumentParser, values: Dict[str, Any], what: str) -> None:
-    """Each value of a recipe, ``args.yaml`` or an options namespace must be what the option's command-line type
-    gives: a number of the option's kind within its range (the types above), as many as the option takes."""
+    """Each value of a recipe, ``args.yaml`` or an options namespace must be what the option's command line takes:
+    one of its choices, or a number of the option's kind within its range (the types above), as many as it takes."""
     for action in parser._actions:
         value = values.get(action.dest)
-        wanted = getattr(action.type, 'wanted', None)
-        if value is None or wanted is None:
+        if value is None:
             continue
         flag = f'--{action.dest.replace("_", "-")}'
+        if action.choices is not None and value not in action.choices:
+            raise UsageError(f'{what}: {action.dest} must be one of {", ".join(map(str, action.choices))}, got '
+                             f'{value!r} (as {flag} takes).')
+        wanted = getattr(action.type, 'wanted', None)
+        if wanted is None:
+            continue
         many = action.nargs not in (None, '?')
         items = value if isinstance(value, (list, tuple)) and many else [value]
         if isinstance(action.nargs, int) and len(items) != action.nargs:
