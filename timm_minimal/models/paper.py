@@ -11,7 +11,7 @@ from typing import Any, Dict, List, Optional
 from .datasets import DATASETS
 
 __all__ = ['PAPER', 'PAPER_TITLE', 'PAPER_ARXIV', 'PAPER_EPOCHS', 'NUM_CLASSES', 'MODIFICATIONS', 'VARIANTS', 'PaperRow',
-           'TABLE1', 'TABLE2', 'TABLE2_CIFAR10', 'BASELINE', 'arch_name', 'parse_arch']
+           'TABLE1', 'TABLE2', 'TABLE2_CIFAR10', 'BASELINE', 'arch_name', 'is_minimal', 'parse_arch']
 
 PAPER_TITLE = 'Reducing the Transformer Architecture to a Minimum'
 PAPER_ARXIV = 'arXiv:2410.13732'
@@ -138,6 +138,11 @@ TABLE2_CIFAR10: List[PaperRow] = [
 
 
 _NAME_RE = re.compile(r'^vit_minimal_(?P<attn>[a-z]+?)(?P<mlp>_mlp)?_(?P<depth>\d+)x(?P<heads>\d+)$')
+
+
+def is_minimal(arch: str) -> bool:
+    """Whether ``arch`` (a timm name without its tag) names one of the minimal transformers."""
+    return arch.startswith('vit_minimal')
 
 
 def arch_name(attn: str, mlp: bool, depth: int, heads: int) -> str:

@@ -15,6 +15,7 @@ import yaml
 
 from ..cli import OneLineParser, UsageError, number
 from ..models.datasets import MIN_CROP_PCT, dataset_for_kind
+from ..models.paper import is_minimal
 from .dataset_names import DatasetError, dataset_kind
 
 # On a 2-core CPU a cold torch.compile of std_mlp_6x1 cost 27 s and made its trainer epochs 1.11x faster (the
@@ -383,7 +384,7 @@ def _minimal_weight_init(resolved: Dict[str, Any], model: str, explicit: Dict[st
     """``--weight-init`` is the minimal transformers' keyword: another model asked for one on the command line is
     refused; a recipe's (``cifar10_cpu``) leaves it to its own initialisation."""
     from timm.models import split_model_name_tag
-    if resolved['weight_init'] == 'default' or split_model_name_tag(model)[0].startswith('vit_minimal'):
+    if resolved['weight_init'] == 'default' or is_minimal(split_model_name_tag(model)[0]):
         return
     if 'weight_init' in explicit:
         raise UsageError(f"--weight-init {resolved['weight_init']} sets the starting point of the vit_minimal models; "

@@ -22,6 +22,7 @@ from timm.models import split_model_name_tag
 
 from ..cli import UsageError, env_number
 from ..models.datasets import dataset_for_kind, tag_for_kind
+from ..models.paper import is_minimal
 from .cli import check_numbers
 from .cpu_policy import SPLIT_RATES_ENV, cpu_decision, cpu_precision, cpu_threads, default_compile
 from .dataset_names import dataset_kind
@@ -70,7 +71,7 @@ def resolve_model_name(name: str, kind: str) -> str:
         minimal = ', '.join(timm.list_models('vit_minimal*'))
         raise UsageError(f"Unknown model '{arch}'. The minimal transformers are: {minimal} "
                          f"(any other timm model name works too).")
-    if not tag and arch.startswith('vit_minimal'):
+    if not tag and is_minimal(arch):
         tag = tag_for_kind(kind)
     return f'{arch}.{tag}' if tag else arch
 

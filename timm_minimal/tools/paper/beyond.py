@@ -32,7 +32,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from ...cli import HelpFormatter, OneLineParser, UsageError, command, positive_int
 from ...training.run_folder import RunFolder
-from .grid import finished_run, thread_env
+from .grid import PAPER_START, finished_run, thread_env
 from .pool import Command, run_commands, say
 from .reproduce import split_argv
 from ..common import portable_command
@@ -41,9 +41,6 @@ __all__ = ['Variant', 'PILOTS', 'variant_command', 'collect', 'write_report', 'm
 
 TEACHER = 'vit_minimal_std_mlp_6x4.cifar10'  # the paper recipe's best CIFAR-10 model (79.34%, its card)
 STRONG_TEACHER = 'vit_minimal_std_mlp_6x4.cifar10_mixup'  # the zoo's best CIFAR-10 model (82.41%, its card)
-# every variant starts from timm's initialisation (the CPU recipe's own start is mimetic) unless it is a mimetic one,
-# whose keyword overrides --weight-init
-PLAIN_START = ('--weight-init', 'default')
 MIMETIC = ('--model-kwargs', 'weight_init=mimetic')
 DISTILLED = ('--teacher', TEACHER, '--smoothing', '0')
 DISTILLED_STRONG = ('--teacher', STRONG_TEACHER, '--smoothing', '0')
@@ -105,7 +102,7 @@ def variant_command(v: Variant, args: argparse.Namespace) -> Optional[Command]:
             raise UsageError(f'{folder.path} holds files that are not a run of this tool; move them away or choose '
                              f'another --runs-dir. Nothing was trained.')
         argv += ['--model', v.model, '--dataset', 'cifar10', '--recipe', args.recipe, '--epochs', str(args.epochs),
-                 '--seed', '0', '--output', str(folder), '--no-progress', '--cpu-processes', '1', *PLAIN_START,
+                 '--seed', '0', '--output', str(folder), '--no-progress', '--cpu-processes', '1', *PAPER_START,
                  *args.trainer_args, *v.options]
         if args.data_dir:
             argv += ['--data-dir', args.data_dir]
