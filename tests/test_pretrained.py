@@ -56,6 +56,10 @@ def test_a_recipe_tag_is_its_datasets_geometry_and_preprocessing_and_exists_only
     assert kd.pretrained_cfg['tag'] == 'cifar10_kd' and kd.num_classes == 10
     with pytest.raises(RuntimeError, match=r'Invalid pretrained tag \(cifar10_kd\)'):
         timm.create_model('vit_minimal_sym_6x4.cifar10_kd')
+    kd2 = timm.create_model('vit_minimal_sym_6x4.cifar10_kd2', pretrained=True)  # the stronger teacher
+    assert kd2.pretrained_cfg['tag'] == 'cifar10_kd2' and kd2.pretrained_cfg['num_classes'] == 10
+    with pytest.raises(RuntimeError, match=r'Invalid pretrained tag \(cifar10_kd2\)'):
+        timm.create_model('vit_minimal_sym_6x1.cifar10_kd2')
 
 
 @pytest.mark.parametrize('name', [n for n in SHIPPED if n.split('.')[1] not in ('mnist', 'cifar10', 'in1k')])

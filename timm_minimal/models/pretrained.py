@@ -23,6 +23,7 @@ __all__ = ['WEIGHTS_DIR', 'HUB_ORG', 'RECIPE_TAGS', 'TAGS', 'tag_dataset', 'weig
 RECIPE_TAGS: Dict[str, str] = {
     'cifar10_mixup': 'cifar10',  # the cifar10 recipe with mixup 0.8, cutmix 1.0 and random erasing 0.25
     'cifar10_kd': 'cifar10',  # mimetic initialisation, distilled from std_mlp_6x4.cifar10, no label smoothing
+    'cifar10_kd2': 'cifar10',  # the same, distilled from the stronger std_mlp_6x4.cifar10_mixup (compare timm's augreg2)
 }
 TAGS = tuple(DATASETS) + tuple(RECIPE_TAGS)
 

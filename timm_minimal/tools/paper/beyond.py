@@ -78,10 +78,11 @@ PILOTS: List[Variant] = [
     # the other MLP models with the strong augmentation (converged runs on a GPU)
     *(Variant(f'{arch}-strong', f'vit_minimal_{arch}.cifar10', STRONG_AUG, _STRONG_WHAT)
       for arch in ('std_mlp_6x1', 'qk_mlp_6x1', 'qkonly_mlp_6x1')),
-    # the other models without an MLP with the chosen recipe, and the 4-head ones with the stronger teacher
+    # the other models without an MLP with the chosen recipe, and four of them with the stronger teacher
     *(_family(f'vit_minimal_{arch}.cifar10', arch)[3] for arch in ('std_6x1', 'sym_6x1', 'qkonly_6x1')),
     *(Variant(f'{arch}-mimetic-kd-strong-teacher', f'vit_minimal_{arch}.cifar10', MIMETIC + DISTILLED_STRONG,
-              f'mimetic initialisation and distillation from {STRONG_TEACHER}') for arch in ('sym_6x4', 'std_6x4')),
+              f'mimetic initialisation and distillation from {STRONG_TEACHER}')
+      for arch in ('sym_6x4', 'std_6x4', 'qk_6x1', 'std_6x1')),
     # the strong augmentation with RandAugment, a per-image transform of the loader path (CCT's CIFAR-10 recipe has it)
     Variant('std_mlp_6x4-strong-randaug', 'vit_minimal_std_mlp_6x4.cifar10', STRONG_AUG + RANDAUG,
             _STRONG_WHAT + ', RandAugment m9 (loader path)'),
