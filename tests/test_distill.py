@@ -151,6 +151,7 @@ def test_a_distilled_run_trains_on_a_gpu(data, tmp_path):
     assert run['launches'][-1]['device'] == 'cuda' and run['teacher']['name'] == 'vit_minimal_std_mlp_6x1.mnist'
 
 
+@pytest.mark.slow  # a killed subprocess and two runs: 10 s; the quick suite keeps the distilled run's record
 def test_resume_with_a_teacher_is_bit_exact(data, tmp_path):
     reference, out = tmp_path / 'reference', tmp_path / 'run'
     assert run_inprocess(KD_ARGS + data + ['--output', reference]) == 0

@@ -17,6 +17,14 @@ CFG_KEYS = ('url', 'num_classes', 'input_size', 'pool_size', 'crop_pct', 'interp
             'first_conv', 'classifier', 'fixed_input_size', 'license', 'paper_ids')
 
 
+def _one_of_each_pattern():
+    """Every architecture, the 12-layer ones marked slow: a 12-layer model repeats the blocks of its 6-layer one, so
+    the quick suite traces and scripts each attention variant, with and without the MLP, with one head and with
+    several, once; the full suite (CI's) every architecture."""
+    from timm_minimal.models.paper import parse_arch
+    return [pytest.param(n, marks=pytest.mark.slow) if parse_arch(n)['depth'] > 6 else n for n in ARCHITECTURES]
+
+
 def _input(model, batch=BATCH):
     return torch.randn(batch, *model.pretrained_cfg['input_size'])
 
@@ -86,7 +94,7 @@ def test_num_classes_zero(name):
     assert model.num_features == 60
 
 
-@pytest.mark.parametrize('name', ARCHITECTURES)
+@pytest.mark.parametrize('name', _one_of_each_pattern())
 def test_torchscript(name):
     model = timm.create_model(name).eval()
     scripted = torch.jit.script(model)
@@ -124,7 +132,7 @@ def test_features_and_intermediates(name):
     assert kept == [1] and len(pruned.blocks) == 2
 
 
-@pytest.mark.parametrize('name', ARCHITECTURES)
+@pytest.mark.parametrize('name', _one_of_each_pattern())
 def test_fx_tracing_and_feature_extraction(name):
     """torch.fx and timm's FX feature extraction trace every model; eager keeps the clear input errors."""
     from timm.models import create_feature_extractor, get_graph_node_names
