@@ -169,26 +169,33 @@ def test_a_run_that_leaves_the_head_padding_to_the_decision_measures_the_eager_s
 
 def test_a_candidate_whose_probe_fails_is_left_out_and_a_compiled_one_pads_as_its_eager_one_measured_faster(
         monkeypatch, tmp_path, quiet):
-    """A compiled step that computes another loss (torch 2.14's inductor computed NaN with AVX2 code) fails its probe:
-    that candidate is left out, naming why, and the others still decide. Each compiled candidate takes the padding its
-    eager step measured faster by the margin."""
-    rates = {(1, False, True): 800.0, (1, False, False): 900.0, (2, False, True): 1000.0, (2, False, False): 990.0,
-             (2, True, True): 1500.0}
+    """A compiled step that computes another loss (torch 2.14's inductor computed NaN with AVX2 code) or aborts (its
+    AVX-512 code on the unpadded 15-wide heads) fails its probe: that candidate is left out, naming why, and the
+    others still decide. Each compiled candidate takes the padding its eager step measured faster by the margin, and
+    the other one only where that one fails."""
+    rates = {(1, False, True): 800.0, (1, False, False): 900.0, (2, False, True): 1000.0, (2, False, False): 1300.0,
+             (1, True, True): 1100.0, (2, True, True): 1500.0}
+    failures = {(1, True): 'the compiled step computes a loss of nan where the eager step computes 2.303',
+                (2, True, False): 'ended by signal 6 (SIGABRT)'}
     measured = []
 
     def fake(m, b, n, t, compiled, padded, **step):
         measured.append((n, compiled, padded))
-        if (n, compiled) == (1, True):
-            raise RuntimeError('the compiled step computes a loss of nan where the eager step computes 2.303')
+        why = failures.get((n, compiled)) or failures.get((n, compiled, padded))
+        if why:
+            raise RuntimeError(why)
         return rates[n, compiled, padded]
     monkeypatch.setattr(cpu_split, 'measure', fake)
     said = []
     decision = cpu_split.decide('vit_minimal_sym_6x4.cifar10', 256, tmp_path, budget=2, say=said.append,
                                 compiled=None, padded=None)
-    assert measured == [(1, False, True), (1, False, False), (1, True, False),
-                        (2, False, True), (2, False, False), (2, True, True)]
-    assert decision[:3] == (2, True, True) and '1 x 2 compiled unpadded' not in decision.rates
+    assert measured == [(1, False, True), (1, False, False), (1, True, False), (1, True, True),
+                        (2, False, True), (2, False, False), (2, True, False), (2, True, True)]
+    assert decision[:3] == (2, True, True) and decision.rates['2 x 1 compiled'] == 1500.0
+    assert '1 x 2 compiled unpadded' not in decision.rates and '2 x 1 compiled unpadded' not in decision.rates
     assert '1 x 2 compiled unpadded: left out (the compiled step computes a loss of nan' in said[-1]
+    assert '1 x 2 compiled: left out (the compiled step computes a loss of nan' in said[-1]
+    assert '2 x 1 compiled unpadded: left out (ended by signal 6 (SIGABRT))' in said[-1]
     monkeypatch.setattr(cpu_split, 'measure', lambda *a, **k: (_ for _ in ()).throw(RuntimeError('no')))
     said.clear()
     assert cpu_split.decide('vit_minimal_sym_6x1.cifar10', 256, tmp_path, budget=2, say=said.append)[:3] == (1, False,
