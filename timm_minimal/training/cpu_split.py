@@ -326,16 +326,15 @@ def _measure_candidates(model: str, batch: int, budget: int, processes: Sequence
         for c in sorted(modes):
             eager = {p: rates[(n, False, p)] for p in pads if (n, False, p) in rates}
             unpadded = len(eager) == 2 and eager[False] > eager[True] * MARGIN
-            queue = [not unpadded] if c and len(pads) > 1 else list(pads)  # one padding where there is no choice
-            while queue:
-                p = queue.pop(0)
+            one = c and len(pads) > 1  # a compiled step takes one padding: the other only where that one fails
+            for p in ([not unpadded, unpadded] if one else pads):
                 try:
                     rates[(n, c, p)] = measure(model, batch, n, budget // n, compiled=c, padded=p, **step)
                 except (RuntimeError, ValueError, IndexError, subprocess.SubprocessError, OSError) as e:
                     failed[_label(n, budget // n, c, p)] = str(e)
-                    if c and len(pads) > 1 and not queue and _label(n, budget // n, c, not p) not in failed \
-                            and (n, c, not p) not in rates:
-                        queue.append(not p)
+                    continue
+                if one:
+                    break
     return rates, failed
 
 

@@ -405,27 +405,26 @@ def best_section(rows: Sequence[Row], reports: Sequence[List[Row]]) -> List[str]
                      + ('baseline | baseline |' if r is base else f"{one[-1]:+.2f} | {each[-1]:+.2f} |"))
     lines += ['', f'Median over the {len(one)} others against the baseline: {median(one):+.2f} pp with '
                   f'one recipe, {median(each):+.2f} pp with each at its best.', '']
-    return lines + answer_paragraph(best, base, reports, rows, group[2])
+    return lines + answer_paragraph(best, base, base_best, reports, rows, group[2])
 
 
 NOISE_PP = 0.5  # a change this close to its reference is no gain: two seeds of one recipe spread 1.2 points (pilots)
 CLOSED_PP = 2.0  # "closes the gap": within this of the baseline at its best (the target of the runs beyond the paper)
 
 
-def answer_paragraph(best: List[Tuple], base: Row, reports: Sequence[List[Row]], rows: Sequence[Row],
-                     epochs: int) -> List[str]:
+def answer_paragraph(best: List[Tuple], base: Row, base_best: float, reports: Sequence[List[Row]],
+                     rows: Sequence[Row], epochs: int) -> List[str]:
     """The paper's open question answered from the runs: what distillation did to its students at ``epochs``, how
     far they stay from the baseline, each at its best, against the gap with the paper's recipe on both sides, and each
     change that did not help."""
-    base_best = next(acc for r, acc, _ in best if r is base)
-    grid = {r['architecture']: r for r, _, _ in best}
+    grid = {r['model']: r for r, _, _ in best}  # a run and the grid's row of its model share the tagged name
     kd = [b for b in _changed_runs(reports) if '--teacher' in b['options'] and b['epochs'] == epochs
-          and b['model'].split('.')[0] in grid]
+          and b['model'] in grid]
     lines = []
     if kd:
-        lift = sorted(b['test_acc'] - grid[b['model'].split('.')[0]]['val_acc'] for b in kd)
-        students = {b['model'].split('.')[0] for b in kd}
-        minimal = [(r, acc) for r, acc, _ in best if r['architecture'] in students]
+        lift = sorted(b['test_acc'] - grid[b['model']]['val_acc'] for b in kd)
+        students = {b['model'] for b in kd}
+        minimal = [(r, acc) for r, acc, _ in best if r['model'] in students]
         gaps = [acc - base_best for _, acc in minimal]
         before = [r['val_acc'] - base['val_acc'] for r, _ in minimal]
         closed = [f"`{r['architecture']}`" for r, acc in minimal if acc - base_best >= -CLOSED_PP]
