@@ -420,9 +420,16 @@ def test_the_beyond_pilots_reuse_resume_and_report(tmp_path, capsys):
     out = capsys.readouterr().out
     assert '--recipe cifar10 --epochs 36' in out and '--batch-size 1024 --lr 4e-3 --mixup 0.8' in out
     report = tmp_path / 'pilots.md'
+    report.write_text(f'# an earlier report\n\n| old table |\n\n{beyond.READING}\n\nWritten by hand.\n')
     assert beyond.main(['--runs-dir', str(runs), '--report-only', '--output', str(report)]) == 0
     text = report.read_text()
     assert '| sym_6x4-mimetic |' in text and '| 3 |' in text and '2 of 3 (unfinished)' in text
+    # the tables regenerate, the hand-written reading stays, after them; the figure has each run's curves
+    assert '| old table |' not in text and text.endswith(f'{beyond.READING}\n\nWritten by hand.\n')
+    assert '![Test and train accuracy per epoch of each run](pilots.png)' in text
+    assert report.with_suffix('.png').read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
+    rows = json.loads(report.with_suffix('.json').read_text())
+    assert [len(r['test_acc_per_epoch']) for r in rows] == [3, 2] and rows[1]['train_acc_per_epoch'] == [50.0, 50.0]
     assert 'Device 1: ' in text and 'CPU flags' in text and '| 1 |' in text  # each row names the CPU it trained on
     # the command each run recorded, with its folders written as the report's reader would have them
     assert 'The trainer commands' in text

@@ -109,6 +109,30 @@ def test_a_non_finite_checkpoint_is_never_resumed(one_epoch, tmp_path, capsys):
     assert len(metrics(run)) == 1
 
 
+def test_a_run_packed_without_its_training_state_is_not_started_over(one_epoch, tmp_path, capsys):
+    """--resume on a run whose checkpoint lost its training state (a published run folder) refuses in one line and
+    leaves every file as it was."""
+    run = _copy(one_epoch, tmp_path)
+    (run / 'checkpoints' / 'last' / 'training_state.pt').unlink()
+    before = {p: p.read_bytes() for p in run.rglob('*') if p.is_file()}
+    assert run_inprocess(['--resume', run]) == train_mod.EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert '(1 epoch(s) in metrics.jsonl) with no checkpoint to resume' in err and err.count('\n') == 1, err
+    assert {p: p.read_bytes() for p in run.rglob('*') if p.is_file()} == before
+    (run / 'metrics.jsonl').write_text('')  # the weights alone still hold the run
+    assert run_inprocess(['--resume', run]) == train_mod.EXIT_BAD_INPUT
+    assert '(0 epoch(s) in metrics.jsonl)' in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_start_killed_before_its_first_checkpoint_starts_over(one_epoch, tmp_path, capsys):
+    killed = tmp_path / 'killed'  # its options alone: no epoch, no weights
+    killed.mkdir()
+    (killed / 'args.yaml').write_bytes((one_epoch / 'args.yaml').read_bytes())
+    assert run_inprocess(['--resume', killed]) == 0
+    assert 'starting the run from the beginning' in capsys.readouterr().out and len(metrics(killed)) == 1
+
+
 def test_a_foreign_training_state_is_named(one_epoch, tmp_path, capsys):
     run = _copy(one_epoch, tmp_path)
     torch.save({'epoch': 1}, run / 'checkpoints' / 'last' / 'training_state.pt')

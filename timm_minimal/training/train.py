@@ -119,10 +119,24 @@ def prepare_folder(plan: RunPlan, accelerator: Any) -> Tuple[RunFolder, Optional
                              f'choose another --output.') from e
         folder.prepare()
     last_dir = folder.find_checkpoint() if resuming else None
+    if resuming and last_dir is None:
+        _refuse_to_start_over(folder)
     accelerator.wait_for_everyone()
     if resuming and last_dir is None:
         accelerator.print(f'No checkpoint in {folder} yet: starting the run from the beginning.')
     return folder, last_dir
+
+
+def _refuse_to_start_over(folder: RunFolder) -> None:
+    """A folder with trained epochs but no checkpoint to resume (one packed without its training state, as a
+    published run is) is not started over: that would overwrite its metrics and record (``UsageError``). A run killed
+    before its first checkpoint has neither, and starts from the beginning."""
+    text = folder.metrics_file.read_text() if folder.metrics_file.is_file() else ''
+    epochs = sum(1 for line in text.splitlines() if line.strip())
+    if epochs or (folder.checkpoint('last') / ckpt.MODEL_FILE).is_file():
+        raise UsageError(f'{folder} holds a run ({epochs} epoch(s) in {folder.metrics_file.name}) with no checkpoint to '
+                         f'resume: checkpoints/last has no {ckpt.STATE_FILE}. Starting it over would overwrite it, so '
+                         f'nothing was changed; train into another --output.')
 
 
 def build_model(plan: RunPlan, data: ImageData) -> Tuple[nn.Module, str, Dict[str, Any]]:

@@ -19,11 +19,14 @@ and 45 warm-up epochs, so that each variant differs from the grid's run of its m
 Each variant trains once into ``<runs-dir>/<name>/`` (a finished run is reused, an interrupted one resumed), up to
 ``--jobs`` at a time with the cores split among them. The report lists, per variant, the test accuracy of the last
 epoch (no checkpoint is chosen on the test split), the best epoch's for reference, and the last epoch's training
-accuracy, which tells underfitting from overfitting. A pilot whose folder is gone keeps its row of the report's
-earlier JSON, with the CPU it trained on.
+accuracy, which tells underfitting from overfitting; a figure beside it (``--plot``) draws both per epoch. A pilot
+whose folder is gone keeps its row of the report's earlier JSON, with the CPU it trained on and its curves. The
+reading of the runs is written by hand under the report's heading "What the runs say", which a regenerated report
+keeps.
 """
 import argparse
 import json
+import os
 import shlex
 import sys
 from dataclasses import dataclass
@@ -31,13 +34,14 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
 from ...cli import HelpFormatter, OneLineParser, UsageError, command, positive_int
+from ...training.checkpoint import write_file_atomic, write_text_atomic
 from ...training.run_folder import RunFolder
 from .grid import PAPER_START, finished_run, thread_env
 from .pool import Command, run_commands, say
 from .reproduce import split_argv
 from ..common import portable_command
 
-__all__ = ['Variant', 'PILOTS', 'variant_command', 'collect', 'write_report', 'main']
+__all__ = ['Variant', 'PILOTS', 'variant_command', 'collect', 'write_report', 'write_plot', 'main']
 
 TEACHER = 'vit_minimal_std_mlp_6x4.cifar10'  # the paper recipe's best CIFAR-10 model (79.34%, its card)
 STRONG_TEACHER = 'vit_minimal_std_mlp_6x4.cifar10_mixup'  # the zoo's best CIFAR-10 model (82.41%, its card)
@@ -46,6 +50,7 @@ DISTILLED = ('--teacher', TEACHER, '--smoothing', '0')
 DISTILLED_STRONG = ('--teacher', STRONG_TEACHER, '--smoothing', '0')
 STRONG_AUG = ('--mixup', '0.8', '--cutmix', '1.0', '--reprob', '0.25', '--scale', '0.81', '1.21',
               '--translate', '0.125')
+READING = '## What the runs say'  # a report's hand-written part: from this heading on, kept when it regenerates
 RANDAUG = ('--data-path', 'loader', '--aa', 'rand-m9-mstd0.5-inc1')
 
 
@@ -130,7 +135,9 @@ def collect(variants: Sequence[Variant], runs_dir: Path) -> List[Dict[str, Any]]
                          wall_time=sum(m['epoch_time'] for m in metrics), threads=record.last_launch.torch_threads,
                          device=record.last_launch.device_name, device_type=record.last_launch.device,
                          cpu_flags=record.last_launch.cpu_flags, recipe=record.recipe,
-                         command=portable_command(record.command, v.name) if record.command else None))
+                         command=portable_command(record.command, v.name) if record.command else None,
+                         train_acc_per_epoch=[round(m['train_acc'], 2) for m in metrics],
+                         test_acc_per_epoch=[round(m['test_acc'], 2) for m in metrics]))
     return rows
 
 
@@ -151,7 +158,14 @@ def _machine(row: Dict[str, Any]) -> str:
     return f"{row['device']} (CPU flags: {row.get('cpu_flags') or 'not recorded'})"
 
 
-def write_report(rows: Sequence[Dict[str, Any]], path: Path, command_line: str) -> None:
+def reading(path: Path) -> List[str]:
+    """The hand-written reading of an existing report: its lines from the ``READING`` heading on, which a new report
+    keeps (the tables regenerate from the runs, the reading of them does not)."""
+    lines = path.read_text().splitlines() if path.is_file() else []
+    return lines[lines.index(READING):] if READING in lines else []
+
+
+def write_report(rows: Sequence[Dict[str, Any]], path: Path, command_line: str, plot: Optional[Path] = None) -> None:
     machines = list(dict.fromkeys(_machine(r) for r in rows))
     recipes = list(dict.fromkeys(r.get('recipe') or 'cifar10_cpu' for r in rows))  # earlier rows: the CPU pilots
     on_cpu = any(r.get('device_type', 'cpu') == 'cpu' for r in rows)
@@ -186,8 +200,39 @@ def write_report(rows: Sequence[Dict[str, Any]], path: Path, command_line: str) 
     if commands:
         lines += ['', 'The trainer commands, as the runs recorded them (with the datasets under `data/`):', '']
         lines += [f'- {r["name"]}: `{r["command"]}`' for r in commands]
+    if plot is not None:
+        lines += ['', f'![Test and train accuracy per epoch of each run]({os.path.relpath(plot, path.parent)})']
+    kept = reading(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text('\n'.join(lines) + '\n')
+    write_text_atomic(path, '\n'.join(lines + [''] + kept) + '\n')
+
+
+def write_plot(rows: Sequence[Dict[str, Any]], path: Path) -> bool:
+    """Test accuracy (left) and train accuracy (right) per epoch, one colour per run: underfitting shows as train
+    close to test and flat, overfitting as train far above it. Rows without curves (kept from reports that recorded
+    none) are left out; False when no row has one."""
+    curves = [r for r in rows if r.get('test_acc_per_epoch')]
+    if not curves:
+        return False
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, 2, figsize=(15, 6), sharex=True)
+    for r in curves:
+        epochs = range(1, len(r['test_acc_per_epoch']) + 1)
+        line, = axes[0].plot(epochs, r['test_acc_per_epoch'], lw=1, label=r['name'])
+        axes[1].plot(epochs, r['train_acc_per_epoch'], lw=1, color=line.get_color(), label=r['name'])
+    axes[0].set(xlabel='epoch', ylabel='test accuracy (%)', title='test accuracy, full CIFAR-10 test split')
+    axes[1].set(xlabel='epoch', ylabel='train accuracy (%)',
+                title='train accuracy, augmented batches (with mixup or cutmix: against the own label)')
+    for ax in axes:
+        ax.grid(alpha=.3)
+        ax.legend(fontsize=7, loc='lower right')
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_file_atomic(path, lambda tmp: fig.savefig(tmp, dpi=100, format='png'))
+    plt.close(fig)
+    return True
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -201,6 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument('--only', nargs='+', metavar='PILOT', help=f'only these pilots ({", ".join(v.name for v in PILOTS)})')
     p.add_argument('--output', default='runs/beyond/pilots.md', help='markdown report')
     p.add_argument('--json', default=None, help='machine-readable rows (default: --output with .json)')
+    p.add_argument('--plot', default=None, help='test and train accuracy per epoch (default: --output with .png)')
     p.add_argument('--report-only', action='store_true', help='train nothing; write the report from the run folders')
     p.add_argument('--dry-run', action='store_true', help='print the training commands only')
     p.epilog = 'Trainer options after -- change the base recipe of every pilot (e.g. -- --batch-size 1024 --lr 4e-3).'
@@ -228,10 +274,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     json_path = Path(args.json) if args.json else Path(args.output).with_suffix('.json')
     earlier = json.loads(json_path.read_text()) if json_path.is_file() else []
     rows = keep_earlier(collect(chosen, Path(args.runs_dir)), earlier, chosen)
+    plot = Path(args.plot) if args.plot else Path(args.output).with_suffix('.png')
+    plotted = write_plot(rows, plot)
     write_report(rows, Path(args.output), 'python -m timm_minimal.tools.paper.beyond ' + shlex.join(
-        [a for a in argv if a not in ('--report-only', '--dry-run')]))
-    json_path.write_text(json.dumps(rows, indent=2) + '\n')
-    say(f'[beyond] wrote {args.output}, {json_path}')
+        [a for a in argv if a not in ('--report-only', '--dry-run')]), plot if plotted else None)
+    write_text_atomic(json_path, json.dumps(rows, indent=2) + '\n')
+    say(f'[beyond] wrote {args.output}, {json_path}' + (f', {plot}' if plotted else ''))
     return 1 if failed else 0
 
 
