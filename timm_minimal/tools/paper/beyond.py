@@ -50,8 +50,8 @@ DISTILLED = ('--teacher', TEACHER, '--smoothing', '0')
 DISTILLED_STRONG = ('--teacher', STRONG_TEACHER, '--smoothing', '0')
 STRONG_AUG = ('--mixup', '0.8', '--cutmix', '1.0', '--reprob', '0.25', '--scale', '0.81', '1.21',
               '--translate', '0.125')
-READING = '## What the runs say'  # a report's hand-written part: from this heading on, kept when it regenerates
 RANDAUG = ('--data-path', 'loader', '--aa', 'rand-m9-mstd0.5-inc1')
+READING = '## What the runs say'  # a report's hand-written part: from this heading on, kept when it regenerates
 
 
 @dataclass(frozen=True)
