@@ -1,5 +1,6 @@
 """What the tools share beyond the command-line layer (``timm_minimal.cli``): the model a tool is pointed at by name,
-refused with the names allowed, the CPU a benchmark ran on, and the writing of a benchmark's JSON and markdown report."""
+refused with the names allowed, the CPU a benchmark ran on, the writing of a benchmark's JSON and markdown report, and
+matplotlib for the reports' figures."""
 import json
 import os
 import shlex
@@ -7,6 +8,15 @@ from typing import Any, Dict, List, Optional, Type
 
 import torch.nn as nn
 
+
+
+def pyplot():
+    """matplotlib's pyplot on the Agg backend (no display), imported on first use: a figure costs its import only
+    where one is drawn."""
+    import matplotlib
+    matplotlib.use('Agg', force=True)
+    import matplotlib.pyplot as plt
+    return plt
 
 
 def allowed_models() -> str:

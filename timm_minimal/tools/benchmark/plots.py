@@ -3,6 +3,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from ...models.paper import BASELINE
 from .accuracy import PAPER_TABLE2
+from ..common import pyplot
 from .measure import median
 
 
@@ -11,16 +12,9 @@ def matplotlib_ticker():
     return matplotlib.ticker
 
 
-def _pyplot():
-    import matplotlib
-    matplotlib.use('Agg', force=True)
-    import matplotlib.pyplot as plt
-    return plt
-
-
 def plot_speedups(points: List[Dict[str, Any]], path: str) -> str:
     """Per variant: the speed-up FLOPs predict, and the measured inference and training speed-ups."""
-    plt = _pyplot()
+    plt = pyplot()
     import numpy as np
     points = sorted(points, key=lambda p: p['flops'], reverse=True)
     y = np.arange(len(points))
@@ -45,7 +39,7 @@ def plot_speedups(points: List[Dict[str, Any]], path: str) -> str:
 
 
 def plot_scaling(points: List[Dict[str, Any]], axis: str, path: str) -> str:
-    plt = _pyplot()
+    plt = pyplot()
     has_mem = any('mem_train' in p for p in points)
     ncols = 3 if has_mem else 2
     fig, axes = plt.subplots(1, ncols, figsize=(4.2 * ncols, 4))
@@ -81,7 +75,7 @@ def plot_scaling(points: List[Dict[str, Any]], axis: str, path: str) -> str:
 
 
 def plot_accuracy(repro: Optional[List[Dict[str, Any]]], path: str) -> str:
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7.5, 5))
     paper = PAPER_TABLE2
     ax.scatter([p['params'] for p in paper], [p['val_acc'] for p in paper], marker='x', color='black',

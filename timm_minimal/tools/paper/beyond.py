@@ -39,7 +39,7 @@ from ...training.run_folder import RunFolder
 from .grid import PAPER_START, finished_run, thread_env
 from .pool import Command, run_commands, say
 from .reproduce import split_argv
-from ..common import portable_command
+from ..common import portable_command, pyplot
 
 __all__ = ['Variant', 'PILOTS', 'variant_command', 'collect', 'write_report', 'write_plot', 'main']
 
@@ -214,9 +214,7 @@ def write_plot(rows: Sequence[Dict[str, Any]], path: Path) -> bool:
     curves = [r for r in rows if r.get('test_acc_per_epoch')]
     if not curves:
         return False
-    import matplotlib
-    matplotlib.use('Agg')
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(15, 6), sharex=True)
     for r in curves:
         epochs = range(1, len(r['test_acc_per_epoch']) + 1)

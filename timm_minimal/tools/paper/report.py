@@ -7,6 +7,7 @@ from typing import Any, Dict, List, Optional
 from ...models.datasets import DATASETS
 from ...models.paper import BASELINE, PAPER, PAPER_EPOCHS
 from ...training.run_folder import RunFolder
+from ..common import pyplot
 from .grid import difference
 from .results_summary import cell  # one cell format for both reports
 
@@ -212,9 +213,7 @@ def convergence_section(uniq: List[Dict[str, Any]]) -> List[str]:
 
 def write_plot(results: List[Dict[str, Any]], path: Path) -> None:
     """Validation accuracy vs parameters (ours and the paper's) and our validation accuracy per epoch."""
-    import matplotlib
-    matplotlib.use('Agg')
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     done = _unique([r for r in results if r['val_acc'] is not None])
     if not done:
         return

@@ -17,6 +17,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ...models.datasets import DATASETS
 from ...models.paper import PAPER, PAPER_EPOCHS, arch_name
+from ..common import pyplot
 from .grid_row import read_grid_rows
 
 __all__ = ['load_rows', 'write_summary', 'cell']
@@ -279,9 +280,7 @@ def claim_section(rows: List[Row]) -> List[str]:
 
 def write_plot(rows: List[Row], path: Path) -> None:
     """Accuracy lost against parameters saved, one series per dataset and depth."""
-    import matplotlib
-    matplotlib.use('Agg')
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for group in _groups(rows):
         base = _baseline(rows, group)
