@@ -1,6 +1,5 @@
 """What the tools share beyond the command-line layer (``timm_minimal.cli``): the model a tool is pointed at by name,
-refused with the names allowed, the CPU a benchmark ran on, the writing of a benchmark's JSON and markdown report, and
-matplotlib for the reports' figures."""
+refused with the names allowed, the CPU a benchmark ran on, and the writing of a benchmark's JSON and markdown report."""
 import json
 import os
 import shlex
@@ -8,15 +7,6 @@ from typing import Any, Dict, List, Optional, Type
 
 import torch.nn as nn
 
-
-
-def pyplot():
-    """matplotlib's pyplot on the Agg backend (no display), imported on first use: a figure costs its import only
-    where one is drawn."""
-    import matplotlib
-    matplotlib.use('Agg', force=True)
-    import matplotlib.pyplot as plt
-    return plt
 
 
 def allowed_models() -> str:

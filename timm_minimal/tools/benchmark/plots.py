@@ -3,7 +3,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from ...models.paper import BASELINE
 from .accuracy import PAPER_TABLE2
-from ..common import pyplot
+from ..figures import pyplot
 from .measure import median
 
 

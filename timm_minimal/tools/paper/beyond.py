@@ -39,7 +39,8 @@ from ...training.run_folder import RunFolder
 from .grid import PAPER_START, finished_run, thread_env
 from .pool import Command, run_commands, say
 from .reproduce import split_argv
-from ..common import portable_command, pyplot
+from ..common import portable_command
+from ..figures import pyplot
 
 __all__ = ['Variant', 'PILOTS', 'variant_command', 'collect', 'write_report', 'write_plot', 'main']
 

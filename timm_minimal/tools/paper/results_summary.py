@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ...models.datasets import DATASETS
 from ...models.paper import PAPER, PAPER_EPOCHS, arch_name
-from ..common import pyplot
+from ..figures import pyplot
 from .grid_row import read_grid_rows
 
 __all__ = ['load_rows', 'write_summary', 'cell']
