@@ -92,6 +92,8 @@ PILOTS: List[Variant] = [
     # the strong augmentation with RandAugment, a per-image transform of the loader path (CCT's CIFAR-10 recipe has it)
     Variant('std_mlp_6x4-strong-randaug', 'vit_minimal_std_mlp_6x4.cifar10', STRONG_AUG + RANDAUG,
             _STRONG_WHAT + ', RandAugment m9 (loader path)'),
+    # qkonly_6x1 as the recipe is, the run its mimetic start with distillation is measured against at the CPU budget
+    _family('vit_minimal_qkonly_6x1.cifar10', 'qkonly_6x1')[0],
 ]
 
 
