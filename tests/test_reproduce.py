@@ -431,6 +431,7 @@ def test_the_beyond_pilots_reuse_resume_and_report(tmp_path, capsys):
     rows = json.loads(report.with_suffix('.json').read_text())
     assert [len(r['test_acc_per_epoch']) for r in rows] == [3, 2] and rows[1]['train_acc_per_epoch'] == [50.0, 50.0]
     assert 'Device 1: ' in text and 'CPU flags' in text and '| 1 |' in text  # each row names the CPU it trained on
+    assert 'CPU runs as one process of one thread beside one other run.' in text  # as each run recorded it
     # the command each run recorded, with its folders written as the report's reader would have them
     assert 'The trainer commands' in text
     assert '- sym_6x4-kd: `timm-minimal-train --data-dir data --output runs/sym_6x4-kd`' in text
@@ -438,6 +439,15 @@ def test_the_beyond_pilots_reuse_resume_and_report(tmp_path, capsys):
     assert beyond.main(['--runs-dir', str(runs), '--report-only', '--output', str(report)]) == 0
     assert report.read_text() == text
     assert beyond.main(['--only', 'nothing']) == 2
+
+
+def test_the_beyond_report_says_how_many_threads_each_cpu_run_had():
+    from timm_minimal.tools.paper.beyond import cpu_threads
+    rows = [dict(name='a', threads=2), dict(name='b', threads=1), dict(name='c', threads=1),
+            dict(name='g', device_type='cuda', threads=4)]
+    assert cpu_threads(rows) == '; CPU runs as one process each, of 1 thread (b, c), of 2 threads (a)'
+    assert cpu_threads(rows[1:]) == '; CPU runs as one process of one thread beside one other run'
+    assert cpu_threads(rows[3:]) == ''
 
 
 def test_combine_adds_the_pilots_beyond_the_paper_each_against_its_plain_run(tmp_path, capsys):
@@ -465,6 +475,16 @@ def test_combine_adds_the_pilots_beyond_the_paper_each_against_its_plain_run(tmp
     section = md.read_text().split('## Beyond the paper')[1]
     assert "| mixup | 100 | 90.50 | 98.00 | +0.30 (the grid's run, 97.70) |" in section
     assert '| mimetic initialisation | 36 | – | 71.02 | +0.30 (the plain pilot, 70.72) |' in section
+    # a third report with no plain run of its own: the plain pilot of another report with its recipe and budget
+    later = tmp_path / 'later.json'
+    later.write_text(json.dumps([dict(pilot, name='sym-both', what='both', options=['--teacher', 't'], test_acc=71.5,
+                                      recipe='cifar10_cpu', device_type='cpu'),
+                                 dict(pilot, name='sym-gpu', what='on the GPU recipe', options=['--teacher', 't'],
+                                      test_acc=72.0, recipe='cifar10', device_type='cuda')]))
+    assert reproduce.main(['--combine', str(mnist), '--output', str(md), '--beyond', str(beyond), str(later)]) == 0
+    section = md.read_text().split('## Beyond the paper')[1]
+    assert '| both | 36 | – | 71.50 | +0.78 (the plain pilot of another report, 70.72) |' in section
+    assert '| on the GPU recipe | 36 | – | 72.00 | – |' in section  # another recipe: no run to measure it against
     for bad, message in (([dict(pilots[0], test_acc='70')], '"test_acc" must be a number'), ([], 'non-empty list')):
         beyond.write_text(json.dumps(bad))
         with pytest.raises(SystemExit) as e:

@@ -42,7 +42,7 @@ from .reproduce import split_argv
 from ..common import portable_command
 from ..figures import pyplot
 
-__all__ = ['Variant', 'PILOTS', 'variant_command', 'collect', 'write_report', 'write_plot', 'main']
+__all__ = ['Variant', 'PILOTS', 'variant_command', 'collect', 'cpu_threads', 'write_report', 'write_plot', 'main']
 
 TEACHER = 'vit_minimal_std_mlp_6x4.cifar10'  # the paper recipe's best CIFAR-10 model (79.34%, its card)
 STRONG_TEACHER = 'vit_minimal_std_mlp_6x4.cifar10_mixup'  # the zoo's best CIFAR-10 model (82.41%, its card)
@@ -168,11 +168,24 @@ def reading(path: Path) -> List[str]:
     return lines[lines.index(READING):] if READING in lines else []
 
 
+def cpu_threads(rows: Sequence[Dict[str, Any]]) -> str:
+    """How the CPU runs used their machine, from the thread count each run recorded (earlier rows: one)."""
+    by_count: Dict[int, List[str]] = {}
+    for r in rows:
+        if r.get('device_type', 'cpu') == 'cpu':
+            by_count.setdefault(r.get('threads') or 1, []).append(r['name'])
+    if not by_count:
+        return ''
+    if set(by_count) == {1}:
+        return '; CPU runs as one process of one thread beside one other run'
+    return '; CPU runs as one process each, ' + ', '.join(
+        f'of {n} thread{"s" if n > 1 else ""} ({", ".join(names)})' for n, names in sorted(by_count.items()))
+
+
 def write_report(rows: Sequence[Dict[str, Any]], path: Path, command_line: str, plot: Optional[Path] = None) -> None:
     machines = list(dict.fromkeys(_machine(r) for r in rows))
     recipes = list(dict.fromkeys(r.get('recipe') or 'cifar10_cpu' for r in rows))  # earlier rows: the CPU pilots
-    on_cpu = any(r.get('device_type', 'cpu') == 'cpu' for r in rows)
-    cpu_runs = '; CPU runs as one process of one thread beside one other run' if on_cpu else ''
+    cpu_runs = cpu_threads(rows)
     lines = [
         '# Beyond the paper: CIFAR-10 pilots', '',
         f'Command: `{command_line}`', '',

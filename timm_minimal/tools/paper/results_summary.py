@@ -322,34 +322,43 @@ def load_pilots(path: Path) -> List[Row]:
     return data
 
 
-def _beyond_baseline(r: Row, pilots: Sequence[Row], rows: Sequence[Row]) -> Optional[Tuple[float, str]]:
+def _beyond_baseline(r: Row, pilots: Sequence[Row], rows: Sequence[Row],
+                     others: Sequence[Row] = ()) -> Optional[Tuple[float, str]]:
     """The run ``r`` of the report ``pilots`` is measured against: the plain pilot of its model in that report at its
-    budget, else the grid's run of the model at that budget (the paper's recipe, which the converged variants start
-    from)."""
-    plain = [p for p in pilots if p['model'] == r['model'] and not p['options'] and p['status'] == 'finished'
-             and p['epochs'] == r['epochs'] and p is not r]
-    if plain:
-        return plain[0]['test_acc'], 'the plain pilot'
+    budget, else such a pilot of another report (``others``) with the same recipe on the same kind of device, else the
+    grid's run of the model at that budget (the paper's recipe, which the converged variants start from)."""
+    def plain(p: Row) -> bool:
+        return (p['model'] == r['model'] and not p['options'] and p['status'] == 'finished'
+                and p['epochs'] == r['epochs'] and p is not r)
+
+    def setup(p: Row) -> Tuple[str, str]:  # the earlier pilot reports' rows name neither: the CPU recipe on a CPU
+        return p.get('recipe') or 'cifar10_cpu', p.get('device_type') or 'cpu'
+    own = [p for p in pilots if plain(p)]
+    if own:
+        return own[0]['test_acc'], 'the plain pilot'
+    elsewhere = [p for p in others if plain(p) and setup(p) == setup(r)]
+    if elsewhere:
+        return elsewhere[0]['test_acc'], 'the plain pilot of another report'
     grid = [g for g in rows if g['model'] == r['model'] and g['epochs'] == r['epochs']]
     return (grid[0]['val_acc'], 'the grid\'s run') if grid and r['options'] else None
 
 
 def beyond_section(reports: Sequence[List[Row]], paths: Sequence[Path], rows: Sequence[Row], out: Path) -> List[str]:
     """Each run beyond the paper against the run of its model without its changes, at the same budget: the plain
-    pilot of its report, or the grid's run (``_beyond_baseline``)."""
+    pilot of its report or of another with its recipe, or the grid's run (``_beyond_baseline``)."""
     links = ', '.join(_link(str(p.with_suffix('.md')), out) for p in paths if p.with_suffix('.md').is_file())
     where = f'; the reports, with their commands, recipes and devices: {links}' if links else ''
     lines = ['## Beyond the paper: CIFAR-10', '',
              f'Each architecture trained past the paper\'s recipe, every change against the run of the same model '
-             f'without it at the same budget (the plain pilot of its report, or the grid\'s run of the paper\'s '
-             f'recipe), one seed each{where}. Train accuracy tells underfitting (low) from overfitting (near 100%); '
+             f'without it at the same budget (the plain pilot of its report or of another with its recipe, or the '
+             f'grid\'s run of the paper\'s recipe), one seed each{where}. Train accuracy tells underfitting (low) from overfitting (near 100%); '
              f'with mixup and cutmix it is measured against each image\'s own label and reads low.',
              '', '| model | what changes | epochs | train acc % | test acc % | Δ (against) |',
              '|---|---|---:|---:|---:|---|']
     every = [(r, pilots) for pilots in reports for r in pilots]
     for r, pilots in sorted(every, key=lambda e: (e[0]['model'], e[0]['epochs'], bool(e[0]['options']), e[0]['name'])):
         done = r['status'] == 'finished'
-        base = _beyond_baseline(r, pilots, rows) if done else None
+        base = _beyond_baseline(r, pilots, rows, [p for ps in reports for p in ps]) if done else None
         epochs = f"{r['epochs']}" if done else f"{r['epochs']} of {r['planned_epochs']} (unfinished)"
         delta = f"{r['test_acc'] - base[0]:+.2f} ({base[1]}, {base[0]:.2f})" if base else '–'
         lines.append(f"| `{r['model']}` | {r['what']} | {epochs} | {cell(r.get('train_acc'), '.2f')} "
@@ -439,7 +448,8 @@ def answer_paragraph(best: List[Tuple], base: Row, base_best: float, reports: Se
     flat = []
     for pilots in reports:
         for b in pilots:
-            ref = _beyond_baseline(b, pilots, rows) if b['status'] == 'finished' and b['options'] else None
+            ref = (_beyond_baseline(b, pilots, rows, [p for ps in reports for p in ps])
+                   if b['status'] == 'finished' and b['options'] else None)
             if ref and b['test_acc'] - ref[0] < NOISE_PP:
                 flat.append(f"`{b['model']}`, {b['what']}, {b['epochs']} epochs ({b['test_acc'] - ref[0]:+.2f})")
     if flat:
