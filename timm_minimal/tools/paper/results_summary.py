@@ -351,14 +351,15 @@ def beyond_section(reports: Sequence[List[Row]], paths: Sequence[Path], rows: Se
     lines = ['## Beyond the paper: CIFAR-10', '',
              f'Each architecture trained past the paper\'s recipe, every change against the run of the same model '
              f'without it at the same budget (the plain pilot of its report or of another with its recipe, or the '
-             f'grid\'s run of the paper\'s recipe), one seed each{where}. Train accuracy tells underfitting (low) from overfitting (near 100%); '
-             f'with mixup and cutmix it is measured against each image\'s own label and reads low.',
+             f'grid\'s run of the paper\'s recipe), one seed each{where}. Train accuracy tells underfitting (low) '
+             f'from overfitting (near 100%); with mixup and cutmix it is measured against each image\'s own label and '
+             f'reads low.',
              '', '| model | what changes | epochs | train acc % | test acc % | Δ (against) |',
              '|---|---|---:|---:|---:|---|']
     every = [(r, pilots) for pilots in reports for r in pilots]
     for r, pilots in sorted(every, key=lambda e: (e[0]['model'], e[0]['epochs'], bool(e[0]['options']), e[0]['name'])):
         done = r['status'] == 'finished'
-        base = _beyond_baseline(r, pilots, rows, [p for ps in reports for p in ps]) if done else None
+        base = _beyond_baseline(r, pilots, rows, [p for p, _ in every]) if done else None
         epochs = f"{r['epochs']}" if done else f"{r['epochs']} of {r['planned_epochs']} (unfinished)"
         delta = f"{r['test_acc'] - base[0]:+.2f} ({base[1]}, {base[0]:.2f})" if base else '–'
         lines.append(f"| `{r['model']}` | {r['what']} | {epochs} | {cell(r.get('train_acc'), '.2f')} "
@@ -445,11 +446,10 @@ def answer_paragraph(best: List[Tuple], base: Row, base_best: float, reports: Se
                   f'{median(before):+.2f}) with the paper\'s recipe on both sides: at this budget it {verb} the gap, '
                   f'and closes it (within {CLOSED_PP:g} points) for {", ".join(closed) if closed else "none of them"}.',
                   '']
-    flat = []
+    flat, everyone = [], [b for pilots in reports for b in pilots]
     for pilots in reports:
         for b in pilots:
-            ref = (_beyond_baseline(b, pilots, rows, [p for ps in reports for p in ps])
-                   if b['status'] == 'finished' and b['options'] else None)
+            ref = _beyond_baseline(b, pilots, rows, everyone) if b['status'] == 'finished' and b['options'] else None
             if ref and b['test_acc'] - ref[0] < NOISE_PP:
                 flat.append(f"`{b['model']}`, {b['what']}, {b['epochs']} epochs ({b['test_acc'] - ref[0]:+.2f})")
     if flat:
