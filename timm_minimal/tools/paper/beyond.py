@@ -39,6 +39,7 @@ from ...training.run_folder import RunFolder
 from .grid import PAPER_START, finished_run, thread_env
 from .pool import Command, run_commands, say
 from .reproduce import split_argv
+from .results_summary import pilot_setup
 from ..common import portable_command
 from ..figures import pyplot
 
@@ -156,7 +157,7 @@ def keep_earlier(rows: List[Dict[str, Any]], earlier: Sequence[Dict[str, Any]],
 def _machine(row: Dict[str, Any]) -> str:
     """The device a row trained on, as its run recorded it: a GPU by its name, a CPU with its flags (rows of runs
     that recorded no flags say so)."""
-    if row.get('device_type', 'cpu') != 'cpu':
+    if pilot_setup(row)[1] != 'cpu':
         return f"{row['device']} (GPU)"
     return f"{row['device']} (CPU flags: {row.get('cpu_flags') or 'not recorded'})"
 
@@ -169,10 +170,10 @@ def reading(path: Path) -> List[str]:
 
 
 def cpu_threads(rows: Sequence[Dict[str, Any]]) -> str:
-    """How the CPU runs used their machine, from the thread count each run recorded (earlier rows: one)."""
+    """How the CPU runs used their machine, from the thread count each run recorded (the first pilots': one)."""
     by_count: Dict[int, List[str]] = {}
     for r in rows:
-        if r.get('device_type', 'cpu') == 'cpu':
+        if pilot_setup(r)[1] == 'cpu':
             by_count.setdefault(r.get('threads') or 1, []).append(r['name'])
     if not by_count:
         return ''
@@ -184,7 +185,7 @@ def cpu_threads(rows: Sequence[Dict[str, Any]]) -> str:
 
 def write_report(rows: Sequence[Dict[str, Any]], path: Path, command_line: str, plot: Optional[Path] = None) -> None:
     machines = list(dict.fromkeys(_machine(r) for r in rows))
-    recipes = list(dict.fromkeys(r.get('recipe') or 'cifar10_cpu' for r in rows))  # earlier rows: the CPU pilots
+    recipes = list(dict.fromkeys(pilot_setup(r)[0] for r in rows))
     cpu_runs = cpu_threads(rows)
     lines = [
         '# Beyond the paper: CIFAR-10 pilots', '',

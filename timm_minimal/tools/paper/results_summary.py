@@ -20,7 +20,7 @@ from ...models.paper import PAPER, PAPER_EPOCHS, arch_name
 from ..figures import pyplot
 from .grid_row import read_grid_rows
 
-__all__ = ['load_rows', 'write_summary', 'cell']
+__all__ = ['load_rows', 'write_summary', 'cell', 'pilot_setup']
 
 Row = Dict[str, Any]
 
@@ -322,6 +322,12 @@ def load_pilots(path: Path) -> List[Row]:
     return data
 
 
+def pilot_setup(row: Row) -> Tuple[str, str]:
+    """The recipe a pilot row started from and the kind of device it trained on (the rows of the first CPU pilots
+    name neither: the CPU recipe on a CPU)."""
+    return row.get('recipe') or 'cifar10_cpu', row.get('device_type') or 'cpu'
+
+
 def _beyond_baseline(r: Row, pilots: Sequence[Row], rows: Sequence[Row],
                      others: Sequence[Row] = ()) -> Optional[Tuple[float, str]]:
     """The run ``r`` of the report ``pilots`` is measured against: the plain pilot of its model in that report at its
@@ -331,12 +337,10 @@ def _beyond_baseline(r: Row, pilots: Sequence[Row], rows: Sequence[Row],
         return (p['model'] == r['model'] and not p['options'] and p['status'] == 'finished'
                 and p['epochs'] == r['epochs'] and p is not r)
 
-    def setup(p: Row) -> Tuple[str, str]:  # the earlier pilot reports' rows name neither: the CPU recipe on a CPU
-        return p.get('recipe') or 'cifar10_cpu', p.get('device_type') or 'cpu'
     own = [p for p in pilots if plain(p)]
     if own:
         return own[0]['test_acc'], 'the plain pilot'
-    elsewhere = [p for p in others if plain(p) and setup(p) == setup(r)]
+    elsewhere = [p for p in others if plain(p) and pilot_setup(p) == pilot_setup(r)]
     if elsewhere:
         return elsewhere[0]['test_acc'], 'the plain pilot of another report'
     grid = [g for g in rows if g['model'] == r['model'] and g['epochs'] == r['epochs']]
