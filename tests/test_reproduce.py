@@ -441,6 +441,34 @@ def test_the_beyond_pilots_reuse_resume_and_report(tmp_path, capsys):
     assert beyond.main(['--only', 'nothing']) == 2
 
 
+@pytest.mark.parametrize('content, message', [
+    ('{bad', 'not a pilots JSON file'),
+    ('{"rows": []}', 'expected a list of rows'),
+    ('[{"name": "sym_6x4-plain"}]', 'the key "model" is missing'),
+    ('[ROW]', '"threads" must be int'),
+    ('[ROW_TEACHER]', 'teacher: the key "name" is missing'),
+    ('[ROW_CURVES]', 'must be lists of numbers of one length'),
+])
+def test_the_beyond_report_refuses_a_bad_earlier_json_in_one_line_and_writes_nothing(content, message, tmp_path,
+                                                                                     capsys):
+    """The report's JSON holds the rows of pilots whose run folders are gone: a bad one is refused, never rewritten."""
+    from timm_minimal.tools.paper import beyond
+    row = dict(name='sym_6x4-plain', model='m', what='w', options=[], status='finished', epochs=3, planned_epochs=3,
+               test_acc=50.0, params=None, train_acc=50.0, best_test_acc=50.0, best_epoch=3, wall_time=1.0,
+               device='cpu', threads='2', teacher=None)
+    rows = {'ROW': row, 'ROW_TEACHER': dict(row, threads=1, teacher={}),
+            'ROW_CURVES': dict(row, threads=1, train_acc_per_epoch=[1.0], test_acc_per_epoch=[1.0, 2.0])}
+    for key in sorted(rows, key=len, reverse=True):  # ROW_TEACHER before ROW
+        content = content.replace(key, json.dumps(rows[key]))
+    report = tmp_path / 'pilots.md'
+    report.with_suffix('.json').write_text(content)
+    assert beyond.main(['--runs-dir', str(tmp_path / 'runs'), '--report-only', '--output', str(report)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and 'fix or move it away' in err and len(err.strip().splitlines()) == 1, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['pilots.json']  # no report, no figure, the JSON as it was
+    assert report.with_suffix('.json').read_text() == content
+
+
 def test_the_beyond_report_says_how_many_threads_each_cpu_run_had():
     from timm_minimal.tools.paper.beyond import cpu_threads
     rows = [dict(name='a', threads=2), dict(name='b', threads=1), dict(name='c', threads=1),

@@ -39,7 +39,7 @@ from ...training.run_folder import RunFolder
 from .grid import PAPER_START, finished_run, thread_env
 from .pool import Command, run_commands, say
 from .reproduce import split_argv
-from .results_summary import pilot_setup
+from .results_summary import check_row, load_pilots, pilot_setup
 from ..common import portable_command
 from ..figures import pyplot
 
@@ -142,6 +142,44 @@ def collect(variants: Sequence[Variant], runs_dir: Path) -> List[Dict[str, Any]]
                          command=portable_command(record.command, v.name) if record.command else None,
                          train_acc_per_epoch=[round(m['train_acc'], 2) for m in metrics],
                          test_acc_per_epoch=[round(m['test_acc'], 2) for m in metrics]))
+    return rows
+
+
+# what the report reads of a row kept from its earlier JSON, beyond what results_summary checks of every pilot row
+_NONE = type(None)
+_KEPT_KEYS = {'params': (int, _NONE), 'train_acc': float, 'best_test_acc': float, 'best_epoch': int,
+              'wall_time': float, 'device': (str, _NONE), 'threads': (int, _NONE), 'teacher': (dict, _NONE),
+              'cpu_flags': (str, _NONE), 'device_type': str, 'recipe': (str, _NONE), 'command': (str, _NONE),
+              'train_acc_per_epoch': list, 'test_acc_per_epoch': list}
+_KEPT_OPTIONAL = ('cpu_flags', 'device_type', 'recipe', 'command', 'train_acc_per_epoch', 'test_acc_per_epoch')
+_KEPT_RANGES = {'train_acc': (0, 100), 'best_test_acc': (0, 100), 'best_epoch': (1, None), 'wall_time': (0, None),
+                'threads': (1, None)}
+_TEACHER_KEYS = {'name': str, 'num_params': int, 'test_acc': float, 'precision': str, 'distill_type': str,
+                 'temperature': float, 'task_weight': float, 'distill_weight': float}
+
+
+def read_earlier(path: Path) -> List[Dict[str, Any]]:
+    """The rows of the report's earlier JSON (none where it has none yet), each checked for what the report reads of
+    it; a bad file is refused in one line before anything is written (it holds the rows of pilots whose run folders
+    are gone, so the tool neither drops nor overwrites it)."""
+    if not path.is_file():
+        return []
+    try:
+        rows = load_pilots(path, empty_ok=True)
+        for i, r in enumerate(rows, 1):
+            where = f'{path} row {i}'
+            check_row(r, where, _KEPT_KEYS, _KEPT_RANGES, _KEPT_OPTIONAL)
+            if r['teacher'] is not None:
+                check_row(r['teacher'], f'{where} teacher', _TEACHER_KEYS, {})
+            curves = [r.get(k) for k in ('train_acc_per_epoch', 'test_acc_per_epoch')]
+            if any(c is not None for c in curves) and not (
+                    all(isinstance(c, list) for c in curves) and len(curves[0]) == len(curves[1])
+                    and all(isinstance(v, (int, float)) and not isinstance(v, bool) for c in curves for v in c)):
+                raise ValueError(f'{where}: "train_acc_per_epoch" and "test_acc_per_epoch" must be lists of numbers '
+                                 'of one length')
+    except ValueError as e:
+        raise UsageError(f'{e}; fix or move it away (a report rebuilt without it loses the rows of the pilots whose '
+                         'run folders are gone)') from None
     return rows
 
 
@@ -279,15 +317,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if unknown:
         raise UsageError(f'unknown pilot(s) {", ".join(unknown)}; choose from {", ".join(v.name for v in PILOTS)}')
     failed = []
+    json_path = Path(args.json) if args.json else Path(args.output).with_suffix('.json')
     if not args.report_only:
         commands = [c for c in (variant_command(v, args) for v in chosen) if c is not None]
         if args.dry_run:
             for c in commands:
                 say(f'[beyond] {c.name}: {shlex.join(c.argv)}')
             return 0
+        read_earlier(json_path)  # a report that could not be written is refused before hours of training
         failed = [r for r in run_commands(commands, jobs=args.jobs, prefix='[beyond] ') if r.returncode != 0]
-    json_path = Path(args.json) if args.json else Path(args.output).with_suffix('.json')
-    earlier = json.loads(json_path.read_text()) if json_path.is_file() else []
+    earlier = read_earlier(json_path)
     rows = keep_earlier(collect(chosen, Path(args.runs_dir)), earlier, chosen)
     plot = Path(args.plot) if args.plot else Path(args.output).with_suffix('.png')
     plotted = write_plot(rows, plot)

@@ -20,7 +20,7 @@ from ...models.paper import PAPER, PAPER_EPOCHS, arch_name
 from ..figures import pyplot
 from .grid_row import read_grid_rows
 
-__all__ = ['load_rows', 'write_summary', 'cell', 'pilot_setup']
+__all__ = ['load_rows', 'write_summary', 'cell', 'check_row', 'load_pilots', 'pilot_setup']
 
 Row = Dict[str, Any]
 
@@ -50,13 +50,19 @@ def load_rows(paths: Sequence[Path]) -> List[Row]:
     return list(rows.values())
 
 
-def _check_row(r: Row, where: str, keys: Dict[str, Any], ranges: Dict[str, Tuple]) -> None:
+def check_row(r: Row, where: str, keys: Dict[str, Any], ranges: Dict[str, Tuple],
+              optional: Sequence[str] = ()) -> None:
+    """``r`` is a JSON object with each of ``keys`` of its type (a type or a tuple of them) within ``ranges``; the
+    ``optional`` keys are checked only where the row has them. A ValueError names the row, the key and what it takes."""
     import math
     if not isinstance(r, dict):
         raise ValueError(f'{where}: not a row (a JSON object), got {r!r}')
     for key, kind in keys.items():
+        if key not in r and key in optional:
+            continue
         if key not in r:
-            raise ValueError(f'{where}: the key "{key}" is missing (a row needs {", ".join(keys)})')
+            raise ValueError(f'{where}: the key "{key}" is missing (a row needs '
+                             f'{", ".join(k for k in keys if k not in optional)})')
         value, kinds = r[key], kind if isinstance(kind, tuple) else (kind,)
         numeric = float in kinds and isinstance(value, int) and not isinstance(value, bool)
         if not (isinstance(value, kinds) and not isinstance(value, bool)) and not numeric:
@@ -309,16 +315,17 @@ _PILOT_KEYS = {'name': str, 'model': str, 'what': str, 'options': list, 'status'
 _PILOT_RANGES = {'epochs': (1, None), 'planned_epochs': (1, None), 'test_acc': (0, 100)}
 
 
-def load_pilots(path: Path) -> List[Row]:
-    """The rows of the pilots' JSON (``python -m timm_minimal.tools.paper.beyond --json``), each checked."""
+def load_pilots(path: Path, empty_ok: bool = False) -> List[Row]:
+    """The rows of the pilots' JSON (``python -m timm_minimal.tools.paper.beyond --json``), each checked; an empty
+    list only where ``empty_ok``."""
     try:
         data = json.loads(Path(path).read_text())
     except (OSError, ValueError) as e:
         raise ValueError(f'{path}: not a pilots JSON file ({e})') from None
-    if not isinstance(data, list) or not data:
-        raise ValueError(f'{path}: not a pilots JSON file (expected a non-empty list of rows)')
+    if not isinstance(data, list) or not (data or empty_ok):
+        raise ValueError(f'{path}: not a pilots JSON file (expected a {"" if empty_ok else "non-empty "}list of rows)')
     for i, r in enumerate(data, 1):
-        _check_row(r, f'{path} row {i}', _PILOT_KEYS, _PILOT_RANGES)
+        check_row(r, f'{path} row {i}', _PILOT_KEYS, _PILOT_RANGES)
     return data
 
 
