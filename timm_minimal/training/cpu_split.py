@@ -48,6 +48,10 @@ SPLIT_MIN_IMAGES = 500_000  # a shorter run (the tests, the demo) stays one proc
 PROBE_SECONDS = 6.0  # timed, after PROBE_WARMUP steps: a 3 s probe measured one process at 0.6x its rate
 PROBE_WARMUP = 5
 PROBE_TIMEOUT = 120.0  # seconds for all the probes of one candidate together
+# The DDP models of a split's probe processes, freed only as the process ends without its interpreter's cleanup
+# (``_run_probes``): on torch 2.13 freeing one hung at random (a probe in 3 or so), its reducer freeing the gloo group,
+# which joins its worker threads with the GIL held while a worker waits for the GIL to free a tensor of its last work.
+_NEVER_FREED: List[Any] = []
 PROBE = 'ddp'  # a split's processes are measured as one DDP group (``measure``), part of the cache key
 MARGIN = 1.05  # a split or a compilation must be measured this much faster: a tie keeps the simpler eager process
 
@@ -166,6 +170,7 @@ def bare_step_rate(model: str, batch: int, threads: int, seconds: float, warmup:
     finally:
         if group is not None:
             dist.destroy_process_group()
+            _NEVER_FREED.append(net)
 
 
 def _check_compiled(loss: float, eager: float) -> None:
@@ -222,8 +227,9 @@ def _run_probes(model: str, batch: int, processes: int, threads: int, seconds: f
     try:
         for rank in range(processes):
             group = (port, rank, processes) if port is not None else None
-            code = (f'from timm_minimal.training.cpu_split import bare_step_rate; print(bare_step_rate('
-                    f'{model!r}, {max(1, batch // processes)}, {threads}, {seconds}, group={group!r}, **{step!r}))')
+            code = (f'import os; from timm_minimal.training.cpu_split import bare_step_rate; print(bare_step_rate('
+                    f'{model!r}, {max(1, batch // processes)}, {threads}, {seconds}, group={group!r}, **{step!r}), '
+                    f'flush=True); os._exit(0)')  # os._exit: see _NEVER_FREED
             procs.append(subprocess.Popen([sys.executable, '-c', code], stdout=subprocess.PIPE,
                                           stderr=errors[rank], text=True, env=env))
         deadline = time.monotonic() + timeout
