@@ -53,6 +53,7 @@ DISTILLED_STRONG = ('--teacher', STRONG_TEACHER, '--smoothing', '0')
 STRONG_AUG = ('--mixup', '0.8', '--cutmix', '1.0', '--reprob', '0.25', '--scale', '0.81', '1.21',
               '--translate', '0.125')
 RANDAUG = ('--data-path', 'loader', '--aa', 'rand-m9-mstd0.5-inc1')
+LESS_REG = ('--weight-decay', '0', '--smoothing', '0')
 READING = '## What the runs say'  # a report's hand-written part: from this heading on, kept when it regenerates
 
 
@@ -71,6 +72,11 @@ def _family(model: str, arch: str) -> List[Variant]:
             Variant(f'{arch}-mimetic-kd', model, MIMETIC + DISTILLED, 'mimetic initialisation and distillation')]
 
 
+def _strong_teacher(arch: str) -> Variant:
+    return Variant(f'{arch}-mimetic-kd-strong-teacher', f'vit_minimal_{arch}.cifar10', MIMETIC + DISTILLED_STRONG,
+                   f'mimetic initialisation and distillation from {STRONG_TEACHER}')
+
+
 _STRONG_WHAT = 'mixup 0.8, cutmix 1.0, random erasing 0.25, zoom +-10%, 4-px shift'
 
 # In the order they run: the questions that decide the most first.
@@ -87,14 +93,21 @@ PILOTS: List[Variant] = [
       for arch in ('std_mlp_6x1', 'qk_mlp_6x1', 'qkonly_mlp_6x1')),
     # the other models without an MLP with the chosen recipe, and four of them with the stronger teacher
     *(_family(f'vit_minimal_{arch}.cifar10', arch)[3] for arch in ('std_6x1', 'sym_6x1', 'qkonly_6x1')),
-    *(Variant(f'{arch}-mimetic-kd-strong-teacher', f'vit_minimal_{arch}.cifar10', MIMETIC + DISTILLED_STRONG,
-              f'mimetic initialisation and distillation from {STRONG_TEACHER}')
-      for arch in ('sym_6x4', 'std_6x4', 'qk_6x1', 'std_6x1')),
+    *(_strong_teacher(arch) for arch in ('sym_6x4', 'std_6x4', 'qk_6x1', 'std_6x1')),
     # the strong augmentation with RandAugment, a per-image transform of the loader path (CCT's CIFAR-10 recipe has it)
     Variant('std_mlp_6x4-strong-randaug', 'vit_minimal_std_mlp_6x4.cifar10', STRONG_AUG + RANDAUG,
             _STRONG_WHAT + ', RandAugment m9 (loader path)'),
     # qkonly_6x1 as the recipe is, the run its mimetic start with distillation is measured against at the CPU budget
     _family('vit_minimal_qkonly_6x1.cifar10', 'qkonly_6x1')[0],
+    # less regularisation for the models that underfit: the mimetic start without weight decay or label smoothing,
+    # against the mimetic pilots above
+    *(Variant(f'{arch}-mimetic-less-reg', f'vit_minimal_{arch}.cifar10', MIMETIC + LESS_REG,
+              'mimetic initialisation, no weight decay, no label smoothing') for arch in ('sym_6x4', 'qk_6x1')),
+    # the converged runs still to do (a GPU's): the last 6-layer one-head model with the stronger teacher, and the
+    # 12-layer models with their family's recipe
+    _strong_teacher('sym_6x1'), _strong_teacher('std_12x1'), _strong_teacher('std_12x4'),
+    *(Variant(f'{arch}-strong', f'vit_minimal_{arch}.cifar10', STRONG_AUG, _STRONG_WHAT)
+      for arch in ('std_mlp_12x1', 'std_mlp_12x4')),
 ]
 
 
