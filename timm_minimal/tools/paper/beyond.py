@@ -100,9 +100,12 @@ PILOTS: List[Variant] = [
     # qkonly_6x1 as the recipe is, the run its mimetic start with distillation is measured against at the CPU budget
     _family('vit_minimal_qkonly_6x1.cifar10', 'qkonly_6x1')[0],
     # less regularisation for the models that underfit: the mimetic start without weight decay or label smoothing,
-    # against the mimetic pilots above
+    # against the mimetic pilots above (std_6x4's mimetic pilot, the one it is measured against, beside it)
     *(Variant(f'{arch}-mimetic-less-reg', f'vit_minimal_{arch}.cifar10', MIMETIC + LESS_REG,
               'mimetic initialisation, no weight decay, no label smoothing') for arch in ('sym_6x4', 'qk_6x1')),
+    _family('vit_minimal_std_6x4.cifar10', 'std_6x4')[1],
+    Variant('std_6x4-mimetic-less-reg', 'vit_minimal_std_6x4.cifar10', MIMETIC + LESS_REG,
+            'mimetic initialisation, no weight decay, no label smoothing'),
     # the converged runs still to do (a GPU's): the last 6-layer one-head model with the stronger teacher, and the
     # 12-layer models with their family's recipe
     _strong_teacher('sym_6x1'), _strong_teacher('std_12x1'), _strong_teacher('std_12x4'),
