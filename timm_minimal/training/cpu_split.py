@@ -49,7 +49,7 @@ PROBE_SECONDS = 6.0  # timed, after PROBE_WARMUP steps: a 3 s probe measured one
 PROBE_WARMUP = 5
 PROBE_TIMEOUT = 120.0  # seconds for all the probes of one candidate together
 # The DDP models of a split's probe processes, freed only as the process ends without its interpreter's cleanup
-# (``_run_probes``): on torch 2.13 freeing one hung at random (a probe in 3 or so), its reducer freeing the gloo group,
+# (``_run_probes``): on torch 2.13 freeing one hung at random (3 probes in 30), its reducer freeing the gloo group,
 # which joins its worker threads with the GIL held while a worker waits for the GIL to free a tensor of its last work.
 _NEVER_FREED: List[Any] = []
 PROBE = 'ddp'  # a split's processes are measured as one DDP group (``measure``), part of the cache key
