@@ -77,6 +77,11 @@ def _strong_teacher(arch: str) -> Variant:
                    f'mimetic initialisation and distillation from {STRONG_TEACHER}')
 
 
+def _less_reg(arch: str) -> Variant:
+    return Variant(f'{arch}-mimetic-less-reg', f'vit_minimal_{arch}.cifar10', MIMETIC + LESS_REG,
+                   'mimetic initialisation, no weight decay, no label smoothing')
+
+
 _STRONG_WHAT = 'mixup 0.8, cutmix 1.0, random erasing 0.25, zoom +-10%, 4-px shift'
 
 # In the order they run: the questions that decide the most first.
@@ -101,11 +106,8 @@ PILOTS: List[Variant] = [
     _family('vit_minimal_qkonly_6x1.cifar10', 'qkonly_6x1')[0],
     # less regularisation for the models that underfit: the mimetic start without weight decay or label smoothing,
     # against the mimetic pilots above (std_6x4's mimetic pilot, the one it is measured against, beside it)
-    *(Variant(f'{arch}-mimetic-less-reg', f'vit_minimal_{arch}.cifar10', MIMETIC + LESS_REG,
-              'mimetic initialisation, no weight decay, no label smoothing') for arch in ('sym_6x4', 'qk_6x1')),
-    _family('vit_minimal_std_6x4.cifar10', 'std_6x4')[1],
-    Variant('std_6x4-mimetic-less-reg', 'vit_minimal_std_6x4.cifar10', MIMETIC + LESS_REG,
-            'mimetic initialisation, no weight decay, no label smoothing'),
+    _less_reg('sym_6x4'), _less_reg('qk_6x1'), _family('vit_minimal_std_6x4.cifar10', 'std_6x4')[1],
+    _less_reg('std_6x4'),
     # the converged runs still to do (a GPU's): the last 6-layer one-head model with the stronger teacher, and the
     # 12-layer models with their family's recipe
     _strong_teacher('sym_6x1'), _strong_teacher('std_12x1'), _strong_teacher('std_12x4'),
