@@ -441,6 +441,26 @@ def test_the_beyond_pilots_reuse_resume_and_report(tmp_path, capsys):
     assert beyond.main(['--only', 'nothing']) == 2
 
 
+def test_a_pilot_repeated_with_another_seed_trains_with_it_and_the_report_says_so(tmp_path, capsys):
+    from timm_minimal.tools.paper import beyond
+    runs = tmp_path / 'runs'
+    assert beyond.main(['--runs-dir', str(runs), '--only', 'sym_6x4-mimetic-less-reg-seed1', '--dry-run']) == 0
+    out = capsys.readouterr().out
+    assert f'--epochs 36 --seed 1 --output {runs / "sym_6x4-mimetic-less-reg-seed1"}' in out
+    assert out.rstrip().endswith('weight_init=mimetic --weight-decay 0 --smoothing 0')
+    for name in ('sym_6x4-mimetic', 'sym_6x4-mimetic-seed1'):
+        folder = RunFolder(runs / name)
+        write_fake_run(folder, 'finished', 3)
+        folder.write_args(dict(model='vit_minimal_sym_6x4.cifar10', output=str(folder.path), epochs=3))
+    report = tmp_path / 'pilots.md'
+    assert beyond.main(['--runs-dir', str(runs), '--report-only', '--output', str(report)]) == 0
+    assert "seed 0 unless the pilot's name ends with another (-seed1)" in report.read_text()
+    assert [r['seed'] for r in json.loads(report.with_suffix('.json').read_text())] == [0, 1]
+    assert beyond.main(['--runs-dir', str(runs), '--report-only', '--output', str(report),
+                        '--only', 'sym_6x4-mimetic-seed1']) == 0
+    assert 'at the budget shown, seed 1, with the options' in report.read_text()
+
+
 @pytest.mark.parametrize('content, message', [
     ('{bad', 'not a pilots JSON file'),
     ('{"rows": []}', 'expected a list of rows'),
@@ -513,6 +533,17 @@ def test_combine_adds_the_pilots_beyond_the_paper_each_against_its_plain_run(tmp
     section = md.read_text().split('## Beyond the paper')[1]
     assert '| both | 36 | – | 71.50 | +0.78 (the plain pilot of another report, 70.72) |' in section
     assert '| on the GPU recipe | 36 | – | 72.00 | – |' in section  # another recipe: no run to measure it against
+    # a run of another seed is measured against the plain run of its seed alone (the grid's runs are of seed 0)
+    seeded = tmp_path / 'seeded.json'
+    seeded.write_text(json.dumps([dict(pilot, name='sym-mimetic-seed1', what='mimetic, seed 1', seed=1,
+                                       options=['--model-kwargs', 'weight_init=mimetic'], test_acc=70.0)]))
+    assert reproduce.main(['--combine', str(mnist), '--output', str(md), '--beyond', str(beyond), str(seeded)]) == 0
+    assert '| mimetic, seed 1 | 36 | – | 70.00 | – |' in md.read_text()
+    seeded.write_text(json.dumps(json.loads(seeded.read_text())
+                                 + [dict(pilot, name='sym-plain-seed1', what='plain, seed 1', seed=1, test_acc=69.5)]))
+    assert reproduce.main(['--combine', str(mnist), '--output', str(md), '--beyond', str(beyond), str(seeded)]) == 0
+    assert '| mimetic, seed 1 | 36 | – | 70.00 | +0.50 (the plain pilot, 69.50) |' in md.read_text()
+    assert '| mimetic initialisation | 36 | – | 71.02 | +0.30 (the plain pilot, 70.72) |' in md.read_text()
     for bad, message in (([dict(pilots[0], test_acc='70')], '"test_acc" must be a number'), ([], 'non-empty list')):
         beyond.write_text(json.dumps(bad))
         with pytest.raises(SystemExit) as e:

@@ -11,7 +11,8 @@ A variant is a model and the trainer options that change its recipe: mimetic ini
 smoothing off: the teacher's soft targets take its place), stronger augmentation for the models that overfit
 (mixup, cutmix, random erasing and the GPU recipe's zoom and 4-px shift, all on the device data path; RandAugment is
 a per-image transform of the loader path, which trains several times slower on a CPU, so the pilots leave it out).
-Every variant starts from the dataset's recipe (``--recipe``, default CIFAR-10's CPU recipe) at one budget, seed 0,
+Every variant starts from the dataset's recipe (``--recipe``, default CIFAR-10's CPU recipe) at one budget, seed 0
+(a repeat with another seed names it: ``-seed1``),
 with timm's initialisation (``--weight-init default``, where the CPU recipe's own is mimetic) unless it is mimetic;
 trainer options after ``--`` change that base for every variant (the GPU runs: the converged grid's batch 1024, lr 4e-3
 and 45 warm-up epochs, so that each variant differs from the grid's run of its model in the variant's options alone).
@@ -29,7 +30,7 @@ import json
 import os
 import shlex
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -59,11 +60,12 @@ READING = '## What the runs say'  # a report's hand-written part: from this head
 
 @dataclass(frozen=True)
 class Variant:
-    """One pilot: a name (its run folder), the model and the options that change the recipe."""
+    """One pilot: a name (its run folder), the model, the options that change the recipe and the seed."""
     name: str
     model: str
     options: Sequence[str] = ()
     what: str = 'the recipe as it is'
+    seed: int = 0
 
 
 def _family(model: str, arch: str) -> List[Variant]:
@@ -80,6 +82,11 @@ def _strong_teacher(arch: str) -> Variant:
 def _less_reg(arch: str) -> Variant:
     return Variant(f'{arch}-mimetic-less-reg', f'vit_minimal_{arch}.cifar10', MIMETIC + LESS_REG,
                    'mimetic initialisation, no weight decay, no label smoothing')
+
+
+def _seeded(v: Variant, seed: int) -> Variant:
+    """``v`` again with another seed: how far one seed's result is from another's."""
+    return replace(v, name=f'{v.name}-seed{seed}', what=f'{v.what}, seed {seed}', seed=seed)
 
 
 _STRONG_WHAT = 'mixup 0.8, cutmix 1.0, random erasing 0.25, zoom +-10%, 4-px shift'
@@ -108,6 +115,9 @@ PILOTS: List[Variant] = [
     # against the mimetic pilots above (std_6x4's mimetic pilot, the one it is measured against, beside it)
     _less_reg('sym_6x4'), _less_reg('qk_6x1'), _family('vit_minimal_std_6x4.cifar10', 'std_6x4')[1],
     _less_reg('std_6x4'),
+    # the same comparison with a second seed, for the two models whose gain was within one seed's spread
+    *(_seeded(v, 1) for arch in ('sym_6x4', 'qk_6x1')
+      for v in (_family(f'vit_minimal_{arch}.cifar10', arch)[1], _less_reg(arch))),
     # the converged runs still to do (a GPU's): the last 6-layer one-head model with the stronger teacher, and the
     # 12-layer models with their family's recipe
     _strong_teacher('sym_6x1'), _strong_teacher('std_12x1'), _strong_teacher('std_12x4'),
@@ -130,8 +140,8 @@ def variant_command(v: Variant, args: argparse.Namespace) -> Optional[Command]:
             raise UsageError(f'{folder.path} holds files that are not a run of this tool; move them away or choose '
                              f'another --runs-dir. Nothing was trained.')
         argv += ['--model', v.model, '--dataset', 'cifar10', '--recipe', args.recipe, '--epochs', str(args.epochs),
-                 '--seed', '0', '--output', str(folder), '--no-progress', '--cpu-processes', '1', *PAPER_START,
-                 *args.trainer_args, *v.options]
+                 '--seed', str(v.seed), '--output', str(folder), '--no-progress', '--cpu-processes', '1',
+                 *PAPER_START, *args.trainer_args, *v.options]
         if args.data_dir:
             argv += ['--data-dir', args.data_dir]
     return Command(v.name, argv, Path(args.runs_dir) / 'logs' / f'{v.name}.log', env=thread_env(args.jobs))
@@ -153,7 +163,7 @@ def collect(variants: Sequence[Variant], runs_dir: Path) -> List[Dict[str, Any]]
                          status=record.status, epochs=last['epoch'],
                          planned_epochs=(folder.read_args() or {}).get('epochs'),
                          test_acc=last['test_acc'], train_acc=last['train_acc'], best_test_acc=best['test_acc'],
-                         best_epoch=best['epoch'], teacher=record.teacher,
+                         best_epoch=best['epoch'], teacher=record.teacher, seed=v.seed,
                          wall_time=sum(m['epoch_time'] for m in metrics), threads=record.last_launch.torch_threads,
                          device=record.last_launch.device_name, device_type=record.last_launch.device,
                          cpu_flags=record.last_launch.cpu_flags, recipe=record.recipe,
@@ -168,10 +178,11 @@ _NONE = type(None)
 _KEPT_KEYS = {'params': (int, _NONE), 'train_acc': float, 'best_test_acc': float, 'best_epoch': int,
               'wall_time': float, 'device': (str, _NONE), 'threads': (int, _NONE), 'teacher': (dict, _NONE),
               'cpu_flags': (str, _NONE), 'device_type': str, 'recipe': (str, _NONE), 'command': (str, _NONE),
-              'train_acc_per_epoch': list, 'test_acc_per_epoch': list}
-_KEPT_OPTIONAL = ('cpu_flags', 'device_type', 'recipe', 'command', 'train_acc_per_epoch', 'test_acc_per_epoch')
+              'train_acc_per_epoch': list, 'test_acc_per_epoch': list, 'seed': int}
+_KEPT_OPTIONAL = ('cpu_flags', 'device_type', 'recipe', 'command', 'train_acc_per_epoch', 'test_acc_per_epoch',
+                  'seed')
 _KEPT_RANGES = {'train_acc': (0, 100), 'best_test_acc': (0, 100), 'best_epoch': (1, None), 'wall_time': (0, None),
-                'threads': (1, None)}
+                'threads': (1, None), 'seed': (0, None)}
 _TEACHER_KEYS = {'name': str, 'num_params': int, 'test_acc': float, 'precision': str, 'distill_type': str,
                  'temperature': float, 'task_weight': float, 'distill_weight': float}
 
@@ -243,10 +254,12 @@ def write_report(rows: Sequence[Dict[str, Any]], path: Path, command_line: str, 
     machines = list(dict.fromkeys(_machine(r) for r in rows))
     recipes = list(dict.fromkeys(pilot_setup(r)[0] for r in rows))
     cpu_runs = cpu_threads(rows)
+    seeds = sorted({r.get('seed', 0) for r in rows})  # rows of reports that recorded no seed ran with seed 0
+    seed = f'seed {seeds[0]}' if len(seeds) == 1 else "seed 0 unless the pilot's name ends with another (-seed1)"
     lines = [
         '# Beyond the paper: CIFAR-10 pilots', '',
         f'Command: `{command_line}`', '',
-        f'Every run: the {" and ".join(f"`{r}`" for r in recipes)} recipe at the budget shown, seed 0, with the '
+        f'Every run: the {" and ".join(f"`{r}`" for r in recipes)} recipe at the budget shown, {seed}, with the '
         f'options its trainer command (below) adds, on the device the last column names{cpu_runs}. Test accuracy is '
         'that of the last epoch on the full CIFAR-10 test split; the best epoch is shown for reference only (no '
         'checkpoint was chosen on the test split). Train accuracy is measured on the augmented batches of the last '

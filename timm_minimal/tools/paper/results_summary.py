@@ -338,11 +338,12 @@ def pilot_setup(row: Row) -> Tuple[str, str]:
 def _beyond_baseline(r: Row, pilots: Sequence[Row], rows: Sequence[Row],
                      others: Sequence[Row] = ()) -> Optional[Tuple[float, str]]:
     """The run ``r`` of the report ``pilots`` is measured against: the plain pilot of its model in that report at its
-    budget, else such a pilot of another report (``others``) with the same recipe on the same kind of device, else the
-    grid's run of the model at that budget (the paper's recipe, which the converged variants start from)."""
+    budget and seed, else such a pilot of another report (``others``) with the same recipe on the same kind of device,
+    else the grid's run of the model at that budget (the paper's recipe, which the converged variants start from; its
+    seed is 0, the seed of a row that names none)."""
     def plain(p: Row) -> bool:
         return (p['model'] == r['model'] and not p['options'] and p['status'] == 'finished'
-                and p['epochs'] == r['epochs'] and p is not r)
+                and p['epochs'] == r['epochs'] and _seed(p) == _seed(r) and p is not r)
 
     own = [p for p in pilots if plain(p)]
     if own:
@@ -351,7 +352,11 @@ def _beyond_baseline(r: Row, pilots: Sequence[Row], rows: Sequence[Row],
     if elsewhere:
         return elsewhere[0]['test_acc'], 'the plain pilot of another report'
     grid = [g for g in rows if g['model'] == r['model'] and g['epochs'] == r['epochs']]
-    return (grid[0]['val_acc'], 'the grid\'s run') if grid and r['options'] else None
+    return (grid[0]['val_acc'], 'the grid\'s run') if grid and r['options'] and _seed(r) == 0 else None
+
+
+def _seed(row: Row) -> int:
+    return row.get('seed', 0)
 
 
 def beyond_section(reports: Sequence[List[Row]], paths: Sequence[Path], rows: Sequence[Row], out: Path) -> List[str]:
