@@ -1,5 +1,6 @@
 """The checkpoints that ship inside the package: they load offline with pretrained=True, point at
 their Hub repos, have a committed model card, and classify real MNIST digits."""
+import re
 from pathlib import Path
 
 import pytest
@@ -104,6 +105,21 @@ def test_shipped_mnist_checkpoint_classifies_real_digits(name):
     p = reported / 100  # 1,000 of the 10,000 digits: four standard errors of a sample of that size
     assert result['samples'] == 1000
     assert abs(result['acc'] - reported) <= 400 * (p * (1 - p) / result['samples']) ** 0.5 + 0.1, (result, reported)
+
+
+def test_evaluate_takes_the_training_split_as_timm_validate_does(capsys):
+    """``--split train``: the training images through the evaluation preprocessing (how well a model fits them); a
+    split the dataset lacks is refused in one line naming the ones it has."""
+    from timm_minimal.tools import evaluate
+    test = evaluate.evaluate_model(timm.create_model('vit_minimal_sym_6x4.mnist', pretrained=True), 'mnist-sample')
+    assert evaluate.main(['--model', 'vit_minimal_sym_6x4.mnist', '--dataset', 'mnist-sample', '--split', 'train']) == 0
+    train = re.search(r'on mnist-sample train \(20,000 images\): top-1 ([\d.]+)%', capsys.readouterr().out)
+    assert (test['split'], test['samples']) == ('test', 1000)
+    assert train and 90 < float(train.group(1)) != round(test['acc'], 2)
+    assert evaluate.main(['--model', 'vit_minimal_sym_6x4.mnist', '--dataset', 'mnist-sample',
+                          '--split', 'validation']) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith("mnist-sample has no split 'validation'; its splits are train and test") and '\n' not in err
 
 
 DATA = ROOT.parent / 'shared' / 'data'  # the real datasets, where they are (CI has them)

@@ -7,7 +7,8 @@ from ..cli import OneLineParser, positive_int
 
 __all__ = ['DESCRIPTION', 'build_parser']
 
-DESCRIPTION = 'Evaluate a model on the whole test split of a dataset: top-1 and top-5 accuracy and the loss.'
+DESCRIPTION = ('Evaluate a model on the whole test split of a dataset (or its training split): top-1 and top-5 '
+               'accuracy and the loss.')
 
 
 def build_parser() -> OneLineParser:
@@ -17,6 +18,10 @@ def build_parser() -> OneLineParser:
     p.add_argument('--dataset', default=None,
                    help="mnist, cifar10, imagenet or an image folder (default: the dataset of the model's tag)")
     p.add_argument('--data-dir', default=None, help='where the dataset lies; default ./data, as the trainer\'s')
+    p.add_argument('--split', metavar='NAME', default=None,
+                   help="the split to evaluate, as timm's validate.py takes it: the dataset's evaluation split (test, "
+                        "or an image folder's val/validation/test) or train (how well the model fits the training "
+                        "images, without their augmentation) (default: the evaluation split)")
     p.add_argument('--batch-size', type=positive_int, default=1000, help='images per forward pass')
     p.add_argument('--device', default='cpu', help='torch device')
     p.add_argument('--no-download', dest='download', action='store_false',

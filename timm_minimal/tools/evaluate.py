@@ -1,12 +1,15 @@
-"""Evaluate a model on the whole test split of a dataset: top-1 and top-5 accuracy and the loss.
+"""Evaluate a model on the whole test split of a dataset (or its training split): top-1 and top-5 accuracy and the
+loss.
 
     timm-minimal-evaluate --model vit_minimal_sym_6x4.mnist --dataset mnist --data-dir data
     timm-minimal-evaluate --model local-dir:runs/x/checkpoints/last --dataset cifar10 --data-dir data
+    timm-minimal-evaluate --model vit_minimal_sym_6x4.cifar10 --data-dir data --split train
 
 The model is any timm name (``pretrained=True``: the shipped weights of a tag, ``local-dir:``,
 ``hf-hub:``); the images go through the model's own evaluation preprocessing (its pretrained
 config: input size, crop, mean and std), as in training. The numbers are those the model cards
-report.
+report. ``--split train`` evaluates the training images the same way, without the augmentation of training: how
+well a model fits its training set, where the trainer's train accuracy is that of augmented batches.
 """
 import sys
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
@@ -51,13 +54,18 @@ def evaluate_forwards(forwards: Mapping[str, Callable[[torch.Tensor], torch.Tens
                       num_classes: int, dataset: str, data_dir: Optional[str] = None, batch_size: int = 1000,
                       device: str = 'cpu', download: bool = False, label_names: Optional[Sequence[str]] = None,
                       labels_by_order: bool = False, download_hint: str = '',
-                      data_option: str = '--data-dir') -> Dict[str, Dict[str, Any]]:
+                      data_option: str = '--data-dir', split: Optional[str] = None) -> Dict[str, Dict[str, Any]]:
     """Loss and top-1 / top-5 accuracy (%) of each function from images to logits over the evaluation split of
-    ``dataset``, prepared once with the preprocessing ``data_cfg`` (timm's ``resolve_data_config``). The data's
-    classes are matched to the model's ``label_names`` by name (``map_labels``) unless ``labels_by_order``."""
+    ``dataset`` (or ``split``: that split's name, or ``'train'``), prepared once with the preprocessing ``data_cfg``
+    (timm's ``resolve_data_config``). The data's classes are matched to the model's ``label_names`` by name
+    (``map_labels``) unless ``labels_by_order``."""
     if batch_size < 1:
         raise ValueError(f'the batch size must be at least 1, got {batch_size}')
     data = load_dataset(dataset, data_dir, download=download, download_hint=download_hint, data_option=data_option)
+    split = split or data.eval_split
+    if split not in ('train', data.eval_split):
+        raise DatasetError(f'{data.name} has no split {split!r}; its splits are train and {data.eval_split}')
+    images_in = data.train if split == 'train' else data.eval
     mapping = map_labels(data.classes, label_names, labels_by_order, data.source or dataset)
     if mapping is None and data.num_classes > num_classes:
         raise DatasetError(f'{data.name} has {data.num_classes} classes and the model {num_classes} outputs: '
@@ -65,9 +73,9 @@ def evaluate_forwards(forwards: Mapping[str, Callable[[torch.Tensor], torch.Tens
     img_mode = image_mode(data_cfg['input_size'][0])
     _, eval_tf = build_transforms(data_cfg['input_size'], data_cfg['mean'], data_cfg['std'],
                                   interpolation=data_cfg['interpolation'], crop_pct=data_cfg['crop_pct'])
-    images, labels = images_to_array(data.eval, eval_tf, data_cfg['input_size'], img_mode)
+    images, labels = images_to_array(images_in, eval_tf, data_cfg['input_size'], img_mode)
     if len(images) == 0:
-        raise DatasetError(f'the {data.eval_split} split of {data.name} holds no images: nothing was evaluated.')
+        raise DatasetError(f'the {split} split of {data.name} holds no images: nothing was evaluated.')
     if mapping is not None:
         labels = mapping[labels]
     normalize = BatchAugment(BatchAugmentConfig(), data_cfg['mean'], data_cfg['std'], torch.device(device))
@@ -80,7 +88,7 @@ def evaluate_forwards(forwards: Mapping[str, Callable[[torch.Tensor], torch.Tens
     results = {}
     for key in forwards:
         res = eval_metrics(sums[key], num_classes=num_classes)
-        results[key] = dict(dataset=data.name, split=data.eval_split, samples=res['count'], loss=res['loss'],
+        results[key] = dict(dataset=data.name, split=split, samples=res['count'], loss=res['loss'],
                             acc=res['acc'], acc5=res.get('acc5'))
     return results
 
@@ -93,14 +101,15 @@ def model_label_names(model: torch.nn.Module) -> Optional[List[str]]:
 
 def evaluate_model(model: torch.nn.Module, dataset: str, data_dir: Optional[str] = None, batch_size: int = 1000,
                    device: str = 'cpu', download: bool = False, labels_by_order: bool = False,
-                   download_hint: str = '') -> Dict[str, Any]:
-    """Loss and top-1 / top-5 accuracy (%) of ``model`` over the evaluation split of ``dataset``."""
+                   download_hint: str = '', split: Optional[str] = None) -> Dict[str, Any]:
+    """Loss and top-1 / top-5 accuracy (%) of ``model`` over the evaluation split of ``dataset`` (or ``split``)."""
     from timm.data import resolve_data_config
     model = model.to(device).eval()
     cfg = resolve_data_config({}, model=model)
     check_config_size(model, cfg['input_size'])
     return evaluate_forwards({'model': model}, cfg, model.num_classes, dataset, data_dir, batch_size, device,
-                             download, model_label_names(model), labels_by_order, download_hint)['model']
+                             download, model_label_names(model), labels_by_order, download_hint,
+                             split=split)['model']
 
 
 def check_config_size(model: torch.nn.Module, input_size: Sequence[int]) -> None:
@@ -136,7 +145,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                          f'give mnist, cifar10, imagenet or an image folder.')
     try:
         res = evaluate_model(model, dataset, args.data_dir, args.batch_size, args.device, args.download,
-                             args.labels_by_order, download_hint='drop --no-download')
+                             args.labels_by_order, download_hint='drop --no-download', split=args.split)
     except (DatasetError, RuntimeError, ValueError) as e:
         raise UsageError(str(e)) from None
     top5 = f", top-5 {res['acc5']:.2f}%" if res['acc5'] is not None else ''

@@ -5,7 +5,7 @@ A dataset is named by ``--dataset``:
 - ``mnist``: the four original idx files (``train-images-idx3-ubyte[.gz]`` ...) under ``<data-dir>``,
   ``<data-dir>/MNIST/raw`` or ``<data-dir>/raw`` (the ``torchvision.datasets.MNIST`` layout), else
   downloaded with torchvision. Held in memory.
-- ``mnist-sample``: the first 5,000 training and 1,000 test digits of MNIST, shipped with the package:
+- ``mnist-sample``: the first 20,000 training and 1,000 test digits of MNIST, shipped with the package:
   training without any download, with MNIST's tag and classes. Held in memory.
 - ``cifar10``: a JPEG image-folder export (``cifar10-jpeg*.tar.gz`` under ``<data-dir>`` or
   ``<data-dir>/CIFAR10``, extracted once to the cache folder), an extracted image folder, the
