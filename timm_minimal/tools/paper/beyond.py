@@ -12,8 +12,8 @@ smoothing off: the teacher's soft targets take its place), stronger augmentation
 (mixup, cutmix, random erasing and the GPU recipe's zoom and 4-px shift, all on the device data path; RandAugment is
 a per-image transform of the loader path, which trains several times slower on a CPU, so the pilots leave it out).
 Every variant starts from the dataset's recipe (``--recipe``, default CIFAR-10's CPU recipe) at one budget, seed 0
-(a repeat with another seed names it: ``-seed1``),
-with timm's initialisation (``--weight-init default``, where the CPU recipe's own is mimetic) unless it is mimetic;
+(a pilot repeated with another seed says so in its name: ``-seed1``), with timm's initialisation (``--weight-init
+default``, where the CPU recipe's own is mimetic) unless it is mimetic;
 trainer options after ``--`` change that base for every variant (the GPU runs: the converged grid's batch 1024, lr 4e-3
 and 45 warm-up epochs, so that each variant differs from the grid's run of its model in the variant's options alone).
 
