@@ -367,9 +367,9 @@ def beyond_section(reports: Sequence[List[Row]], paths: Sequence[Path], rows: Se
     lines = ['## Beyond the paper: CIFAR-10', '',
              f'Each architecture trained past the paper\'s recipe, every change against the run of the same model '
              f'without it at the same budget (the plain pilot of its report or of another with its recipe, or the '
-             f'grid\'s run of the paper\'s recipe), one seed each{where}. Train accuracy tells underfitting (low) '
-             f'from overfitting (near 100%); with mixup and cutmix it is measured against each image\'s own label and '
-             f'reads low.',
+             f'grid\'s run of the paper\'s recipe), one seed each (seed 0 where the change names none){where}. Train '
+             f'accuracy tells underfitting (low) from overfitting (near 100%); with mixup and cutmix it is measured '
+             f'against each image\'s own label and reads low.',
              '', '| model | what changes | epochs | train acc % | test acc % | Δ (against) |',
              '|---|---|---:|---:|---:|---|']
     every = [(r, pilots) for pilots in reports for r in pilots]
