@@ -522,6 +522,12 @@ def test_combine_adds_the_pilots_beyond_the_paper_each_against_its_plain_run(tmp
     assert reproduce.main(['--combine', str(mnist), '--output', str(md), '--beyond', str(beyond), str(converged)]) == 0
     section = md.read_text().split('## Beyond the paper')[1]
     assert "| mixup | 100 | 90.50 | 98.00 | +0.30 (the grid's run, 97.70) |" in section
+    converged.write_text(json.dumps(json.loads(converged.read_text()) + [dict(
+        pilot, model='vit_minimal_sym_6x4.mnist', name='sym-mixup-seed1', what='mixup, seed 1', seed=1,
+        options=['--mixup', '0.8'], epochs=100, planned_epochs=100, test_acc=97.9)]))
+    assert reproduce.main(['--combine', str(mnist), '--output', str(md), '--beyond', str(beyond), str(converged)]) == 0
+    assert '| mixup, seed 1 | 100 | – | 97.90 | – |' in md.read_text()  # the grid's runs are of seed 0
+    converged.write_text(json.dumps(json.loads(converged.read_text())[:1]))
     assert '| mimetic initialisation | 36 | – | 71.02 | +0.30 (the plain pilot, 70.72) |' in section
     # a third report with no plain run of its own: the plain pilot of another report with its recipe and budget
     later = tmp_path / 'later.json'
@@ -544,7 +550,8 @@ def test_combine_adds_the_pilots_beyond_the_paper_each_against_its_plain_run(tmp
     assert reproduce.main(['--combine', str(mnist), '--output', str(md), '--beyond', str(beyond), str(seeded)]) == 0
     assert '| mimetic, seed 1 | 36 | – | 70.00 | +0.50 (the plain pilot, 69.50) |' in md.read_text()
     assert '| mimetic initialisation | 36 | – | 71.02 | +0.30 (the plain pilot, 70.72) |' in md.read_text()
-    for bad, message in (([dict(pilots[0], test_acc='70')], '"test_acc" must be a number'), ([], 'non-empty list')):
+    for bad, message in (([dict(pilots[0], test_acc='70')], '"test_acc" must be a number'), ([], 'non-empty list'),
+                         ([dict(pilots[0], seed='1')], '"seed" must be int')):
         beyond.write_text(json.dumps(bad))
         with pytest.raises(SystemExit) as e:
             reproduce.main(['--combine', str(mnist), '--output', str(md), '--beyond', str(beyond)])

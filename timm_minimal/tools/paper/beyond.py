@@ -178,11 +178,10 @@ _NONE = type(None)
 _KEPT_KEYS = {'params': (int, _NONE), 'train_acc': float, 'best_test_acc': float, 'best_epoch': int,
               'wall_time': float, 'device': (str, _NONE), 'threads': (int, _NONE), 'teacher': (dict, _NONE),
               'cpu_flags': (str, _NONE), 'device_type': str, 'recipe': (str, _NONE), 'command': (str, _NONE),
-              'train_acc_per_epoch': list, 'test_acc_per_epoch': list, 'seed': int}
-_KEPT_OPTIONAL = ('cpu_flags', 'device_type', 'recipe', 'command', 'train_acc_per_epoch', 'test_acc_per_epoch',
-                  'seed')
+              'train_acc_per_epoch': list, 'test_acc_per_epoch': list}
+_KEPT_OPTIONAL = ('cpu_flags', 'device_type', 'recipe', 'command', 'train_acc_per_epoch', 'test_acc_per_epoch')
 _KEPT_RANGES = {'train_acc': (0, 100), 'best_test_acc': (0, 100), 'best_epoch': (1, None), 'wall_time': (0, None),
-                'threads': (1, None), 'seed': (0, None)}
+                'threads': (1, None)}
 _TEACHER_KEYS = {'name': str, 'num_params': int, 'test_acc': float, 'precision': str, 'distill_type': str,
                  'temperature': float, 'task_weight': float, 'distill_weight': float}
 

@@ -311,8 +311,9 @@ def write_plot(rows: List[Row], path: Path) -> None:
 
 # what the section reads of each row of tools/paper/beyond.py's --json
 _PILOT_KEYS = {'name': str, 'model': str, 'what': str, 'options': list, 'status': str, 'epochs': int,
-               'planned_epochs': int, 'test_acc': float}
-_PILOT_RANGES = {'epochs': (1, None), 'planned_epochs': (1, None), 'test_acc': (0, 100)}
+               'planned_epochs': int, 'test_acc': float, 'seed': int}
+_PILOT_RANGES = {'epochs': (1, None), 'planned_epochs': (1, None), 'test_acc': (0, 100), 'seed': (0, None)}
+_PILOT_OPTIONAL = ('seed',)  # rows of reports that recorded no seed ran with seed 0
 
 
 def load_pilots(path: Path, empty_ok: bool = False) -> List[Row]:
@@ -325,7 +326,7 @@ def load_pilots(path: Path, empty_ok: bool = False) -> List[Row]:
     if not isinstance(data, list) or not (data or empty_ok):
         raise ValueError(f'{path}: not a pilots JSON file (expected a {"" if empty_ok else "non-empty "}list of rows)')
     for i, r in enumerate(data, 1):
-        check_row(r, f'{path} row {i}', _PILOT_KEYS, _PILOT_RANGES)
+        check_row(r, f'{path} row {i}', _PILOT_KEYS, _PILOT_RANGES, _PILOT_OPTIONAL)
     return data
 
 
