@@ -118,6 +118,8 @@ PILOTS: List[Variant] = [
     # the same comparison with a second seed, for the two models whose gain was within one seed's spread
     *(_seeded(v, 1) for arch in ('sym_6x4', 'qk_6x1')
       for v in (_family(f'vit_minimal_{arch}.cifar10', arch)[1], _less_reg(arch))),
+    # and the plain runs of seed 1 they are measured against
+    *(_seeded(_family(f'vit_minimal_{arch}.cifar10', arch)[0], 1) for arch in ('qk_6x1', 'sym_6x4')),
     # the converged runs still to do (a GPU's): the last 6-layer one-head model with the stronger teacher, and the
     # 12-layer models with their family's recipe
     _strong_teacher('sym_6x1'), _strong_teacher('std_12x1'), _strong_teacher('std_12x4'),
