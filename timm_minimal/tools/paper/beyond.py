@@ -40,7 +40,7 @@ from ...training.run_folder import RunFolder
 from .grid import PAPER_START, finished_run, thread_env
 from .pool import Command, run_commands, say
 from .reproduce import split_argv
-from .results_summary import check_row, load_pilots, pilot_setup
+from .results_summary import check_row, load_pilots, pilot_seed, pilot_setup
 from ..common import portable_command
 from ..figures import pyplot
 
@@ -255,7 +255,7 @@ def write_report(rows: Sequence[Dict[str, Any]], path: Path, command_line: str, 
     machines = list(dict.fromkeys(_machine(r) for r in rows))
     recipes = list(dict.fromkeys(pilot_setup(r)[0] for r in rows))
     cpu_runs = cpu_threads(rows)
-    seeds = sorted({r.get('seed', 0) for r in rows})  # rows of reports that recorded no seed ran with seed 0
+    seeds = sorted({pilot_seed(r) for r in rows})
     seed = f'seed {seeds[0]}' if len(seeds) == 1 else "seed 0 unless the pilot's name ends with another (-seed1)"
     lines = [
         '# Beyond the paper: CIFAR-10 pilots', '',

@@ -20,7 +20,7 @@ from ...models.paper import PAPER, PAPER_EPOCHS, arch_name
 from ..figures import pyplot
 from .grid_row import read_grid_rows
 
-__all__ = ['load_rows', 'write_summary', 'cell', 'check_row', 'load_pilots', 'pilot_setup']
+__all__ = ['load_rows', 'write_summary', 'cell', 'check_row', 'load_pilots', 'pilot_setup', 'pilot_seed']
 
 Row = Dict[str, Any]
 
@@ -336,6 +336,11 @@ def pilot_setup(row: Row) -> Tuple[str, str]:
     return row.get('recipe') or 'cifar10_cpu', row.get('device_type') or 'cpu'
 
 
+def pilot_seed(row: Row) -> int:
+    """The seed a pilot row trained with (rows of reports that recorded none: seed 0)."""
+    return row.get('seed', 0)
+
+
 def _beyond_baseline(r: Row, pilots: Sequence[Row], rows: Sequence[Row],
                      others: Sequence[Row] = ()) -> Optional[Tuple[float, str]]:
     """The run ``r`` of the report ``pilots`` is measured against: the plain pilot of its model in that report at its
@@ -344,7 +349,7 @@ def _beyond_baseline(r: Row, pilots: Sequence[Row], rows: Sequence[Row],
     seed is 0, the seed of a row that names none)."""
     def plain(p: Row) -> bool:
         return (p['model'] == r['model'] and not p['options'] and p['status'] == 'finished'
-                and p['epochs'] == r['epochs'] and _seed(p) == _seed(r) and p is not r)
+                and p['epochs'] == r['epochs'] and pilot_seed(p) == pilot_seed(r) and p is not r)
 
     own = [p for p in pilots if plain(p)]
     if own:
@@ -353,11 +358,7 @@ def _beyond_baseline(r: Row, pilots: Sequence[Row], rows: Sequence[Row],
     if elsewhere:
         return elsewhere[0]['test_acc'], 'the plain pilot of another report'
     grid = [g for g in rows if g['model'] == r['model'] and g['epochs'] == r['epochs']]
-    return (grid[0]['val_acc'], 'the grid\'s run') if grid and r['options'] and _seed(r) == 0 else None
-
-
-def _seed(row: Row) -> int:
-    return row.get('seed', 0)
+    return (grid[0]['val_acc'], 'the grid\'s run') if grid and r['options'] and pilot_seed(r) == 0 else None
 
 
 def beyond_section(reports: Sequence[List[Row]], paths: Sequence[Path], rows: Sequence[Row], out: Path) -> List[str]:
