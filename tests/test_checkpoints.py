@@ -124,6 +124,40 @@ def test_class_token_and_pools():
         timm.create_model('vit_minimal_sym_6x4', global_pool='token')
 
 
+@pytest.mark.parametrize('class_token', [False, True])
+def test_a_distillation_token_and_its_head(class_token):
+    """DeiT's distillation token (``distill_token=True``): a prefix token after the class token with its own head;
+    (logits, distillation logits) in distilled training, their mean otherwise, also scripted; the pooled features
+    are the pre-logits; a checkpoint without the token loads, the token and its head keep their initialisation."""
+    plain = timm.create_model('vit_minimal_sym_6x4.mnist', pretrained=True).eval()
+    model = timm.create_model('vit_minimal_sym_6x4.mnist', pretrained=not class_token, distill_token=True,
+                              class_token=class_token, global_pool='token' if class_token else 'avg').eval()
+    extra = 60 + 10 * 60 + 10 + (60 if class_token else 0)
+    assert sum(p.numel() for p in model.parameters()) == sum(p.numel() for p in plain.parameters()) + extra
+    if not class_token:
+        assert all(torch.equal(v, model.state_dict()[k]) for k, v in plain.state_dict().items())
+    x = torch.randn(2, 1, 28, 28)
+    tokens = model.forward_features(x)
+    assert tokens.shape == (2, 16 + 1 + class_token, 60) and model.num_prefix_tokens == 1 + class_token
+    mean = (model.head(model.pool(tokens)) + model.head_dist(tokens[:, int(class_token)])) / 2
+    torch.testing.assert_close(model(x), mean)
+    torch.testing.assert_close(torch.jit.script(model)(x), mean)
+    assert torch.equal(model.forward_head(tokens, pre_logits=True), model.pool(tokens))
+    _, inter = model.forward_intermediates(x)
+    assert inter[-1].shape == (2, 60, 4, 4)
+    model.train()
+    assert model(x).shape == (2, 10)  # one output until distilled training is asked for
+    model.set_distilled_training()
+    main, dist = model(x)
+    assert main.shape == dist.shape == (2, 10)
+    model.reset_classifier(0)
+    assert model.head_dist is None and model(x).shape == (2, 60)
+    with pytest.raises(ValueError, match='set_distilled_training needs a model built with distill_token=True'):
+        plain.set_distilled_training()
+    with pytest.raises(ValueError, match="distill_token=True needs a pooled head"):
+        timm.create_model('vit_minimal_sym_6x4', distill_token=True, global_pool='')
+
+
 def test_wrong_channels_error_names_expectation():
     model = timm.create_model('vit_minimal_sym_6x4.mnist')
     with pytest.raises(ValueError, match=r'expects images of shape \(B, 1, H, W\).*got \[2, 3, 28, 28\]'):

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 import timm
-from timm.task import LogitDistillationTask
+from timm.task import LogitDistillationTask, TokenDistillationTask
 
 import timm_minimal  # noqa: F401
 from timm_minimal.models.layers import ATTENTION_LAYERS, MimeticInit
@@ -80,9 +80,9 @@ def test_mimetic_changes_only_the_starting_point():
         timm.create_model('vit_minimal_sym_6x4', weight_init='jax')
 
 
-def _task(distill_type, weight=None, task_weight=None, temperature=2.0):
+def _task(distill_type, weight=None, task_weight=None, temperature=2.0, **student_kwargs):
     torch.manual_seed(0)
-    student = timm.create_model('vit_minimal_sym_6x1.mnist', depth=1)
+    student = timm.create_model('vit_minimal_sym_6x1.mnist', depth=1, **student_kwargs)
     teacher = build_teacher('vit_minimal_std_mlp_6x1.mnist', 10, (1, 28, 28), torch.device('cpu'))
     task = build_distillation(student, teacher, torch.nn.CrossEntropyLoss(), distill_type, temperature, weight,
                               task_weight, (0.1307,), (0.3081,), torch.device('cpu'))
@@ -126,6 +126,30 @@ def test_the_hard_loss_takes_the_teachers_top_class():
     assert torch.allclose(out['loss'], F.cross_entropy(s, y) + F.cross_entropy(s, t.argmax(-1)), atol=1e-6)
 
 
+@pytest.mark.parametrize('distill_type', ['token', 'hard-token'])
+def test_the_token_losses_are_timms_on_the_distillation_head(distill_type):
+    """timm's TokenDistillationTask: the task loss on the student's head, the teacher's on its distillation token's
+    head; the output is the first head's, and the student in evaluation predicts the mean of the two."""
+    student, teacher, task = _task(distill_type, distill_token=True)
+    assert isinstance(task, TokenDistillationTask) and student.distilled_training
+    x, y = torch.randn(8, 1, 28, 28), torch.randint(0, 10, (8,))
+    out = task(x, y)
+    s, s_dist = student(x)
+    t = teacher(x)
+    if distill_type == 'token':
+        kd = F.kl_div(F.log_softmax(s_dist / 2, -1), F.log_softmax(t / 2, -1), reduction='batchmean',
+                      log_target=True) * 4
+    else:
+        kd = F.cross_entropy(s_dist, t.argmax(-1))
+    assert not torch.allclose(s, s_dist)
+    assert torch.allclose(out['loss'], F.cross_entropy(s, y) + kd, atol=1e-6) and torch.equal(out['output'], s)
+    out['loss'].backward()
+    assert student.dist_token.grad.abs().sum() > 0 and student.head_dist.weight.grad.abs().sum() > 0
+    assert all(p.grad is None for p in teacher.parameters())
+    student.eval()
+    assert torch.allclose(student(x), (s + s_dist) / 2, atol=1e-6)
+
+
 def test_a_distilled_run_records_its_teacher(data, tmp_path):
     out = tmp_path / 'run'
     assert run_inprocess(KD_ARGS + data + ['--epochs', '1', '--output', out]) == 0
@@ -152,10 +176,12 @@ def test_a_distilled_run_trains_on_a_gpu(data, tmp_path):
 
 
 @pytest.mark.slow  # a killed subprocess and two runs: 10 s; the quick suite keeps the distilled run's record
-def test_resume_with_a_teacher_is_bit_exact(data, tmp_path):
+@pytest.mark.parametrize('distill_type', ['soft', 'hard-token'])
+def test_resume_with_a_teacher_is_bit_exact(distill_type, data, tmp_path):
     reference, out = tmp_path / 'reference', tmp_path / 'run'
-    assert run_inprocess(KD_ARGS + data + ['--output', reference]) == 0
-    killed = run_killed(KD_ARGS + data + ['--output', out], at_update=18)
+    args = KD_ARGS + data + ['--distill-type', distill_type]
+    assert run_inprocess(args + ['--output', reference]) == 0
+    killed = run_killed(args + ['--output', out], at_update=18)
     assert killed.returncode == -9, killed.stderr
     assert run_inprocess(['--resume', out]) == 0
     assert_same_run(reference, out)
@@ -165,7 +191,8 @@ def test_resume_with_a_teacher_is_bit_exact(data, tmp_path):
 @pytest.mark.parametrize('extra, message', [
     (['--teacher', 'vit_minimal_std_mlp_6x4.cifar10'], 'takes inputs of 3x32x32, the student 1x28x28'),
     (['--teacher', 'vit_minimal_std_mlp_6x1.in1k'], 'cannot build it with pretrained weights'),
-    (['--teacher', 'vit_minimal_std_mlp_6x1', '--distill-type', 'token'], 'needs a student with a distillation token'),
+    (['--teacher', 'vit_minimal_std_mlp_6x1', '--distill-type', 'token', '--model-kwargs', 'distill_token=False'],
+     'needs a student with a distillation token'),
     (['--teacher', 'no_such_model'], "Unknown model 'no_such_model'"),
 ])
 def test_a_teacher_that_does_not_fit_is_refused_in_one_line(extra, message, data, tmp_path, capsys):
@@ -174,6 +201,27 @@ def test_a_teacher_that_does_not_fit_is_refused_in_one_line(extra, message, data
     err = capsys.readouterr().err
     assert message in err and 'Traceback' not in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / 'run').exists()
+
+
+def test_a_run_distilled_through_a_token_records_it_and_predicts_with_both_heads(data, tmp_path):
+    """``--distill-type hard-token`` builds the vit_minimal student with its distillation token; the run folder
+    rebuilds that student, whose evaluation predicts the mean of its two heads."""
+    out = tmp_path / 'run'
+    argv = KD_ARGS + data + ['--epochs', '1', '--output', out, '--distill-type', 'hard-token']
+    assert run_inprocess(argv) == 0
+    run = json.loads((out / 'run.json').read_text())
+    assert run['teacher']['distill_type'] == 'hard-token' and run['model_kwargs']['distill_token'] is True
+    from timm_minimal.tools.hub.publish import export_run
+    hub = export_run(out, tmp_path / 'hub', 'me/vit_minimal_sym_6x1.mnist')
+    assert ("hard, cross-entropy with the teacher's top class, on the head of a distillation token (timm's "
+            "TokenDistillationTask; the model predicts the mean of its two heads)") in (hub / 'README.md').read_text()
+    published = timm.create_model(f'local-dir:{hub}', pretrained=True).eval()
+    student = timm.create_model('vit_minimal_sym_6x1', depth=2, distill_token=True).eval()
+    student.load_state_dict(weights(out))
+    x = torch.randn(4, 1, 28, 28)
+    tokens = student.forward_features(x)
+    head, head_dist = student.head(student.pool(tokens)), student.head_dist(tokens[:, 0])
+    assert torch.equal(published(x), student(x)) and torch.allclose(student(x), (head + head_dist) / 2, atol=1e-6)
 
 
 def test_a_teacher_with_other_classes_is_refused(data, tmp_path, capsys):
@@ -188,11 +236,14 @@ def test_a_teacher_with_other_classes_is_refused(data, tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_a_distilled_run_trains_as_two_cpu_processes(data, tmp_path):
-    """The CPU split with a teacher: each process holds the teacher outside DDP, the run ends and records it."""
+@pytest.mark.parametrize('distill_type', ['soft', 'hard-token'])
+def test_a_distilled_run_trains_as_two_cpu_processes(distill_type, data, tmp_path):
+    """The CPU split with a teacher: each process holds the teacher outside DDP, the run ends and records it (with
+    a distillation token: timm's task reaches the student inside DDP)."""
     from trainer_runs import run_subprocess
     out = tmp_path / 'run'
-    proc = run_subprocess(KD_ARGS + data + ['--epochs', '1', '--output', out, '--cpu-processes', '2'], threads=2)
+    proc = run_subprocess(KD_ARGS + data + ['--epochs', '1', '--output', out, '--cpu-processes', '2',
+                                            '--distill-type', distill_type], threads=2)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     run = json.loads((out / 'run.json').read_text())
     assert run['teacher']['name'] == 'vit_minimal_std_mlp_6x1.mnist' and run['launches'][-1]['num_processes'] == 2

@@ -82,7 +82,7 @@ def test_forward_backward_cfg(name):
     assert model(x).shape == (BATCH, model.num_features)
     model.reset_classifier(5, global_pool='')
     assert model(x).shape == (BATCH, grid[0] * grid[1], 5)
-    assert model.no_weight_decay() == {'pos_embed', 'cls_token'}
+    assert model.no_weight_decay() == {'pos_embed', 'cls_token', 'dist_token'}  # timm's ViT's set
     groups = model.group_matcher()
     assert set(groups) == {'stem', 'blocks'}
 

@@ -225,7 +225,8 @@ class VitMinimalConfig(PreTrainedConfig, _ModelFields):
         asking for 2e8 classes is refused here, not after gigabytes of labels); a field of the wrong type is left
         to the validation below."""
         fields = {k: getattr(self, k) for k in ('img_size', 'patch_size', 'in_chans', 'embed_dim', 'depth', 'num_heads',
-                                                'use_mlp', 'mlp_hidden_dim', 'class_token', 'pos_embed')}
+                                                'use_mlp', 'mlp_hidden_dim', 'class_token', 'distill_token',
+                                                'pos_embed')}
         try:
             check_model_size(**fields, num_classes=int(_MODEL_DEFAULTS['num_classes'] if num_classes is None
                                                        else num_classes))

@@ -26,9 +26,9 @@ def _check_choice(name: str, value: Any, choices: Any) -> None:
 def check_model_args(
         *, img_size: Union[int, Tuple[int, int]], patch_size: Union[int, Tuple[int, int]], in_chans: int,
         num_classes: int, global_pool: str, embed_dim: int, depth: int, num_heads: int, attn_type: str,
-        use_mlp: bool, mlp_hidden_dim: int, class_token: bool, pos_embed: str, dynamic_img_size: bool,
-        drop_rate: float, pos_drop_rate: float, proj_drop_rate: float, attn_drop_rate: float, drop_path_rate: float,
-        **_: Any) -> None:
+        use_mlp: bool, mlp_hidden_dim: int, class_token: bool, distill_token: bool, pos_embed: str,
+        dynamic_img_size: bool, drop_rate: float, pos_drop_rate: float, proj_drop_rate: float, attn_drop_rate: float,
+        drop_path_rate: float, **_: Any) -> None:
     """The rules a set of ``VisionTransformerMinimal`` keywords must follow (ValueError naming the keyword and
     what is allowed). The model checks its arguments here, and so does the transformers config, which can thus
     refuse a config without building a model. The attention layer's own rules live with the layer. Every keyword
@@ -50,6 +50,9 @@ def check_model_args(
     _check_choice('global_pool', global_pool, GlobalPoolType)
     if global_pool == 'token' and not class_token:
         raise ValueError("global_pool='token' needs class_token=True.")
+    if distill_token and global_pool == '' and num_classes:
+        raise ValueError("distill_token=True needs a pooled head: global_pool 'avg', 'max' or 'token' "
+                         "(or num_classes=0).")
     _check_choice('pos_embed', pos_embed, PosEmbedType)
     if pos_embed == 'sincos' and embed_dim % 4 != 0:
         raise ValueError(f"pos_embed='sincos' needs embed_dim divisible by 4, got {embed_dim}.")
@@ -59,4 +62,5 @@ def check_model_args(
                          f'(or build the model with dynamic_img_size=True).')
     check_model_size(img_size=img_size, patch_size=patch_size, in_chans=in_chans, num_classes=num_classes,
                      embed_dim=embed_dim, depth=depth, num_heads=num_heads, use_mlp=use_mlp,
-                     mlp_hidden_dim=mlp_hidden_dim, class_token=class_token, pos_embed=pos_embed)
+                     mlp_hidden_dim=mlp_hidden_dim, class_token=class_token, distill_token=distill_token,
+                     pos_embed=pos_embed)

@@ -26,17 +26,19 @@ def _pair(v: Union[int, Tuple[int, int]]) -> Tuple[int, int]:
 
 def size_terms(*, img_size: Union[int, Tuple[int, int]], patch_size: Union[int, Tuple[int, int]], in_chans: int,
                num_classes: int, embed_dim: int, depth: int, num_heads: int, use_mlp: bool, mlp_hidden_dim: int,
-               class_token: bool, pos_embed: str, **_: Any) -> Tuple[Dict[str, int], Dict[str, int]]:
+               class_token: bool, pos_embed: str, distill_token: bool = False,
+               **_: Any) -> Tuple[Dict[str, int], Dict[str, int]]:
     """Upper bounds of the parameters and of the activations per image, each by the field that makes it (the
     attention counted as the unchanged transformer's 4N^2 + 4N, the largest variant)."""
     (h, w), (ph, pw) = _pair(img_size), _pair(patch_size)
-    tokens = max(1, h // ph) * max(1, w // pw) + int(bool(class_token))
+    tokens = max(1, h // ph) * max(1, w // pw) + int(bool(class_token)) + int(bool(distill_token))
+    heads = 1 + int(bool(distill_token))
     n = embed_dim
     params = {
         'depth x embed_dim (the blocks)': depth * (4 * n * n + 8 * n),
         'mlp_hidden_dim': depth * (2 * n * mlp_hidden_dim + mlp_hidden_dim + n) if use_mlp else 0,
         'patch_size x in_chans x embed_dim (the patch embedding)': in_chans * ph * pw * n + n,
-        'num_classes x embed_dim (the classifier)': num_classes * n + num_classes,
+        'num_classes x embed_dim (the classifier)': heads * (num_classes * n + num_classes),
         'img_size / patch_size x embed_dim (the learned position table)': tokens * n if pos_embed == 'learn' else 0,
     }
     activations = {

@@ -19,17 +19,16 @@ import torch.nn as nn
 from safetensors import SafetensorError
 from torch.jit import Final
 
-from timm.layers import (
-    PatchEmbed, register_notrace_function, resample_abs_pos_embed, resample_patch_embed,
-)
+from timm.layers import PatchEmbed, register_notrace_function, resample_abs_pos_embed
 from timm.models import build_model_with_cfg, generate_default_cfgs, is_model
 from timm.models import register_model as _timm_register_model
 from timm.models._features import feature_take_indices
-from timm.models._manipulate import adapt_input_conv, checkpoint, checkpoint_seq
+from timm.models._manipulate import checkpoint, checkpoint_seq
 from timm.models._pretrained import PretrainedCfg
 from timm.models._registry import get_pretrained_cfg
 from timm.models.vision_transformer import global_pool_nlc
 
+from .checkpoint_filter import checkpoint_filter_fn
 from .datasets import DATASETS
 from .layers import Block, CholAttention, MimeticInit, MinimalAttention, get_attn_layer, sincos_2d_pos_embed
 from .model_args import GlobalPoolType, PosEmbedType, WeightInitType, _check_choice, check_model_args
@@ -37,7 +36,7 @@ from .model_size import check_model_size
 from .pretrained import (  # noqa: F401  (HUB_ORG, WEIGHTS_DIR: where the weights are, also reachable here)
     HUB_ORG, TAGS, WEIGHTS_DIR, RECIPE_TAGS, _cfg, _weights, tag_dataset, tag_geometry, weights_file_name,
 )
-from .weights_check import check_finite_weights, check_weights_fit, head_classes, weights_file
+from .weights_check import check_weights_fit, head_classes, weights_file
 
 __all__ = ['VisionTransformerMinimal', 'checkpoint_filter_fn', 'check_model_args', 'DATASETS', 'ARCHITECTURES',
            'NoPretrainedWeights']
@@ -76,6 +75,8 @@ def init_module(module: nn.Module, std: float = .02, init: Any = nn.init, reset_
             init.trunc_normal_(module.pos_embed, std=std)
         if module.cls_token is not None:
             init.normal_(module.cls_token, std=1e-6)
+        if module.dist_token is not None:
+            init.trunc_normal_(module.dist_token, std=std)
     elif isinstance(module, CholAttention):
         init.trunc_normal_(module.tril, std=std)
     elif isinstance(module, nn.Linear):
@@ -114,6 +115,7 @@ class VisionTransformerMinimal(nn.Module):
             mlp_hidden_dim: int = 256,
             qkv_bias: bool = True,
             class_token: bool = False,
+            distill_token: bool = False,
             pos_embed: PosEmbedType = 'sincos',
             final_norm: bool = False,
             dynamic_img_size: bool = False,
@@ -143,6 +145,9 @@ class VisionTransformerMinimal(nn.Module):
             mlp_hidden_dim: Hidden width of the MLP.
             qkv_bias: Bias on the query/key/value maps.
             class_token: Prepend a learned class token.
+            distill_token: A distillation token (DeiT's) after the class token, with its own classifier
+                ``head_dist``: after ``set_distilled_training()`` the model in training returns (logits, distillation
+                logits) for timm's ``TokenDistillationTask``, and otherwise the mean of the two.
             pos_embed: 'sincos' (fixed 2-D sin-cos, no parameters), 'learn' (learned table) or 'none'.
             final_norm: LayerNorm after the last block.
             dynamic_img_size: Accept any input size that is a multiple of the patch size.
@@ -171,7 +176,8 @@ class VisionTransformerMinimal(nn.Module):
         self.num_features = self.head_hidden_size = self.embed_dim = embed_dim
         self.in_chans = in_chans
         self.attn_type = attn_type
-        self.num_prefix_tokens = 1 if class_token else 0
+        self.num_prefix_tokens = int(class_token) + int(distill_token)
+        self.distilled_training = False
         self.dynamic_img_size = dynamic_img_size
         self.input_hint = ''  # set where a tag's checkpoint has another channel count than the model was built for
         self.pos_embed_type = pos_embed
@@ -188,6 +194,7 @@ class VisionTransformerMinimal(nn.Module):
         )
         grid_size = self.patch_embed.grid_size
         self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim)) if class_token else None
+        self.dist_token = nn.Parameter(torch.zeros(1, 1, embed_dim)) if distill_token else None
         if pos_embed == 'learn':
             self.pos_embed = nn.Parameter(torch.randn(1, grid_size[0] * grid_size[1], embed_dim) * .02)
         else:
@@ -217,6 +224,7 @@ class VisionTransformerMinimal(nn.Module):
         self.norm = norm_layer(embed_dim) if final_norm else nn.Identity()
         self.head_drop = nn.Dropout(drop_rate)
         self.head = nn.Linear(embed_dim, num_classes) if num_classes > 0 else nn.Identity()
+        self.head_dist = nn.Linear(embed_dim, num_classes) if distill_token and num_classes > 0 else None
 
         if weight_init != 'skip':
             self.init_weights(weight_init)
@@ -247,12 +255,12 @@ class VisionTransformerMinimal(nn.Module):
 
     @torch.jit.ignore
     def no_weight_decay(self) -> Set[str]:
-        return {'pos_embed', 'cls_token'}
+        return {'pos_embed', 'cls_token', 'dist_token'}
 
     @torch.jit.ignore
     def group_matcher(self, coarse: bool = False) -> Dict[str, Union[str, List]]:
         return dict(
-            stem=r'^cls_token|pos_embed|patch_embed',
+            stem=r'^cls_token|dist_token|pos_embed|patch_embed',
             blocks=[(r'^blocks\.(\d+)', None), (r'^norm', (99999,))],
         )
 
@@ -272,8 +280,20 @@ class VisionTransformerMinimal(nn.Module):
             _check_choice('global_pool', global_pool, GlobalPoolType)
             if global_pool == 'token' and self.cls_token is None:
                 raise ValueError("global_pool='token' needs a model built with class_token=True.")
+            if global_pool == '' and self.dist_token is not None and num_classes:
+                raise ValueError("A model with a distillation token needs a pooled head: global_pool 'avg', 'max' or "
+                                 "'token' (or num_classes=0).")
             self.global_pool = global_pool
         self.head = nn.Linear(self.embed_dim, num_classes) if num_classes > 0 else nn.Identity()
+        self.head_dist = nn.Linear(self.embed_dim, num_classes) if self.dist_token is not None and num_classes else None
+
+    @torch.jit.ignore
+    def set_distilled_training(self, enable: bool = True) -> None:
+        """With a distillation token: return (logits, distillation logits) in training, as timm's
+        ``TokenDistillationTask`` (which calls this) takes them; the mean of the two otherwise."""
+        if self.dist_token is None:
+            raise ValueError('set_distilled_training needs a model built with distill_token=True.')
+        self.distilled_training = enable
 
     def _check_input(self, x: torch.Tensor) -> None:
         check_input(x, self.in_chans, self.patch_embed.img_size, self.dynamic_img_size, self.input_hint)
@@ -296,6 +316,8 @@ class VisionTransformerMinimal(nn.Module):
             if sincos.shape[1] != grid_size[0] * grid_size[1]:
                 sincos = sincos_2d_pos_embed(grid_size[0], grid_size[1], self.embed_dim, device=x.device)
             x = x + sincos.to(x.dtype)
+        if self.dist_token is not None:
+            x = torch.cat([self.dist_token.expand(x.shape[0], -1, -1), x], dim=1)
         if self.cls_token is not None:
             x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)
         return self.pos_drop(x)
@@ -416,9 +438,15 @@ class VisionTransformerMinimal(nn.Module):
         return global_pool_nlc(x, pool_type=pool_type, num_prefix_tokens=self.num_prefix_tokens)
 
     def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
-        x = self.pool(x)
-        x = self.head_drop(x)
-        return x if pre_logits else self.head(x)
+        head_dist = self.head_dist
+        if head_dist is None or pre_logits:  # pre-logits: the pooled features, the main head's input
+            x = self.head_drop(self.pool(x))
+            return x if pre_logits else self.head(x)
+        x_dist = x[:, self.num_prefix_tokens - 1]  # the distillation token: the last prefix token
+        x, x_dist = self.head(self.head_drop(self.pool(x))), head_dist(self.head_drop(x_dist))
+        if self.distilled_training and self.training and not torch.jit.is_scripting():
+            return x, x_dist  # timm's TokenDistillationTask: the task loss on the first, the teacher's on the second
+        return (x + x_dist) / 2
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.forward_features(x)
@@ -430,45 +458,6 @@ class VisionTransformerMinimal(nn.Module):
 MODEL_KEYWORDS: Tuple[str, ...] = tuple(
     name for name in inspect.signature(VisionTransformerMinimal.__init__).parameters
     if name not in ('self', 'weight_init', 'norm_layer', 'act_layer', 'device', 'dtype'))
-
-_WRAPPER_PREFIXES = ('module.', '_orig_mod.', 'timm_model.', 'vit_minimal.')
-
-
-def checkpoint_filter_fn(state_dict: Dict[str, torch.Tensor], model: VisionTransformerMinimal) -> Dict[str, torch.Tensor]:
-    """Fit a checkpoint to ``model`` where the change is well defined.
-
-    - unwraps ``{'model': ...}`` / ``{'state_dict': ...}`` and strips DDP, ``torch.compile`` and
-      Hugging Face wrapper prefixes;
-    - resamples a learned position embedding to the model's patch grid;
-    - adapts the patch embedding to the model's channel count and patch size;
-    - drops a classifier whose shape does not fit the model's ``num_classes`` (the head is then
-      newly initialised).
-    Anything else that does not fit is left for ``load_state_dict`` to report by name.
-    """
-    state_dict = state_dict.get('model', state_dict)
-    state_dict = state_dict.get('state_dict', state_dict)
-    check_finite_weights(state_dict)
-    model_sd = model.state_dict()
-    out_dict = {}
-    for k, v in state_dict.items():
-        for prefix in _WRAPPER_PREFIXES:
-            if k.startswith(prefix):
-                k = k[len(prefix):]
-        target = model_sd.get(k)
-        if target is not None and v.shape != target.shape:
-            if k == 'pos_embed':
-                v = resample_abs_pos_embed(v, new_size=model.patch_embed.grid_size, num_prefix_tokens=0, verbose=True)
-            elif k == 'patch_embed.proj.weight':
-                if v.shape[1] != target.shape[1]:
-                    v = adapt_input_conv(target.shape[1], v, base_chans=v.shape[1])
-                if v.shape[-2:] != target.shape[-2:]:
-                    v = resample_patch_embed(v, list(target.shape[-2:]), verbose=True)
-            elif k in ('head.weight', 'head.bias'):
-                _logger.info(f'Dropping {k} {tuple(v.shape)}: the model has {model.num_classes} classes.')
-                continue
-        out_dict[k] = v
-    return out_dict
-
 
 # Filled by @register_model below, one entry per architecture, in the order of the functions.
 ARCHITECTURES: List[str] = []

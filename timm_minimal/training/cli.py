@@ -49,8 +49,10 @@ class ModelKwargs(argparse.Action):
         ParseKwargs.__call__(self, parser, namespace, values, option_string)
 
 
-# --distill-type: what timm.task offers (soft: LogitDistillationTask; hard: DeiT's; token: TokenDistillationTask)
-DISTILL_TYPES = ('soft', 'hard', 'token')
+# --distill-type: what timm.task offers (soft: LogitDistillationTask; hard: DeiT's on the logits; token and
+# hard-token: TokenDistillationTask, soft and hard, on a distillation token)
+TOKEN_DISTILL_TYPES = ('token', 'hard-token')
+DISTILL_TYPES = ('soft', 'hard', *TOKEN_DISTILL_TYPES)
 # the allowed range of every numeric option, in one place: the command line, recipes and args.yaml go through these
 COUNT, SIZE = number(int, 0), number(int, 1)
 SEED = number(int, 0, 2 ** 63 - 1)  # torch.manual_seed takes up to 2**64 - 1; the seed mixing keeps 63 bits
@@ -129,8 +131,9 @@ def build_parser(suppress: bool = False) -> argparse.ArgumentParser:
                         'classes and input size')
     g.add_argument('--distill-type', choices=DISTILL_TYPES, **d('soft'),
                    help='soft: KL divergence of the softened logits (timm\'s LogitDistillationTask); hard: '
-                        'cross-entropy with the teacher\'s top class (DeiT); token: a distillation token, which '
-                        'the minimal transformers do not have')
+                        'cross-entropy with the teacher\'s top class (DeiT); token, hard-token: the same, soft or '
+                        'hard, on a distillation token and its own head (timm\'s TokenDistillationTask; a vit_minimal '
+                        'student is built with distill_token=True, and predicts the mean of its two heads)')
     g.add_argument('--distill-temperature', type=POSITIVE, **d(1.0), help='softmax temperature of soft distillation')
     g.add_argument('--distill-weight', type=NON_NEGATIVE, **d(None),
                    help="weight of the distillation loss (timm's: 1, or 1 - --distill-task-weight where only that is set)")

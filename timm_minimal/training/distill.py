@@ -10,9 +10,10 @@ student, inside timm's ``LogitDistillationTask``:
 - ``--distill-type hard``: DeiT's hard distillation, cross-entropy with the teacher's argmax in place of the KL
   term. timm has it only in ``TokenDistillationTask``, which needs a distillation token; ``HardLogitDistillation``
   below is timm's logit task with that one term changed;
-- ``--distill-type token``: timm's ``TokenDistillationTask`` needs a student with a distillation token (DeiT's
-  ``forward_head`` returning two logits); the minimal transformers have none, so such a run is refused in one
-  line.
+- ``--distill-type token`` / ``hard-token``: timm's ``TokenDistillationTask`` as it is, soft or hard: the task loss
+  on the student's head, the distillation loss on the head of its distillation token (DeiT's). A ``vit_minimal``
+  student is built with ``distill_token=True`` for it (``train.build_model``) and predicts, in evaluation, the mean
+  of its two heads; a student without such a token is refused in one line.
 
 A teacher whose class count or input geometry differs from the student's is refused in one line before training.
 """
@@ -24,6 +25,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..cli import UsageError
+from .cli import TOKEN_DISTILL_TYPES
 
 __all__ = ['TeacherInfo', 'HardLogitDistillation', 'build_teacher', 'build_distillation']
 
@@ -121,16 +123,23 @@ def build_teacher(name: str, num_classes: int, input_size: Sequence[int], device
 def build_distillation(student: nn.Module, teacher: nn.Module, criterion: nn.Module, distill_type: str,
                        temperature: float, distill_weight: float, task_weight: float, mean: Sequence[float],
                        std: Sequence[float], device: torch.device) -> nn.Module:
-    """timm's ``LogitDistillationTask`` (or ``HardLogitDistillation``) over ``student``; called with (input, target)
-    it returns ``loss`` and ``output``. ``mean`` and ``std``: how the student's batch is normalised."""
-    from timm.task import DistillationTeacher, LogitDistillationTask
-    if distill_type == 'token':
-        raise UsageError('--distill-type token needs a student with a distillation token (DeiT\'s, for timm\'s '
-                         'TokenDistillationTask); the minimal transformers have none: use --distill-type soft or hard.')
+    """timm's ``LogitDistillationTask`` (or ``HardLogitDistillation``, or ``TokenDistillationTask``) over
+    ``student``; called with (input, target) it returns ``loss`` and ``output``. ``mean`` and ``std``: how the
+    student's batch is normalised."""
+    from timm.task import DistillationTeacher, LogitDistillationTask, TokenDistillationTask
     # the teacher's normalisation buffers go where the run trains (timm's wrapper makes them on the CPU otherwise)
-    task = LogitDistillationTask(student, DistillationTeacher(teacher, device=device), criterion=criterion,
-                                 distill_loss_weight=distill_weight, task_loss_weight=task_weight,
-                                 temperature=temperature, device=device, verbose=False)
+    teacher = DistillationTeacher(teacher, device=device)
+    weights = dict(criterion=criterion, distill_loss_weight=distill_weight, task_loss_weight=task_weight,
+                   temperature=temperature, device=device, verbose=False)
+    if distill_type in TOKEN_DISTILL_TYPES:
+        try:
+            task = TokenDistillationTask(student, teacher, distill_type='hard' if distill_type == 'hard-token'
+                                         else 'soft', **weights)
+        except ValueError as e:  # the student has no distillation token (timm's check, or the minimal model's)
+            raise UsageError(f'--distill-type {distill_type} needs a student with a distillation token: {e} '
+                             f'(a vit_minimal student: --model-kwargs distill_token=True).') from None
+    else:
+        task = LogitDistillationTask(student, teacher, **weights)
     # the student's batch is normalised by the run's data config (which --mean/--std can change), not by the
     # student's pretrained cfg, which timm's task reads
     task.student_mean = torch.tensor(mean, device=device).view(1, -1, 1, 1)

@@ -51,6 +51,7 @@ from timm.models import split_model_name_tag
 
 from ..cli import EXIT_DIVERGED, EXIT_FAILURE, EXIT_USAGE, Failure, command
 from ..models.layers import set_head_padding
+from ..models.paper import is_minimal
 from . import checkpoint as ckpt
 from .data import DatasetError, ImageData, dataset_len, load_dataset
 from .engine import (
@@ -61,7 +62,9 @@ from .distill import Bf16Teacher, TeacherInfo, build_distillation, build_teacher
 from .files import FolderBusy, describe_write_error, is_disk_full
 from .run_folder import RunFolder
 from .recording import finish_run, launch_elapsed, rank_report, write_run_record
-from .cli import UsageError, build_parser, check_numbers, load_recipe, parse_args  # noqa: F401  (also reachable here)
+from .cli import (  # noqa: F401  (also reachable here)
+    TOKEN_DISTILL_TYPES, UsageError, build_parser, check_numbers, load_recipe, parse_args,
+)
 from .data_paths import build_data_path, count_batches, data_config
 from .cpu_policy import SPLIT_STATUS_ENV, cpu_bf16_pays, run_split
 from .plan import RunPlan, resolve_model_name, resolve_plan
@@ -151,6 +154,8 @@ def build_model(plan: RunPlan, data: ImageData) -> Tuple[nn.Module, str, Dict[st
         model_kwargs.setdefault('drop_rate', args.drop)
     if args.weight_init != 'default':  # a minimal transformer's starting point (cli: other models keep 'default')
         model_kwargs.setdefault('weight_init', args.weight_init)
+    if args.teacher and args.distill_type in TOKEN_DISTILL_TYPES and is_minimal(split_model_name_tag(model_name)[0]):
+        model_kwargs.setdefault('distill_token', True)  # DeiT's token, which timm's TokenDistillationTask trains
     create_kwargs = dict(num_classes=data.num_classes, **model_kwargs)
     if args.pretrained_path:
         if not Path(args.pretrained_path).is_file():

@@ -84,6 +84,15 @@ def _less_reg(arch: str) -> Variant:
                    'mimetic initialisation, no weight decay, no label smoothing')
 
 
+def _token(arch: str, distill_type: str) -> Variant:
+    """The mimetic start with distillation through a distillation token (timm's TokenDistillationTask), against
+    ``<arch>-mimetic-kd``, the same on the logits."""
+    return Variant(f'{arch}-mimetic-{distill_type}', f'vit_minimal_{arch}.cifar10',
+                   MIMETIC + DISTILLED + ('--distill-type', distill_type),
+                   'mimetic initialisation and distillation through a distillation token '
+                   + ('(hard, DeiT\'s)' if distill_type == 'hard-token' else '(soft)'))
+
+
 def _seeded(v: Variant, seed: int) -> Variant:
     """``v`` again with another seed: how far one seed's result is from another's."""
     return replace(v, name=f'{v.name}-seed{seed}', what=f'{v.what}, seed {seed}', seed=seed)
@@ -120,6 +129,8 @@ PILOTS: List[Variant] = [
       for v in (_family(f'vit_minimal_{arch}.cifar10', arch)[1], _less_reg(arch))),
     # and the plain runs of seed 1 they are measured against
     *(_seeded(_family(f'vit_minimal_{arch}.cifar10', arch)[0], 1) for arch in ('qk_6x1', 'sym_6x4')),
+    # distillation through DeiT's distillation token, soft and hard, against the same on the logits (-mimetic-kd)
+    *(_token(arch, kind) for arch in ('sym_6x4', 'qk_6x1') for kind in ('token', 'hard-token')),
     # the converged runs still to do (a GPU's): the last 6-layer one-head model with the stronger teacher, and the
     # 12-layer models with their family's recipe
     _strong_teacher('sym_6x1'), _strong_teacher('std_12x1'), _strong_teacher('std_12x4'),
@@ -277,8 +288,10 @@ def write_report(rows: Sequence[Dict[str, Any]], path: Path, command_line: str, 
                      f'| {r["test_acc"]:.2f} | {r["best_test_acc"]:.2f} ({r["best_epoch"]}) | {r["wall_time"]:,.0f} '
                      f'| {machines.index(_machine(r)) + 1} |')
     lines += [''] + [f'Device {i}: {m}.' for i, m in enumerate(machines, 1)]
-    teachers = {r['teacher']['name']: r['teacher'] for r in rows if r.get('teacher')}
-    for name, t in teachers.items():
+    ways = ('name', 'distill_type', 'temperature', 'task_weight', 'distill_weight')
+    # one line per teacher and way of distilling from it
+    teachers = {tuple(r['teacher'][k] for k in ways): r['teacher'] for r in rows if r.get('teacher')}
+    for (name, *_), t in teachers.items():
         lines += ['', f'Teacher `{name}` ({t["num_params"]:,} parameters): {t["test_acc"]:.2f}% on the test split as '
                       f'the runs measured it ({t["precision"]} inference), {t["distill_type"]} distillation at '
                       f'temperature {t["temperature"]:g}, loss weights task {t["task_weight"]:g} / distillation '
