@@ -608,6 +608,23 @@ def test_new_classifier_with_ignore_mismatched_sizes(checkpoints):
     assert hf.vit_minimal.head.weight.std() < 0.1  # re-initialised (truncated normal, std 0.02), not garbage
 
 
+def test_a_model_with_a_distillation_token_loads_as_both_classes(tmp_path):
+    """A checkpoint with DeiT's distillation token: the classification model predicts the mean of its two heads as
+    timm's does, the base model loads it without the classifiers, and a new class count re-initialises both."""
+    torch.manual_seed(0)
+    model = timm.create_model('vit_minimal_sym_6x4.cifar10', distill_token=True).eval()
+    hf = VitMinimalForImageClassification.from_timm(model).eval()
+    hf.save_pretrained(tmp_path)
+    x = _input(model)
+    loaded = AutoModelForImageClassification.from_pretrained(tmp_path).eval()
+    base = AutoModel.from_pretrained(tmp_path).eval()
+    five = AutoModelForImageClassification.from_pretrained(tmp_path, num_labels=5, ignore_mismatched_sizes=True)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(x).logits, model(x), rtol=0, atol=ATOL)
+        torch.testing.assert_close(base(x).last_hidden_state, model.forward_features(x), rtol=0, atol=ATOL)
+        assert five.eval()(x).logits.shape == (2, 5) and five.vit_minimal.head_dist.weight.shape == (5, 60)
+
+
 @pytest.mark.slow
 def test_remote_code_names_what_it_needs_without_timm(checkpoints, tmp_path):
     """Remote code builds the model with timm's layers: without timm, loading stops and says to install it."""

@@ -33,6 +33,9 @@ _PREFIX = 'vit_minimal.'
 _LOSS_KWARGS = ('num_items_in_batch', 'ignore_index')
 
 
+_HEADS = ('head.', 'head_dist.')  # the classifiers: the head and, with a distillation token, its own
+
+
 def _strip_prefix(key: str) -> str:
     return key[len(_PREFIX):] if key.startswith(_PREFIX) else key
 
@@ -169,7 +172,7 @@ class VitMinimalPreTrainedModel(PreTrainedModel):
             model, info = super().from_pretrained(
                 pretrained_model_name_or_path, *model_args, output_loading_info=True, ignore_mismatched_sizes=True,
                 **kwargs)
-        new_head = ('head.',) if ignore_mismatched_sizes else ()
+        new_head = _HEADS if ignore_mismatched_sizes else ()
         missing = sorted(k for k in map(_strip_prefix, info['missing_keys']) if not k.startswith(new_head))
         unexpected = sorted(k for k in map(_strip_prefix, info['unexpected_keys'])
                             if not k.startswith(model._unused_checkpoint_keys))
@@ -241,8 +244,8 @@ class VitMinimalModel(VitMinimalPreTrainedModel):
     """
 
     _auto_class = 'AutoModel'
-    _unused_checkpoint_keys = ('head.',)  # a classification checkpoint loads into the base model
-    _keys_to_ignore_on_load_unexpected = [r'^head\.']
+    _unused_checkpoint_keys = _HEADS  # a classification checkpoint loads into the base model
+    _keys_to_ignore_on_load_unexpected = [r'^head\.', r'^head_dist\.']
 
     def __init__(self, config: VitMinimalConfig) -> None:
         super().__init__(config)
