@@ -14,6 +14,7 @@ model's own modules, relatively.
 """
 import contextlib
 import os
+import re
 from typing import Any, Dict, Optional, Tuple, Union
 
 import torch
@@ -245,7 +246,7 @@ class VitMinimalModel(VitMinimalPreTrainedModel):
 
     _auto_class = 'AutoModel'
     _unused_checkpoint_keys = _HEADS  # a classification checkpoint loads into the base model
-    _keys_to_ignore_on_load_unexpected = [r'^head\.', r'^head_dist\.']
+    _keys_to_ignore_on_load_unexpected = [f'^{re.escape(head)}' for head in _HEADS]
 
     def __init__(self, config: VitMinimalConfig) -> None:
         super().__init__(config)
