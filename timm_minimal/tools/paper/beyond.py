@@ -93,6 +93,15 @@ def _token(arch: str, distill_type: str) -> Variant:
                    + ('(hard, DeiT\'s)' if distill_type == 'hard-token' else '(soft)'))
 
 
+def _less_reg_token(arch: str) -> Variant:
+    """The three changes for a model that underfits at once: the mimetic start, no weight decay and distillation
+    through a token (which turns label smoothing off), against each of them alone."""
+    token = _token(arch, 'token')
+    return Variant(f'{arch}-mimetic-less-reg-token', token.model, (*token.options, '--weight-decay', '0'),
+                   'mimetic initialisation, no weight decay, no label smoothing, distillation through a distillation '
+                   'token (soft)')
+
+
 def _seeded(v: Variant, seed: int) -> Variant:
     """``v`` again with another seed: how far one seed's result is from another's."""
     return replace(v, name=f'{v.name}-seed{seed}', what=f'{v.what}, seed {seed}', seed=seed)
@@ -131,6 +140,8 @@ PILOTS: List[Variant] = [
     *(_seeded(_family(f'vit_minimal_{arch}.cifar10', arch)[0], 1) for arch in ('qk_6x1', 'sym_6x4')),
     # distillation through DeiT's distillation token, soft and hard, against the same on the logits (-mimetic-kd)
     *(_token(arch, kind) for arch in ('sym_6x4', 'qk_6x1') for kind in ('token', 'hard-token')),
+    # and with less regularisation too: do the two gains of the underfitting models add up?
+    *(_less_reg_token(arch) for arch in ('sym_6x4', 'qk_6x1')),
     # the converged runs still to do (a GPU's): the last 6-layer one-head model with the stronger teacher, and the
     # 12-layer models with their family's recipe
     _strong_teacher('sym_6x1'), _strong_teacher('std_12x1'), _strong_teacher('std_12x4'),
