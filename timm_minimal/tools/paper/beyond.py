@@ -142,6 +142,7 @@ PILOTS: List[Variant] = [
     *(_token(arch, kind) for arch in ('sym_6x4', 'qk_6x1') for kind in ('token', 'hard-token')),
     # and with less regularisation too: do the two gains of the underfitting models add up?
     *(_less_reg_token(arch) for arch in ('sym_6x4', 'qk_6x1')),
+    *(_seeded(_less_reg_token(arch), 1) for arch in ('qk_6x1', 'sym_6x4')),
     # the converged runs still to do (a GPU's): the last 6-layer one-head model with the stronger teacher, and the
     # 12-layer models with their family's recipe
     _strong_teacher('sym_6x1'), _strong_teacher('std_12x1'), _strong_teacher('std_12x4'),
