@@ -55,6 +55,7 @@ STRONG_AUG = ('--mixup', '0.8', '--cutmix', '1.0', '--reprob', '0.25', '--scale'
               '--translate', '0.125')
 RANDAUG = ('--data-path', 'loader', '--aa', 'rand-m9-mstd0.5-inc1')
 LESS_REG = ('--weight-decay', '0', '--smoothing', '0')
+NO_AUG = ('--hflip', '0', '--translate', '0')  # what is left of the CPU recipe's augmentation: flips and a 1-px shift
 READING = '## What the runs say'  # a report's hand-written part: from this heading on, kept when it regenerates
 
 
@@ -82,6 +83,14 @@ def _strong_teacher(arch: str) -> Variant:
 def _less_reg(arch: str) -> Variant:
     return Variant(f'{arch}-mimetic-less-reg', f'vit_minimal_{arch}.cifar10', MIMETIC + LESS_REG,
                    'mimetic initialisation, no weight decay, no label smoothing')
+
+
+def _no_reg(arch: str) -> Variant:
+    """Less regularisation with the augmentation off too: nothing left between the model and its training images,
+    so its fit of them is what its capacity allows at the budget."""
+    less = _less_reg(arch)
+    return Variant(f'{arch}-mimetic-no-reg', less.model, less.options + NO_AUG,
+                   'mimetic initialisation, no weight decay, no label smoothing, no flips or shifts')
 
 
 def _token(arch: str, distill_type: str) -> Variant:
@@ -143,6 +152,8 @@ PILOTS: List[Variant] = [
     # and with less regularisation too: do the two gains of the underfitting models add up?
     *(_less_reg_token(arch) for arch in ('sym_6x4', 'qk_6x1')),
     *(_seeded(_less_reg_token(arch), 1) for arch in ('qk_6x1', 'sym_6x4')),
+    # no regularisation at all, augmentation included: is what the models without an MLP fit bound by capacity?
+    *(_no_reg(arch) for arch in ('sym_6x4', 'qk_6x1')),
     # the converged runs still to do (a GPU's): the last 6-layer one-head model with the stronger teacher, and the
     # 12-layer models with their family's recipe
     _strong_teacher('sym_6x1'), _strong_teacher('std_12x1'), _strong_teacher('std_12x4'),
