@@ -154,6 +154,8 @@ PILOTS: List[Variant] = [
     *(_seeded(_less_reg_token(arch), 1) for arch in ('qk_6x1', 'sym_6x4')),
     # no regularisation at all, augmentation included: is what the models without an MLP fit bound by capacity?
     *(_no_reg(arch) for arch in ('sym_6x4', 'qk_6x1')),
+    # the token against the logits with a second seed: the token's lead over them was within one seed's spread
+    *(_seeded(v, 1) for v in (_token('sym_6x4', 'token'), _SYM[3])),
     # the converged runs still to do (a GPU's): the last 6-layer one-head model with the stronger teacher, and the
     # 12-layer models with their family's recipe
     _strong_teacher('sym_6x1'), _strong_teacher('std_12x1'), _strong_teacher('std_12x4'),
