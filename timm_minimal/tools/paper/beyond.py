@@ -80,6 +80,14 @@ def _strong_teacher(arch: str) -> Variant:
                    f'mimetic initialisation and distillation from {STRONG_TEACHER}')
 
 
+def _strong_teacher_token(arch: str) -> Variant:
+    """``<arch>-mimetic-kd-strong-teacher`` distilled through a distillation token instead of the logits (the token
+    led the logits with two seeds at the CPU budget, ``results/beyond_pilots_token_seed1.md``)."""
+    logits = _strong_teacher(arch)
+    return Variant(f'{arch}-mimetic-token-strong-teacher', logits.model, (*logits.options, '--distill-type', 'token'),
+                   f'{logits.what}, through a distillation token (soft)')
+
+
 def _less_reg(arch: str) -> Variant:
     return Variant(f'{arch}-mimetic-less-reg', f'vit_minimal_{arch}.cifar10', MIMETIC + LESS_REG,
                    'mimetic initialisation, no weight decay, no label smoothing')
@@ -161,6 +169,8 @@ PILOTS: List[Variant] = [
     _strong_teacher('sym_6x1'), _strong_teacher('std_12x1'), _strong_teacher('std_12x4'),
     *(Variant(f'{arch}-strong', f'vit_minimal_{arch}.cifar10', STRONG_AUG, _STRONG_WHAT)
       for arch in ('std_mlp_12x1', 'std_mlp_12x4')),
+    # and the 4-head models' converged runs through the token, against their -mimetic-kd-strong-teacher runs
+    *(_strong_teacher_token(arch) for arch in ('sym_6x4', 'std_6x4')),
 ]
 
 
