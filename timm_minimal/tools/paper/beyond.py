@@ -80,14 +80,6 @@ def _strong_teacher(arch: str) -> Variant:
                    f'mimetic initialisation and distillation from {STRONG_TEACHER}')
 
 
-def _strong_teacher_token(arch: str) -> Variant:
-    """``<arch>-mimetic-kd-strong-teacher`` distilled through a distillation token instead of the logits (the token
-    led the logits with two seeds at the CPU budget, ``results/beyond_pilots_token_seed1.md``)."""
-    logits = _strong_teacher(arch)
-    return Variant(f'{arch}-mimetic-token-strong-teacher', logits.model, (*logits.options, '--distill-type', 'token'),
-                   f'{logits.what}, through a distillation token (soft)')
-
-
 def _less_reg(arch: str) -> Variant:
     return Variant(f'{arch}-mimetic-less-reg', f'vit_minimal_{arch}.cifar10', MIMETIC + LESS_REG,
                    'mimetic initialisation, no weight decay, no label smoothing')
@@ -97,17 +89,21 @@ def _no_reg(arch: str) -> Variant:
     """Less regularisation with the augmentation off too: nothing left between the model and its training images,
     so its fit of them is what its capacity allows at the budget."""
     less = _less_reg(arch)
-    return Variant(f'{arch}-mimetic-no-reg', less.model, less.options + NO_AUG,
-                   'mimetic initialisation, no weight decay, no label smoothing, no flips or shifts')
+    return Variant(f'{arch}-mimetic-no-reg', less.model, less.options + NO_AUG, f'{less.what}, no flips or shifts')
+
+
+def _through_token(v: Variant, distill_type: str = 'token') -> Variant:
+    """``v``, a pilot distilled on the logits (``-kd`` in its name), distilled through a distillation token instead
+    (timm's TokenDistillationTask), to be measured against it."""
+    kind = '(hard, DeiT\'s)' if distill_type == 'hard-token' else '(soft)'
+    return replace(v, name=v.name.replace('-kd', f'-{distill_type}'),
+                   options=(*v.options, '--distill-type', distill_type),
+                   what=f'{v.what} through a distillation token {kind}')
 
 
 def _token(arch: str, distill_type: str) -> Variant:
-    """The mimetic start with distillation through a distillation token (timm's TokenDistillationTask), against
-    ``<arch>-mimetic-kd``, the same on the logits."""
-    return Variant(f'{arch}-mimetic-{distill_type}', f'vit_minimal_{arch}.cifar10',
-                   MIMETIC + DISTILLED + ('--distill-type', distill_type),
-                   'mimetic initialisation and distillation through a distillation token '
-                   + ('(hard, DeiT\'s)' if distill_type == 'hard-token' else '(soft)'))
+    """The mimetic start with distillation through a distillation token, against ``<arch>-mimetic-kd``."""
+    return _through_token(_family(f'vit_minimal_{arch}.cifar10', arch)[3], distill_type)
 
 
 def _less_reg_token(arch: str) -> Variant:
@@ -170,7 +166,7 @@ PILOTS: List[Variant] = [
     *(Variant(f'{arch}-strong', f'vit_minimal_{arch}.cifar10', STRONG_AUG, _STRONG_WHAT)
       for arch in ('std_mlp_12x1', 'std_mlp_12x4')),
     # and the 4-head models' converged runs through the token, against their -mimetic-kd-strong-teacher runs
-    *(_strong_teacher_token(arch) for arch in ('sym_6x4', 'std_6x4')),
+    *(_through_token(_strong_teacher(arch)) for arch in ('sym_6x4', 'std_6x4')),
 ]
 
 
