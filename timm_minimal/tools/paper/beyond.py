@@ -160,6 +160,8 @@ PILOTS: List[Variant] = [
     *(_no_reg(arch) for arch in ('sym_6x4', 'qk_6x1')),
     # the token against the logits with a second seed: the token's lead over them was within one seed's spread
     *(_seeded(v, 1) for v in (_token('sym_6x4', 'token'), _SYM[3])),
+    # and for the one-head model: does the token's lead hold where the student has a single head?
+    *(_seeded(v, 1) for v in (_token('qk_6x1', 'token'), _QK[3])),
     # the converged runs still to do (a GPU's): the last 6-layer one-head model with the stronger teacher, and the
     # 12-layer models with their family's recipe
     _strong_teacher('sym_6x1'), _strong_teacher('std_12x1'), _strong_teacher('std_12x4'),
