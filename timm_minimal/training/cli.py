@@ -9,7 +9,7 @@ import argparse
 import sys
 from importlib import resources
 from pathlib import Path
-from typing import Any, Dict, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 import yaml
 
@@ -75,7 +75,24 @@ def build_parser(suppress: bool = False) -> argparse.ArgumentParser:
     def d(value):  # a default, unless suppressed
         return {} if suppress else {'default': value}
 
-    g = p.add_argument_group('run')
+    _run_options(p.add_argument_group('run'), d)
+    _model_options(p.add_argument_group('model'), d)
+    _distillation_options(p.add_argument_group(
+        'distillation (timm.task: the teacher sees the same augmented batch, in eval mode)'), d)
+    _optimisation_options(p.add_argument_group('optimisation'), d)
+    _data_path_options(p.add_argument_group('data path'), d)
+    _augmentation_options(p.add_argument_group('augmentation'), d)
+    _system_options(p.add_argument_group('system'), d)
+    if not suppress:  # the training keys: the default recipe (the one for image folders) is their home
+        p.set_defaults(**load_recipe('default'))
+    for action in p._actions:  # argparse prints no default for an option without help text
+        if action.help is None:
+            action.help = '(default: %(default)s)'
+    return p
+
+
+def _run_options(g: argparse._ArgumentGroup, d: Callable[[Any], Dict[str, Any]]) -> None:
+    """What to train on, where the run lives and how it reports."""
     g.add_argument('--model', **d(None), help='timm model name, e.g. vit_minimal_std_mlp_6x1 or vit_minimal_sym_6x4.cifar10 '
                    '(without a tag the dataset picks it: .mnist, .cifar10, .in1k for image folders)')
     g.add_argument('--dataset', **d(None), help="mnist, cifar10, imagenet, a path to an image folder with train/ and "
@@ -107,7 +124,9 @@ def build_parser(suppress: bool = False) -> argparse.ArgumentParser:
     g.add_argument('--rank-report', action='store_true', **d(False),
                    help='each process writes rank<N>.json (weights hash, samples seen) into the run folder')
 
-    g = p.add_argument_group('model')
+
+def _model_options(g: argparse._ArgumentGroup, d: Callable[[Any], Dict[str, Any]]) -> None:
+    """The model, its starting point and its input normalisation."""
     g.add_argument('--model-kwargs', nargs='*', action=ModelKwargs, **d({}),
                    help='extra model arguments, e.g. depth=2 embed_dim=96 img_size=64')
     g.add_argument('--weight-init', choices=WEIGHT_INITS, **d('default'),
@@ -124,7 +143,9 @@ def build_parser(suppress: bool = False) -> argparse.ArgumentParser:
     g.add_argument('--interpolation', **d(None), help='resize interpolation (default: the model\'s)')
     g.add_argument('--crop-pct', type=number(float, MIN_CROP_PCT, 1), **d(None), help='evaluation crop fraction (default: the model\'s)')
 
-    g = p.add_argument_group('distillation (timm.task: the teacher sees the same augmented batch, in eval mode)')
+
+def _distillation_options(g: argparse._ArgumentGroup, d: Callable[[Any], Dict[str, Any]]) -> None:
+    """The teacher and how its predictions enter the loss (timm.task)."""
     g.add_argument('--teacher', **d(None), metavar='NAME',
                    help='distil from this pretrained model: a timm name, a zoo tag (vit_minimal_std_mlp_6x4.cifar10; '
                         'untagged: the dataset\'s), local-dir:PATH or hf-hub:ORG/NAME; it must have the student\'s '
@@ -140,7 +161,9 @@ def build_parser(suppress: bool = False) -> argparse.ArgumentParser:
     g.add_argument('--distill-task-weight', type=NON_NEGATIVE, **d(None),
                    help="weight of the task loss (timm's: 1)")
 
-    g = p.add_argument_group('optimisation')
+
+def _optimisation_options(g: argparse._ArgumentGroup, d: Callable[[Any], Dict[str, Any]]) -> None:
+    """The optimizer, its schedule and the weight average."""
     g.add_argument('--opt', help='timm optimizer name (create_optimizer_v2)')
     g.add_argument('--lr', type=NON_NEGATIVE)
     g.add_argument('--weight-decay', type=NON_NEGATIVE)
@@ -158,7 +181,9 @@ def build_parser(suppress: bool = False) -> argparse.ArgumentParser:
     g.add_argument('--model-ema-decay', type=FRACTION, **d(0.9998))
     g.add_argument('--model-ema-warmup', action=argparse.BooleanOptionalAction, **d(True))
 
-    g = p.add_argument_group('data path')
+
+def _data_path_options(g: argparse._ArgumentGroup, d: Callable[[Any], Dict[str, Any]]) -> None:
+    """Where the data live during training and how they are augmented."""
     g.add_argument('--data-path', choices=DATA_PATHS, **d('auto'),
                    help='device: the dataset lives on the training device as uint8 and is augmented there in batches '
                         '(MNIST, CIFAR-10, small image folders); loader: a DataLoader with per-image timm transforms '
@@ -168,7 +193,9 @@ def build_parser(suppress: bool = False) -> argparse.ArgumentParser:
                    help='largest dataset (train + evaluation, uint8 at the input size) the device path holds; '
                         'on a GPU also at most half its free memory')
 
-    g = p.add_argument_group('augmentation')
+
+def _augmentation_options(g: argparse._ArgumentGroup, d: Callable[[Any], Dict[str, Any]]) -> None:
+    """The training augmentation: geometry, colour, erasing, mixup/cutmix, label smoothing."""
     g.add_argument('--no-aug', action='store_true', **d(False), help='no training augmentation')
     g.add_argument('--translate', type=FRACTION, **d(0.0), help='random shift, at most this fraction of the image size')
     g.add_argument('--rotate', type=DEGREES, **d(0.0), help='random rotation, at most this many degrees')
@@ -191,7 +218,9 @@ def build_parser(suppress: bool = False) -> argparse.ArgumentParser:
     g.add_argument('--mixup-mode', **d('batch'))
     g.add_argument('--smoothing', type=BELOW_ONE, help='label smoothing')
 
-    g = p.add_argument_group('system')
+
+def _system_options(g: argparse._ArgumentGroup, d: Callable[[Any], Dict[str, Any]]) -> None:
+    """Precision, compilation and the CPU processes and threads."""
     g.add_argument('--mixed-precision', choices=('no', 'fp16', 'bf16'), **d(None),
                    help="default: accelerate's configuration (accelerate launch --mixed_precision) if one is set, "
                         "else bf16 on a GPU that supports it, bf16 on a CPU with native bf16 for the models with an MLP, "
@@ -213,12 +242,6 @@ def build_parser(suppress: bool = False) -> argparse.ArgumentParser:
     g.add_argument('--cpu-processes', type=SIZE, **d(None), metavar='N',
                    help='on a CPU, train as N data-parallel processes sharing the cores (default: measured once per '
                         'machine and model, for runs of 500,000 training images or more; 1 otherwise)')
-    if not suppress:  # the training keys: the default recipe (the one for image folders) is their home
-        p.set_defaults(**load_recipe('default'))
-    for action in p._actions:  # argparse prints no default for an option without help text
-        if action.help is None:
-            action.help = '(default: %(default)s)'
-    return p
 
 
 def load_recipe(name_or_path: str) -> Dict[str, Any]:
