@@ -65,6 +65,9 @@ MAX_CLASSES = 1_000_000
 WEIGHT_INITS = ('default', 'mimetic')
 MAX_ERASE_COUNT = 64  # rectangles per image: timm's RandomErasing draws each, so a huge count never ends a batch
 
+# d(value) in build_parser: an option's default keyword, or none where the parser is built without defaults
+_DefaultOf = Callable[[Any], Dict[str, Any]]
+
 
 def build_parser(suppress: bool = False) -> argparse.ArgumentParser:
     """The command line. With ``suppress=True`` no defaults are set (to find the options given explicitly)."""
@@ -72,7 +75,7 @@ def build_parser(suppress: bool = False) -> argparse.ArgumentParser:
     p = OneLineParser(
         prog='timm-minimal-train', description=DESCRIPTION, **kw)
 
-    def d(value):  # a default, unless suppressed
+    def d(value: Any) -> Dict[str, Any]:  # a default, unless suppressed
         return {} if suppress else {'default': value}
 
     _run_options(p.add_argument_group('run'), d)
@@ -91,7 +94,7 @@ def build_parser(suppress: bool = False) -> argparse.ArgumentParser:
     return p
 
 
-def _run_options(g: argparse._ArgumentGroup, d: Callable[[Any], Dict[str, Any]]) -> None:
+def _run_options(g: argparse._ArgumentGroup, d: _DefaultOf) -> None:
     """What to train on, where the run lives and how it reports."""
     g.add_argument('--model', **d(None), help='timm model name, e.g. vit_minimal_std_mlp_6x1 or vit_minimal_sym_6x4.cifar10 '
                    '(without a tag the dataset picks it: .mnist, .cifar10, .in1k for image folders)')
@@ -125,7 +128,7 @@ def _run_options(g: argparse._ArgumentGroup, d: Callable[[Any], Dict[str, Any]])
                    help='each process writes rank<N>.json (weights hash, samples seen) into the run folder')
 
 
-def _model_options(g: argparse._ArgumentGroup, d: Callable[[Any], Dict[str, Any]]) -> None:
+def _model_options(g: argparse._ArgumentGroup, d: _DefaultOf) -> None:
     """The model, its starting point and its input normalisation."""
     g.add_argument('--model-kwargs', nargs='*', action=ModelKwargs, **d({}),
                    help='extra model arguments, e.g. depth=2 embed_dim=96 img_size=64')
@@ -144,7 +147,7 @@ def _model_options(g: argparse._ArgumentGroup, d: Callable[[Any], Dict[str, Any]
     g.add_argument('--crop-pct', type=number(float, MIN_CROP_PCT, 1), **d(None), help='evaluation crop fraction (default: the model\'s)')
 
 
-def _distillation_options(g: argparse._ArgumentGroup, d: Callable[[Any], Dict[str, Any]]) -> None:
+def _distillation_options(g: argparse._ArgumentGroup, d: _DefaultOf) -> None:
     """The teacher and how its predictions enter the loss (timm.task)."""
     g.add_argument('--teacher', **d(None), metavar='NAME',
                    help='distil from this pretrained model: a timm name, a zoo tag (vit_minimal_std_mlp_6x4.cifar10; '
@@ -162,7 +165,7 @@ def _distillation_options(g: argparse._ArgumentGroup, d: Callable[[Any], Dict[st
                    help="weight of the task loss (timm's: 1)")
 
 
-def _optimisation_options(g: argparse._ArgumentGroup, d: Callable[[Any], Dict[str, Any]]) -> None:
+def _optimisation_options(g: argparse._ArgumentGroup, d: _DefaultOf) -> None:
     """The optimizer, its schedule and the weight average."""
     g.add_argument('--opt', help='timm optimizer name (create_optimizer_v2)')
     g.add_argument('--lr', type=NON_NEGATIVE)
@@ -182,7 +185,7 @@ def _optimisation_options(g: argparse._ArgumentGroup, d: Callable[[Any], Dict[st
     g.add_argument('--model-ema-warmup', action=argparse.BooleanOptionalAction, **d(True))
 
 
-def _data_path_options(g: argparse._ArgumentGroup, d: Callable[[Any], Dict[str, Any]]) -> None:
+def _data_path_options(g: argparse._ArgumentGroup, d: _DefaultOf) -> None:
     """Where the data live during training and how they are augmented."""
     g.add_argument('--data-path', choices=DATA_PATHS, **d('auto'),
                    help='device: the dataset lives on the training device as uint8 and is augmented there in batches '
@@ -194,7 +197,7 @@ def _data_path_options(g: argparse._ArgumentGroup, d: Callable[[Any], Dict[str, 
                         'on a GPU also at most half its free memory')
 
 
-def _augmentation_options(g: argparse._ArgumentGroup, d: Callable[[Any], Dict[str, Any]]) -> None:
+def _augmentation_options(g: argparse._ArgumentGroup, d: _DefaultOf) -> None:
     """The training augmentation: geometry, colour, erasing, mixup/cutmix, label smoothing."""
     g.add_argument('--no-aug', action='store_true', **d(False), help='no training augmentation')
     g.add_argument('--translate', type=FRACTION, **d(0.0), help='random shift, at most this fraction of the image size')
@@ -219,7 +222,7 @@ def _augmentation_options(g: argparse._ArgumentGroup, d: Callable[[Any], Dict[st
     g.add_argument('--smoothing', type=BELOW_ONE, help='label smoothing')
 
 
-def _system_options(g: argparse._ArgumentGroup, d: Callable[[Any], Dict[str, Any]]) -> None:
+def _system_options(g: argparse._ArgumentGroup, d: _DefaultOf) -> None:
     """Precision, compilation and the CPU processes and threads."""
     g.add_argument('--mixed-precision', choices=('no', 'fp16', 'bf16'), **d(None),
                    help="default: accelerate's configuration (accelerate launch --mixed_precision) if one is set, "
