@@ -115,6 +115,15 @@ def _less_reg_token(arch: str) -> Variant:
                    'token (soft)')
 
 
+def _hot(arch: str) -> Variant:
+    """``<arch>-mimetic-kd`` at the temperature and loss weights of timm's own example for its distillation task
+    (temperature 4, task 0.3, distillation 0.7) instead of timm's defaults (1; 1 and 1), against it."""
+    kd = _family(f'vit_minimal_{arch}.cifar10', arch)[3]
+    return replace(kd, name=f'{kd.name}-t4', options=(*kd.options, '--distill-temperature', '4',
+                                                      '--distill-task-weight', '0.3'),
+                   what=f'{kd.what}, temperature 4, loss weights task 0.3 / distillation 0.7')
+
+
 def _seeded(v: Variant, seed: int) -> Variant:
     """``v`` again with another seed: how far one seed's result is from another's."""
     return replace(v, name=f'{v.name}-seed{seed}', what=f'{v.what}, seed {seed}', seed=seed)
@@ -162,6 +171,9 @@ PILOTS: List[Variant] = [
     *(_seeded(v, 1) for v in (_token('sym_6x4', 'token'), _SYM[3])),
     # and for the one-head model: does the token's lead hold where the student has a single head?
     *(_seeded(v, 1) for v in (_token('qk_6x1', 'token'), _QK[3])),
+    # the temperature and loss weights of timm's example for its distillation task, against timm's defaults, which
+    # every distilled run so far used: does the softer, teacher-heavier loss pay for a student that underfits?
+    *(_hot(arch) for arch in ('sym_6x4', 'qk_6x1')),
     # the converged runs still to do (a GPU's): the last 6-layer one-head model with the stronger teacher, and the
     # 12-layer models with their family's recipe
     _strong_teacher('sym_6x1'), _strong_teacher('std_12x1'), _strong_teacher('std_12x4'),
