@@ -168,22 +168,7 @@ class VitMinimalConfig(PreTrainedConfig, _ModelFields):
             raise ValueError(
                 f"Unknown model_args {unknown} for a vit_minimal config; allowed: {', '.join(MODEL_ARG_NAMES)}.")
         if architecture is not None:
-            for key, value in _architecture_args(architecture).items():
-                if key in model_args:
-                    continue
-                if getattr(self, key) not in (value, self.__dataclass_fields__[key].default):
-                    raise ValueError(
-                        f"architecture='{architecture}' implies {key}={value!r}, but {key}={getattr(self, key)!r} "
-                        f"was given; pass one or the other.")
-                model_args[key] = value
-            # a timm export may leave the geometry to the pretrained tag
-            tag = (self.pretrained_cfg or {}).get('tag')
-            geometry = tag_geometry(tag) if tag_dataset(tag) else {}
-            input_size = (self.pretrained_cfg or {}).get('input_size')
-            if input_size is not None:
-                geometry.update(in_chans=input_size[0], img_size=tuple(input_size[1:]))
-            for key, value in geometry.items():
-                model_args.setdefault(key, _to_size(value))
+            self._add_architecture_args(architecture, model_args)
         for key, value in model_args.items():
             setattr(self, key, value)
         self.img_size = _to_size(self.img_size)
@@ -193,32 +178,56 @@ class VitMinimalConfig(PreTrainedConfig, _ModelFields):
             self.pretrained_cfg = pretrained_cfg_for(self.in_chans, self.img_size, self.patch_size)
         else:
             self.pretrained_cfg = describe_pretrained_cfg(self.pretrained_cfg)
-
-        # labels: transformers' id2label wins, then timm's label_names / num_classes, then the dataset's classes
         self._check_size_before_labels(kwargs.get('num_labels', num_classes))
+        if 'num_labels' not in kwargs:
+            self._set_labels(num_classes, label_names)
+        kwargs.setdefault('auto_map', copy.deepcopy(AUTO_MAP))
+        super().__post_init__(**kwargs)
+
+    def _add_architecture_args(self, architecture: str, model_args: Dict[str, Any]) -> None:
+        """Adds to ``model_args`` what a registered ``architecture`` name implies (attention variant, MLP, depth,
+        heads) and the geometry of its pretrained tag or input size, where ``model_args`` leaves them out; a field
+        given otherwise that contradicts the name is refused."""
+        for key, value in _architecture_args(architecture).items():
+            if key in model_args:
+                continue
+            if getattr(self, key) not in (value, self.__dataclass_fields__[key].default):
+                raise ValueError(
+                    f"architecture='{architecture}' implies {key}={value!r}, but {key}={getattr(self, key)!r} "
+                    f"was given; pass one or the other.")
+            model_args[key] = value
+        # a timm export may leave the geometry to the pretrained tag
+        tag = (self.pretrained_cfg or {}).get('tag')
+        geometry = tag_geometry(tag) if tag_dataset(tag) else {}
+        input_size = (self.pretrained_cfg or {}).get('input_size')
+        if input_size is not None:
+            geometry.update(in_chans=input_size[0], img_size=tuple(input_size[1:]))
+        for key, value in geometry.items():
+            model_args.setdefault(key, _to_size(value))
+
+    def _set_labels(self, num_classes: Any, label_names: Any) -> None:
+        """id2label and label2id where transformers' ``num_labels`` was not given: transformers' id2label wins,
+        then timm's label_names / num_classes, then the classes of the tag's dataset."""
         if isinstance(label_names, dict):
             label_names = [label_names[k] for k in sorted(label_names, key=int)]
         if self.id2label is not None:
-            if num_classes is not None and 'num_labels' not in kwargs and int(num_classes) != len(self.id2label):
+            if num_classes is not None and int(num_classes) != len(self.id2label):
                 raise ValueError(
                     f'Inconsistent config: num_classes={num_classes} (timm) but id2label has {len(self.id2label)} '
                     f'entries (transformers).')
-        elif 'num_labels' not in kwargs:
-            if label_names is not None:
-                if num_classes is not None and int(num_classes) != len(label_names):
-                    raise ValueError(
-                        f'Inconsistent config: num_classes={num_classes} but label_names has {len(label_names)} '
-                        f'entries.')
-                self.id2label = dict(enumerate(label_names))
-            else:
-                n = 10 if num_classes is None else int(num_classes)
-                self.id2label = dict(enumerate(class_names(n, None, self.pretrained_cfg.get('tag'))))
-        if self.id2label is not None and self.label2id is None and 'num_labels' not in kwargs:
+        elif label_names is not None:
+            if num_classes is not None and int(num_classes) != len(label_names):
+                raise ValueError(
+                    f'Inconsistent config: num_classes={num_classes} but label_names has {len(label_names)} '
+                    f'entries.')
+            self.id2label = dict(enumerate(label_names))
+        else:
+            n = 10 if num_classes is None else int(num_classes)
+            self.id2label = dict(enumerate(class_names(n, None, self.pretrained_cfg.get('tag'))))
+        if self.label2id is None:
             names = [str(v) for v in self.id2label.values()]
             if len(set(names)) == len(names):
                 self.label2id = {name: int(i) for i, name in zip(self.id2label, names)}
-        kwargs.setdefault('auto_map', copy.deepcopy(AUTO_MAP))
-        super().__post_init__(**kwargs)
 
     def _check_size_before_labels(self, num_classes: Any) -> None:
         """The model's size from the fields alone, before transformers makes one id2label entry per class (a config

@@ -366,22 +366,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> Tuple[argparse.Namespace
     explicit = vars(build_parser(suppress=True).parse_args(argv))
     dests = set(defaults)
 
-    saved: Dict[str, Any] = {}
-    if 'resume' in explicit:
-        run_dir = explicit['resume'] or explicit.get('output')
-        if not run_dir:
-            raise UsageError('--resume needs a run folder: --resume RUN, or --output RUN --resume.')
-        args_file = Path(run_dir) / 'args.yaml'
-        if args_file.is_file():
-            saved = read_options_yaml(args_file.read_text(), str(args_file))
-            check_option_types(parser, saved, str(args_file))
-        elif not Path(run_dir).exists() or 'model' not in explicit:
-            raise UsageError(_cannot_resume(Path(run_dir)))
-        for key in ('model', 'dataset'):
-            if key in explicit and key in saved and explicit[key] != saved[key]:
-                raise UsageError(f'--{key} {explicit[key]} differs from the resumed run\'s ({saved[key]}).')
-        explicit.setdefault('output', str(run_dir))
-
+    saved = _resumed_options(parser, explicit) if 'resume' in explicit else {}
     dataset = explicit.get('dataset', saved.get('dataset'))
     if not dataset:
         raise UsageError('--dataset is required: mnist, cifar10, imagenet, an image folder path or a timm dataset name.')
@@ -407,6 +392,27 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> Tuple[argparse.Namespace
     resolved['resume'] = explicit.get('resume')
     args = argparse.Namespace(**resolved)
     return args, dict(recipe=recipe_name, recipe_values=recipe, explicit=sorted(explicit))
+
+
+def _resumed_options(parser: argparse.ArgumentParser, explicit: Dict[str, Any]) -> Dict[str, Any]:
+    """The options of the run ``--resume`` names, from its args.yaml (none where the folder exists without one and
+    --model is given: the run starts there); its folder becomes ``explicit``'s --output. A --model or --dataset that differs from
+    the run's is refused."""
+    run_dir = explicit['resume'] or explicit.get('output')
+    if not run_dir:
+        raise UsageError('--resume needs a run folder: --resume RUN, or --output RUN --resume.')
+    args_file = Path(run_dir) / 'args.yaml'
+    saved: Dict[str, Any] = {}
+    if args_file.is_file():
+        saved = read_options_yaml(args_file.read_text(), str(args_file))
+        check_option_types(parser, saved, str(args_file))
+    elif not Path(run_dir).exists() or 'model' not in explicit:
+        raise UsageError(_cannot_resume(Path(run_dir)))
+    for key in ('model', 'dataset'):
+        if key in explicit and key in saved and explicit[key] != saved[key]:
+            raise UsageError(f'--{key} {explicit[key]} differs from the resumed run\'s ({saved[key]}).')
+    explicit.setdefault('output', str(run_dir))
+    return saved
 
 
 def _minimal_weight_init(resolved: Dict[str, Any], model: str, explicit: Dict[str, Any]) -> None:
