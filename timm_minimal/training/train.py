@@ -265,11 +265,7 @@ def _assemble(plan: RunPlan, accelerator: Any, folder: RunFolder, last_dir: Opti
     data_path = build_data_path(args, data, data_cfg, accelerator, batches_per_epoch)
     optimizer, scheduler = build_optimization(args, model, updates_per_epoch, accelerator.device)
     loss_fn, mixup_fn = build_loss(args, data.num_classes, args.batch_size // world)
-    teacher = None
-    if args.teacher:  # built (and refused where it does not fit) before the student trains a step
-        name = args.teacher if ':' in args.teacher else resolve_model_name(args.teacher, plan.dataset_kind)
-        teacher = build_teacher(name, data.num_classes, data_cfg['input_size'], accelerator.device,
-                                bf16=teacher_bf16(name, accelerator))
+    teacher_name, teacher = _teacher(plan, data.num_classes, data_cfg['input_size'], accelerator)
     prepared, optimizer = accelerator.prepare(model, optimizer)
     unwrapped = accelerator.unwrap_model(prepared)
     compiled = plan.compile
@@ -289,12 +285,9 @@ def _assemble(plan: RunPlan, accelerator: Any, folder: RunFolder, last_dir: Opti
         scheduler.step_update(state.update)
     run.guard = FiniteGuard(accelerator.device, state.epoch * batches_per_epoch + state.batch)
     info = dict(argv=list(argv), model_kwargs=model_kwargs, data_cfg=data_cfg, provenance=provenance,
-                num_params=sum(p.numel() for p in unwrapped.parameters()),
-                dataset=dict(data.describe(), train_samples_used=n_train,
-                             eval_samples_used=len(data.eval) if args.eval_subset is None
-                             else min(args.eval_subset, dataset_len(data.eval) or args.eval_subset)))
+                num_params=sum(p.numel() for p in unwrapped.parameters()), dataset=_data_info(args, data, n_train))
     if distill is not None:
-        info['teacher'] = teacher_info(run, distill, name, teacher)
+        info['teacher'] = teacher_info(run, distill, teacher_name, teacher)
     accelerator.print(
         f'{model_name}: {info["num_params"]:,} parameters; {data.name}: {n_train:,} train / '
         f'{info["dataset"]["eval_samples_used"]:,} {data.eval_split} images, {data.num_classes} classes; {world} '
@@ -302,6 +295,24 @@ def _assemble(plan: RunPlan, accelerator: Any, folder: RunFolder, last_dir: Opti
         f'{args.grad_accum_steps}, {updates_per_epoch} updates/epoch, {data_path.name} data path, mixed precision '
         f'{accelerator.mixed_precision}, {"compiled" if compiled else "eager"}.')
     return run, state, info, last_dir
+
+
+def _teacher(plan: RunPlan, num_classes: int, input_size: Sequence[int],
+             accelerator: Any) -> Tuple[Optional[str], Optional[nn.Module]]:
+    """The name and the model of ``--teacher`` (None, None without one), built, and refused where it does not fit
+    the data, before the student trains a step."""
+    args = plan.options
+    if not args.teacher:
+        return None, None
+    name = args.teacher if ':' in args.teacher else resolve_model_name(args.teacher, plan.dataset_kind)
+    return name, build_teacher(name, num_classes, input_size, accelerator.device, bf16=teacher_bf16(name, accelerator))
+
+
+def _data_info(args: argparse.Namespace, data: Any, n_train: int) -> Dict[str, Any]:
+    """What run.json says of the data: the dataset's own description and the images the run uses of each split."""
+    eval_used = (len(data.eval) if args.eval_subset is None
+                 else min(args.eval_subset, dataset_len(data.eval) or args.eval_subset))
+    return dict(data.describe(), train_samples_used=n_train, eval_samples_used=eval_used)
 
 
 def teacher_info(run: Run, distill: nn.Module, name: str, teacher: nn.Module) -> Dict[str, Any]:
