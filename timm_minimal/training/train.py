@@ -363,23 +363,7 @@ def _train(run: Run, state: TrainState, info: Dict[str, Any], last_dir: Optional
     try:
         for epoch in range(state.epoch, args.epochs):
             local_samples += (run.batches_per_epoch - state.batch) * (args.batch_size // run.world)
-            part = train_one_epoch(run, state, epoch)
-            check_finite(run, state)
-            t_eval = time.perf_counter()
-            ev = evaluate(run, run.unwrapped)
-            ema_ev = evaluate(run, run.ema.module) if run.ema is not None else None
-            row = epoch_row(run, state, epoch, part, ev, ema_ev, time.perf_counter() - t_eval, launch_elapsed())
-            is_best = state.end_epoch(row)
-            save_checkpoint(run, state, is_best=is_best)  # before the metrics line: a logged epoch is a saved one
-            if run.is_main:
-                run.folder.append_metrics(row)
-                if time.perf_counter() - last_plot > PLOT_INTERVAL:  # and once more at the end
-                    run.folder.plot_curves(state.history, title=f'{run.model_name} on {info["dataset"]["name"]}')
-                    last_plot = time.perf_counter()
-            acc.print(f"epoch {epoch + 1}/{args.epochs}: train loss {row['train_loss']:.4f} acc {row['train_acc']:.2f}% | "
-                      f"test loss {row['test_loss']:.4f} acc {row['test_acc']:.2f}% | lr {row['lr']:.2e} | "
-                      f"{row['throughput']:.0f} img/s | {row['epoch_time']:.1f} s", flush=True)
-            run.hooks.after_epoch(row)
+            last_plot = _epoch(run, state, epoch, info['dataset']['name'], last_plot)
     except Diverged as e:
         status = 'diverged'
         kept = run.folder.find_checkpoint()
@@ -407,6 +391,31 @@ def _train(run: Run, state: TrainState, info: Dict[str, Any], last_dir: Optional
     if status == 'failed' and run.is_main:  # one line, the main process's: the others have nothing to add
         raise WriteFailed(message)
     return summary
+
+
+def _epoch(run: Run, state: TrainState, epoch: int, dataset_name: str, last_plot: float) -> float:
+    """One epoch: its training, the evaluations, the checkpoint, then its metrics line and log line (a logged epoch is
+    a saved one); returns when the curves were last drawn."""
+    args = run.args
+    part = train_one_epoch(run, state, epoch)
+    check_finite(run, state)
+    t_eval = time.perf_counter()
+    ev = evaluate(run, run.unwrapped)
+    ema_ev = evaluate(run, run.ema.module) if run.ema is not None else None
+    row = epoch_row(run, state, epoch, part, ev, ema_ev, time.perf_counter() - t_eval, launch_elapsed())
+    is_best = state.end_epoch(row)
+    save_checkpoint(run, state, is_best=is_best)
+    if run.is_main:
+        run.folder.append_metrics(row)
+        if time.perf_counter() - last_plot > PLOT_INTERVAL:  # and once more at the end
+            run.folder.plot_curves(state.history, title=f'{run.model_name} on {dataset_name}')
+            last_plot = time.perf_counter()
+    run.accelerator.print(
+        f"epoch {epoch + 1}/{args.epochs}: train loss {row['train_loss']:.4f} acc {row['train_acc']:.2f}% | "
+        f"test loss {row['test_loss']:.4f} acc {row['test_acc']:.2f}% | lr {row['lr']:.2e} | "
+        f"{row['throughput']:.0f} img/s | {row['epoch_time']:.1f} s", flush=True)
+    run.hooks.after_epoch(row)
+    return last_plot
 
 
 def _finish(run: Run, state: TrainState, status: str, message: Optional[str], launch_time: float) -> Dict[str, Any]:
