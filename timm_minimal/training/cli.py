@@ -396,8 +396,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> Tuple[argparse.Namespace
 
 def _resumed_options(parser: argparse.ArgumentParser, explicit: Dict[str, Any]) -> Dict[str, Any]:
     """The options of the run ``--resume`` names, from its args.yaml (none where the folder exists without one and
-    --model is given: the run starts there); its folder becomes ``explicit``'s --output. A --model or --dataset that differs from
-    the run's is refused."""
+    --model is given: the run starts there); its folder becomes ``explicit``'s --output. A --model or --dataset that
+    differs from the run's is refused."""
     run_dir = explicit['resume'] or explicit.get('output')
     if not run_dir:
         raise UsageError('--resume needs a run folder: --resume RUN, or --output RUN --resume.')
