@@ -69,7 +69,9 @@ class Variant:
     seed: int = 0
 
 
-def _family(model: str, arch: str) -> List[Variant]:
+def _family(arch: str) -> List[Variant]:
+    """The four pilots of an architecture (its CIFAR-10 tag): plain, mimetic, distilled, mimetic and distilled."""
+    model = f'vit_minimal_{arch}.cifar10'
     return [Variant(f'{arch}-plain', model), Variant(f'{arch}-mimetic', model, MIMETIC, 'mimetic initialisation'),
             Variant(f'{arch}-kd', model, DISTILLED, f'distilled from {TEACHER}, no label smoothing'),
             Variant(f'{arch}-mimetic-kd', model, MIMETIC + DISTILLED, 'mimetic initialisation and distillation')]
@@ -103,7 +105,7 @@ def _through_token(v: Variant, distill_type: str = 'token') -> Variant:
 
 def _token(arch: str, distill_type: str) -> Variant:
     """The mimetic start with distillation through a distillation token, against ``<arch>-mimetic-kd``."""
-    return _through_token(_family(f'vit_minimal_{arch}.cifar10', arch)[3], distill_type)
+    return _through_token(_family(arch)[3], distill_type)
 
 
 def _less_reg_token(arch: str) -> Variant:
@@ -118,7 +120,7 @@ def _less_reg_token(arch: str) -> Variant:
 def _hot(arch: str) -> Variant:
     """``<arch>-mimetic-kd`` at the temperature and loss weights of timm's own example for its distillation task
     (temperature 4, task 0.3, distillation 0.7) instead of timm's defaults (1; 1 and 1), against it."""
-    kd = _family(f'vit_minimal_{arch}.cifar10', arch)[3]
+    kd = _family(arch)[3]
     return replace(kd, name=f'{kd.name}-t4', options=(*kd.options, '--distill-temperature', '4',
                                                       '--distill-task-weight', '0.3'),
                    what=f'{kd.what}, temperature 4, loss weights task 0.3 / distillation 0.7')
@@ -132,34 +134,34 @@ def _seeded(v: Variant, seed: int) -> Variant:
 _STRONG_WHAT = 'mixup 0.8, cutmix 1.0, random erasing 0.25, zoom +-10%, 4-px shift'
 
 # In the order they run: the questions that decide the most first.
-_SYM, _QK = _family('vit_minimal_sym_6x4.cifar10', 'sym_6x4'), _family('vit_minimal_qk_6x1.cifar10', 'qk_6x1')
+_SYM, _QK = _family('sym_6x4'), _family('qk_6x1')
 PILOTS: List[Variant] = [
     _SYM[1], _SYM[2], _SYM[0],
     Variant('std_mlp_6x4-strong', 'vit_minimal_std_mlp_6x4.cifar10', STRONG_AUG, _STRONG_WHAT),
     _SYM[3], _QK[1], _QK[2], _QK[0],
     Variant('std_mlp_6x4-plain', 'vit_minimal_std_mlp_6x4.cifar10'), _QK[3],
     # the recipe the sym_6x4 pilots chose, for the other 4-head model's converged run (--epochs 150)
-    _family('vit_minimal_std_6x4.cifar10', 'std_6x4')[3],
+    _family('std_6x4')[3],
     # the other MLP models with the strong augmentation (converged runs on a GPU)
     *(Variant(f'{arch}-strong', f'vit_minimal_{arch}.cifar10', STRONG_AUG, _STRONG_WHAT)
       for arch in ('std_mlp_6x1', 'qk_mlp_6x1', 'qkonly_mlp_6x1')),
     # the other models without an MLP with the chosen recipe, and four of them with the stronger teacher
-    *(_family(f'vit_minimal_{arch}.cifar10', arch)[3] for arch in ('std_6x1', 'sym_6x1', 'qkonly_6x1')),
+    *(_family(arch)[3] for arch in ('std_6x1', 'sym_6x1', 'qkonly_6x1')),
     *(_strong_teacher(arch) for arch in ('sym_6x4', 'std_6x4', 'qk_6x1', 'std_6x1')),
     # the strong augmentation with RandAugment, a per-image transform of the loader path (CCT's CIFAR-10 recipe has it)
     Variant('std_mlp_6x4-strong-randaug', 'vit_minimal_std_mlp_6x4.cifar10', STRONG_AUG + RANDAUG,
             _STRONG_WHAT + ', RandAugment m9 (loader path)'),
     # qkonly_6x1 as the recipe is, the run its mimetic start with distillation is measured against at the CPU budget
-    _family('vit_minimal_qkonly_6x1.cifar10', 'qkonly_6x1')[0],
+    _family('qkonly_6x1')[0],
     # less regularisation for the models that underfit: the mimetic start without weight decay or label smoothing,
     # against the mimetic pilots above (std_6x4's mimetic pilot, the one it is measured against, beside it)
-    _less_reg('sym_6x4'), _less_reg('qk_6x1'), _family('vit_minimal_std_6x4.cifar10', 'std_6x4')[1],
+    _less_reg('sym_6x4'), _less_reg('qk_6x1'), _family('std_6x4')[1],
     _less_reg('std_6x4'),
     # the same comparison with a second seed, for the two models whose gain was within one seed's spread
     *(_seeded(v, 1) for arch in ('sym_6x4', 'qk_6x1')
-      for v in (_family(f'vit_minimal_{arch}.cifar10', arch)[1], _less_reg(arch))),
+      for v in (_family(arch)[1], _less_reg(arch))),
     # and the plain runs of seed 1 they are measured against
-    *(_seeded(_family(f'vit_minimal_{arch}.cifar10', arch)[0], 1) for arch in ('qk_6x1', 'sym_6x4')),
+    *(_seeded(_family(arch)[0], 1) for arch in ('qk_6x1', 'sym_6x4')),
     # distillation through DeiT's distillation token, soft and hard, against the same on the logits (-mimetic-kd)
     *(_token(arch, kind) for arch in ('sym_6x4', 'qk_6x1') for kind in ('token', 'hard-token')),
     # and with less regularisation too: do the two gains of the underfitting models add up?
