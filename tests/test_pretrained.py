@@ -122,6 +122,18 @@ def test_evaluate_takes_the_training_split_as_timm_validate_does(capsys):
     assert err.endswith("mnist-sample has no split 'validation'; its splits are train and test") and '\n' not in err
 
 
+def test_evaluate_predicts_alike_at_every_batch_size_and_takes_timms_default():
+    """The batch is a matter of speed alone (scripts/eval_batch.py): the same predictions at the default, timm's
+    validate.py's 256, as at 1,000 and at 7 (a last batch of 6)."""
+    from timm_minimal.tools import evaluate
+    from timm_minimal.tools.cli import build_parser
+    model = timm.create_model('vit_minimal_sym_6x4.mnist', pretrained=True)
+    results = [evaluate.evaluate_model(model, 'mnist-sample', batch_size=b) for b in (256, 1000, 7)]
+    assert build_parser().parse_args(['--model', 'vit_minimal_sym_6x4.mnist']).batch_size == 256
+    assert [r['samples'] for r in results] == [1000] * 3 and len({r['acc'] for r in results}) == 1
+    assert results[1]['loss'] == pytest.approx(results[0]['loss'], rel=1e-5) == results[2]['loss']
+
+
 DATA = ROOT.parent / 'shared' / 'data'  # the real datasets, where they are (CI has them)
 DATASET_DIRS = {'mnist': DATA / 'MNIST' / 'raw', 'cifar10': DATA / 'CIFAR10'}
 
@@ -152,9 +164,19 @@ def cache(tmp_path_factory):
     return tmp_path_factory.mktemp('cache')
 
 
+@pytest.fixture
+def all_cores():
+    """Every core this process may use, for the suite's heaviest forwards (the rest of it keeps one thread)."""
+    from timm_minimal.cli import usable_cores
+    before = torch.get_num_threads()
+    torch.set_num_threads(usable_cores())
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize('name', SHIPPED)
-def test_card_accuracy_is_confirmed_on_the_full_test_split(name, cache, monkeypatch):
+def test_card_accuracy_is_confirmed_on_the_full_test_split(name, cache, monkeypatch, all_cores):
     """The package's own evaluation (timm_minimal.tools.evaluate) over all 10,000 test images gives the card's number."""
     from timm_minimal.tools.evaluate import evaluate_model
     dataset = tag_dataset(name.split('.')[-1])  # a recipe tag's images are its dataset's
@@ -176,3 +198,24 @@ def test_the_imagenet_normalisation_is_timms():
     from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
     from timm_minimal.models.datasets import DATASETS
     assert (DATASETS['in1k'].mean, DATASETS['in1k'].std) == (IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD)
+
+
+@pytest.mark.slow
+def test_the_eval_batch_script_sets_each_batch_size_against_the_first(capsys):
+    """scripts/eval_batch.py, the measurement behind the evaluation's default batch: one row per thread count and
+    batch, its speed against the first batch of the same thread count, and the same top-1 in every row."""
+    import importlib.util
+    if not DATASET_DIRS['mnist'].is_dir():
+        pytest.skip('mnist is not in ../shared/data: the script evaluates the full test split')
+    spec = importlib.util.spec_from_file_location('eval_batch', ROOT / 'scripts' / 'eval_batch.py')
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    assert script.main(['--data-dir', str(DATA), '--models', 'vit_minimal_sym_6x4.mnist', '--batch-sizes', '1000',
+                        '256', '--threads', '1', '--repeats', '1']) == 0
+    torch.set_num_threads(1)
+    out = capsys.readouterr().out
+    rows = re.findall(r'^\| 1 \| (\d+) \| [\d.]+ \| [\d,]+ \| ([\d.]+)x \| ([\d.]+) \|$', out, re.M)
+    assert [r[0] for r in rows] == ['1000', '256'] and rows[0][1] == '1.00' and rows[0][2] == rows[1][2], out
+    assert 'CPU flags: ' in out and '(10,000 test images)' in out
+    assert script.main(['--data-dir', str(DATA), '--models', 'vit_minimal_sym_6x4']) == 2
+    assert 'name a shipped checkpoint with its tag' in capsys.readouterr().err

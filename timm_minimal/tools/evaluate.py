@@ -26,7 +26,7 @@ from ..models.pretrained import tag_dataset as pretrained_tag_dataset
 from ..models.images import image_mode
 from .common import describe_load_error
 from ..cli import UsageError, command
-from .cli import build_parser
+from .cli import EVAL_BATCH_SIZE, build_parser
 
 __all__ = ['evaluate_model', 'evaluate_forwards', 'main']
 
@@ -51,7 +51,7 @@ def map_labels(data_classes: Sequence[str], label_names: Optional[Sequence[str]]
 
 @torch.no_grad()
 def evaluate_forwards(forwards: Mapping[str, Callable[[torch.Tensor], torch.Tensor]], data_cfg: Mapping[str, Any],
-                      num_classes: int, dataset: str, data_dir: Optional[str] = None, batch_size: int = 1000,
+                      num_classes: int, dataset: str, data_dir: Optional[str] = None, batch_size: int = EVAL_BATCH_SIZE,
                       device: str = 'cpu', download: bool = False, label_names: Optional[Sequence[str]] = None,
                       labels_by_order: bool = False, download_hint: str = '',
                       data_option: str = '--data-dir', split: Optional[str] = None) -> Dict[str, Dict[str, Any]]:
@@ -99,9 +99,10 @@ def model_label_names(model: torch.nn.Module) -> Optional[List[str]]:
     return list(names) if names and len(names) == getattr(model, 'num_classes', len(names)) else None
 
 
-def evaluate_model(model: torch.nn.Module, dataset: str, data_dir: Optional[str] = None, batch_size: int = 1000,
-                   device: str = 'cpu', download: bool = False, labels_by_order: bool = False,
-                   download_hint: str = '', split: Optional[str] = None) -> Dict[str, Any]:
+def evaluate_model(model: torch.nn.Module, dataset: str, data_dir: Optional[str] = None,
+                   batch_size: int = EVAL_BATCH_SIZE, device: str = 'cpu', download: bool = False,
+                   labels_by_order: bool = False, download_hint: str = '', split: Optional[str] = None
+                   ) -> Dict[str, Any]:
     """Loss and top-1 / top-5 accuracy (%) of ``model`` over the evaluation split of ``dataset`` (or ``split``)."""
     from timm.data import resolve_data_config
     model = model.to(device).eval()
