@@ -300,7 +300,7 @@ def test_short_runs_gpu_runs_and_launched_processes_stay_one_process(monkeypatch
     monkeypatch.delenv('WORLD_SIZE')
     assert not _plan(long_run, split=False).starts_split  # train(args) from Python trains in its own process
     measured = []
-    monkeypatch.setattr(cpu_split, 'decide', lambda model, batch, cache, **step: measured.append((model, step))
+    monkeypatch.setattr(cpu_split, 'decide', lambda model, batch, cache, before, **step: measured.append((model, step))
                         or cpu_split.Decision(2, True, False, {'1 x 2': 900.0, '2 x 1 compiled unpadded': 1200.0}))
     plan = _plan(long_run + ['--model-kwargs', 'depth=2'])
     assert plan.processes == 2 and plan.starts_split and plan.threads is None
@@ -334,6 +334,24 @@ def test_the_plan_is_resolved_once_and_the_options_no_longer_hold_it(monkeypatch
     assert saved['model'] == 'vit_minimal_sym_6x4' and saved['threads'] == 1 and 'resume' not in saved
     with pytest.raises(dataclasses.FrozenInstanceError):
         plan.threads = 2
+
+
+def test_a_missing_dataset_is_named_before_the_split_is_measured(monkeypatch, tmp_path, capsys):
+    """A long CPU run on a machine that has not measured its split yet measures it first (a minute or more): a dataset
+    that is not there is named before that, in one line, and no run folder is left."""
+    monkeypatch.delenv('OMP_NUM_THREADS', raising=False)
+    monkeypatch.setattr(cpu_split, 'core_budget', lambda: 2)
+    monkeypatch.setattr(cpu_split, 'free_cores', lambda budget: budget)
+
+    def measured(*args, **kwargs):
+        raise AssertionError('the split was measured before the data were looked for')
+    monkeypatch.setattr(cpu_split, '_measure_candidates', measured)
+    argv = ['--model', 'vit_minimal_std_6x1', '--dataset', 'mnist', '--cpu', '--data-dir', tmp_path / 'nothing',
+            '--no-download', '--cache-dir', tmp_path / 'cache', '--output', tmp_path / 'run']
+    assert run_inprocess(argv) == train_mod.EXIT_BAD_INPUT
+    out, err = capsys.readouterr()
+    assert 'MNIST not found' in err and err.strip().count('\n') == 0 and 'Measuring once' not in out
+    assert not (tmp_path / 'run').exists()
 
 
 def test_a_resumed_run_keeps_its_process_count(data, tmp_path):

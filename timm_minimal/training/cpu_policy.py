@@ -17,7 +17,7 @@ from .data import load_dataset
 from .recording import LAUNCHED_AT_ENV, launched_at
 
 __all__ = ['cpu_has_bf16', 'minimal_with_mlp', 'cpu_bf16_pays', 'cpu_precision', 'default_compile', 'cpu_decision',
-           'cpu_threads', 'run_split', 'SPLIT_STATUS_ENV', 'SPLIT_RATES_ENV']
+           'cpu_threads', 'find_data', 'run_split', 'SPLIT_STATUS_ENV', 'SPLIT_RATES_ENV']
 
 
 def cpu_has_bf16() -> bool:
@@ -90,7 +90,7 @@ def cpu_decision(args: argparse.Namespace, model: str, run_images: Optional[int]
     if args.cpu_processes is None and (run_images or 0) >= SPLIT_MIN_IMAGES and budget > 1:
         cache = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
         decision = decide(model, args.batch_size, cache, model_kwargs=args.model_kwargs, bf16=bf16,
-                          compiled=args.compile, padded=args.pad_heads)
+                          compiled=args.compile, padded=args.pad_heads, before=lambda: find_data(args))
     if decision.processes > budget:
         if args.resume is None or explicit:
             raise UsageError(f'--cpu-processes {decision.processes} is more than the {budget} core(s) this run may '
@@ -115,16 +115,21 @@ def cpu_threads(given: Optional[int]) -> int:
     return threads
 
 
+def find_data(args: argparse.Namespace, processes: int = 1) -> None:
+    """Finds the run's data (downloads, extracts them) in the launching process, before what is slow to start: the
+    probe of a CPU split (``cpu_split.decide``) and its processes. A missing dataset is then named at once."""
+    load_dataset(args.dataset, args.data_dir, download=not args.no_download, cache_dir=args.cache_dir,
+                 train_split=args.train_split, eval_split=args.val_split, num_classes=args.num_classes, seed=args.seed,
+                 batch_size=args.batch_size // processes, download_hint='drop --no-download')
+
+
 def run_split(plan: Any, argv: Sequence[str]) -> int:
     """The run of ``plan`` (a ``plan.RunPlan``) as ``plan.processes`` processes of ``cores / processes`` threads each
     (``cpu_split``); its exit status, the main process's (2 bad input, 3 diverged), which it leaves in a file."""
     from .cpu_split import core_budget, run_split_processes
     args, processes = plan.options, plan.processes
     threads = max(1, core_budget() // processes)
-    # the data are found (downloaded, extracted) here first: a missing dataset is one line, not one per process
-    load_dataset(args.dataset, args.data_dir, download=not args.no_download, cache_dir=args.cache_dir,
-                 train_split=args.train_split, eval_split=args.val_split, num_classes=args.num_classes, seed=args.seed,
-                 batch_size=args.batch_size // processes, download_hint='drop --no-download')
+    find_data(args, processes)  # a missing dataset is one line, not one per process
     print(f'Training as {processes} processes x {threads} thread(s) on the CPU (--cpu-processes 1 for one).',
           flush=True)
     with tempfile.TemporaryDirectory(prefix='timm-minimal-split-') as tmp:

@@ -32,7 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 from datetime import timedelta
-from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 
@@ -346,14 +346,16 @@ def _measure_candidates(model: str, batch: int, budget: int, processes: Sequence
 
 def decide(model: str, batch: int, cache_dir: Path, budget: Optional[int] = None, say=print,
            model_kwargs: Optional[Dict[str, Any]] = None, bf16: bool = False,
-           compiled: Optional[bool] = False, padded: Optional[bool] = True) -> Decision:
+           compiled: Optional[bool] = False, padded: Optional[bool] = True,
+           before: Optional[Callable[[], None]] = None) -> Decision:
     """The process count (and, where ``compiled`` or ``padded`` is None, the compilation or the head padding) that
     trains ``model`` at ``batch`` fastest here, measured on the step the run will take (its model kwargs, bf16
     autocast, compilation, padding) once per machine, model, batch and step, and kept in ``cache_dir/cpu_split.json``;
     one process (eager and padded where those were left to it) where nothing else can run or a measurement fails.
     The padding is measured on the eager step (a compiled one takes the padding its eager step measured faster, else
     the one given, else pads); a candidate whose measurement fails is left out. A measurement taken while other work
-    keeps cores busy decides this run only: it is not kept as the machine's answer."""
+    keeps cores busy decides this run only: it is not kept as the machine's answer. ``before`` runs first where a
+    measurement will (the run's checks that are quick beside it: a missing dataset is named before a minute of it)."""
     budget = core_budget() if budget is None else budget
     processes = [n for n in _candidates(budget) if batch % n == 0]
     modes = [False, True] if compiled is None else [bool(compiled)]
@@ -372,6 +374,8 @@ def decide(model: str, batch: int, cache_dir: Path, budget: Optional[int] = None
     candidates = [(n, c, p) for n in processes for c in modes for p in (pads[:1] if c else pads)]
     if len(candidates) < 2:
         return Decision(1, modes[0], pads[0])
+    if before is not None:
+        before()
     quiet = free_cores(budget) >= budget
     what = ', '.join(_label(n, budget // n, c, p) for n, c, p in candidates)
     which = ' (a compiled one with the padding measured faster eager)' if len(pads) > 1 and len(modes) > 1 else ''
