@@ -14,6 +14,7 @@ import statistics
 import sys
 import tempfile
 import time
+from unittest import mock
 
 from timm_minimal.cli import OneLineParser, UsageError, command, positive_int
 
@@ -29,14 +30,16 @@ def _pass(model, dataset: str, data_dir: str, batch_size: int, threads: int):
 
 def _measure(name: str, args) -> None:
     import timm
-    from timm_minimal.models.pretrained import tag_dataset
-    from timm_minimal.models.datasets import DATASETS
     from timm_minimal.tools.common import describe_load_error
+    from timm_minimal.tools.evaluate import tag_dataset
     try:
         model = timm.create_model(name, pretrained=True)
     except (RuntimeError, ValueError, OSError) as e:
         raise UsageError(describe_load_error(name, e)) from None
-    dataset = DATASETS[tag_dataset(name.rsplit('.', 1)[-1])].kind
+    dataset = tag_dataset(model)
+    if dataset is None:
+        raise UsageError(f'{name}: its tag names no dataset to evaluate on; name a checkpoint of a dataset tag, '
+                         f'e.g. vit_minimal_sym_6x4.cifar10')
     _pass(model, dataset, args.data_dir, args.batch_sizes[0], 1)  # fills the cache of prepared images
     configs = [(t, b) for t in args.threads for b in args.batch_sizes]
     times = {c: [] for c in configs}
@@ -78,16 +81,9 @@ def main(argv=None) -> int:
     cpu = cpu_environment()
     print(f'{cpu["device"]} (CPU flags: {cpu["flags"]}); python {sys.version.split()[0]}, torch {torch.__version__}, '
           f'timm {timm.__version__}; fp32; median of {args.repeats} alternating passes')
-    before = os.environ.get('TIMM_MINIMAL_CACHE')
-    with tempfile.TemporaryDirectory() as cache:
-        os.environ['TIMM_MINIMAL_CACHE'] = cache
-        try:
-            for name in args.models:
-                _measure(name, args)
-        finally:
-            os.environ.pop('TIMM_MINIMAL_CACHE')
-            if before is not None:
-                os.environ['TIMM_MINIMAL_CACHE'] = before
+    with tempfile.TemporaryDirectory() as cache, mock.patch.dict(os.environ, TIMM_MINIMAL_CACHE=cache):
+        for name in args.models:
+            _measure(name, args)
     return 0
 
 
