@@ -183,6 +183,8 @@ PILOTS: List[Variant] = [
       for arch in ('std_mlp_12x1', 'std_mlp_12x4')),
     # and the 4-head models' converged runs through the token, against their -mimetic-kd-strong-teacher runs
     *(_through_token(_strong_teacher(arch)) for arch in ('sym_6x4', 'std_6x4')),
+    # and one of them with a second seed: is the token's lead over the logits at the full budget more than a seed's?
+    _seeded(_through_token(_strong_teacher('std_6x4')), 1),
 ]
 
 

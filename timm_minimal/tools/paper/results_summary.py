@@ -390,11 +390,13 @@ def _changed_runs(reports: Sequence[List[Row]]) -> List[Row]:
     return [b for pilots in reports for b in pilots if b['status'] == 'finished' and b['options']]
 
 
-def _at_best(r: Row, changed: Sequence[Row]) -> Tuple[float, str]:
+def _at_best(r: Row, changed: Sequence[Row]) -> Tuple[float, str, int]:
     """The highest last-epoch test accuracy of grid row ``r``'s model at ``r``'s budget: its grid run (the paper's
-    recipe) or a run of ``changed`` of the same model and budget, with what that run changes."""
-    runs = [(b['test_acc'], b['what']) for b in changed if b['model'] == r['model'] and b['epochs'] == r['epochs']]
-    return max([(r['val_acc'], "the paper's recipe")] + runs, key=lambda t: t[0])
+    recipe) or a run of ``changed`` of the same model and budget, with what that run changes and the parameters of
+    its model (a student with a distillation token has the token and a second head more)."""
+    runs = [(b['test_acc'], b['what'], b.get('params') or r['params']) for b in changed
+            if b['model'] == r['model'] and b['epochs'] == r['epochs']]
+    return max([(r['val_acc'], "the paper's recipe", r['params'])] + runs, key=lambda t: t[0])
 
 
 def _best_at_budget(rows: Sequence[Row], reports: Sequence[List[Row]]) -> Optional[Tuple[Group, Row, List[Tuple]]]:
@@ -416,19 +418,21 @@ def best_section(rows: Sequence[Row], reports: Sequence[List[Row]]) -> List[str]
     if found is None:
         return []
     group, base, best = found
-    base_best = next(acc for r, acc, _ in best if r is base)
+    base_best = next(acc for r, acc, *_ in best if r is base)
     lines = [f'### Each at its best ({_name(group[0])}, {group[1]} layers, {group[2]} epochs)', '',
              f'Each architecture\'s highest test accuracy at {group[2]} epochs among the grid\'s run (the paper\'s '
              f'recipe) and the finished runs above of that budget, against the baseline `{base["architecture"]}` at '
-             f'its own best ({base_best:.2f}%); one seed each, last epoch, no checkpoint chosen on the test split.', '',
+             f'its own best ({base_best:.2f}%); one seed each, last epoch, no checkpoint chosen on the test split; the '
+             f'parameters are those of the run at its best (a student distilled through a token has the token and '
+             f'a second head more).', '',
              '| model | parameters | paper\'s recipe % | best % | its recipe | Δ baseline, paper\'s recipe | '
              'Δ baseline, each at its best |', '|---|---:|---:|---:|---|---:|---:|']
     one, each = [], []
-    for r, acc, what in best:
+    for r, acc, what, params in best:
         if r is not base:
             one.append(_delta(r, base, 'val_acc'))
             each.append(acc - base_best)
-        lines.append(f"| `{r['architecture']}` | {r['params']:,} | {r['val_acc']:.2f} | {acc:.2f} | {what} | "
+        lines.append(f"| `{r['architecture']}` | {params:,} | {r['val_acc']:.2f} | {acc:.2f} | {what} | "
                      + ('baseline | baseline |' if r is base else f"{one[-1]:+.2f} | {each[-1]:+.2f} |"))
     lines += ['', f'Median over the {len(one)} others against the baseline: {median(one):+.2f} pp with '
                   f'one recipe, {median(each):+.2f} pp with each at its best.', '']
@@ -444,14 +448,14 @@ def answer_paragraph(best: List[Tuple], base: Row, base_best: float, reports: Se
     """The paper's open question answered from the runs: what distillation did to its students at ``epochs``, how
     far they stay from the baseline, each at its best, against the gap with the paper's recipe on both sides, and each
     change that did not help."""
-    grid = {r['model']: r for r, _, _ in best}  # a run and the grid's row of its model share the tagged name
+    grid = {r['model']: r for r, *_ in best}  # a run and the grid's row of its model share the tagged name
     kd = [b for b in _changed_runs(reports) if '--teacher' in b['options'] and b['epochs'] == epochs
           and b['model'] in grid]
     lines = []
     if kd:
         lift = sorted(b['test_acc'] - grid[b['model']]['val_acc'] for b in kd)
         students = {b['model'] for b in kd}
-        minimal = [(r, acc) for r, acc, _ in best if r['model'] in students]
+        minimal = [(r, acc) for r, acc, *_ in best if r['model'] in students]
         gaps = [acc - base_best for _, acc in minimal]
         before = [r['val_acc'] - base['val_acc'] for r, _ in minimal]
         closed = [f"`{r['architecture']}`" for r, acc in minimal if acc - base_best >= -CLOSED_PP]
