@@ -10,8 +10,8 @@ from hub_server import HubServer, configure_client
 
 @pytest.fixture(autouse=True)
 def _torch_threads():
-    """A test that sets torch's thread count (an in-process training run does) leaves the next test the count it
-    found, so no test depends on the order the suite runs in."""
+    """A test that sets torch's thread count leaves the next test the count it found, so no test depends on the
+    order the suite runs in."""
     threads = torch.get_num_threads()
     yield
     if torch.get_num_threads() != threads:

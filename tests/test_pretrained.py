@@ -166,8 +166,8 @@ def cache(tmp_path_factory):
 
 @pytest.fixture
 def all_cores():
-    """Every core this process may use, for the suite's heaviest forwards, whatever thread count an earlier test
-    left (the trainer run in this process sets its own)."""
+    """Every core this process may use, for the suite's heaviest forwards, whatever thread count the test modules
+    set (tests/test_train.py takes one)."""
     from timm_minimal.cli import usable_cores
     before = torch.get_num_threads()
     torch.set_num_threads(usable_cores())

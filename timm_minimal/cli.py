@@ -16,9 +16,10 @@ import os
 import shutil
 import sys
 from pathlib import Path
-from typing import Callable, NoReturn, Optional, Sequence, Union
+from contextlib import contextmanager
+from typing import Callable, Iterator, NoReturn, Optional, Sequence, Union
 
-__all__ = ['UsageError', 'Failure', 'OneLineParser', 'HelpFormatter', 'number', 'INT_LIMIT', 'env_number', 'usable_cores',
+__all__ = ['UsageError', 'Failure', 'OneLineParser', 'HelpFormatter', 'number', 'INT_LIMIT', 'env_number', 'usable_cores', 'torch_threads',
            'positive_int', 'positive_float', 'non_negative_int', 'non_negative_float', 'probability', 'is_disk_full',
            'describe_os_error', 'command', 'EXIT_FAILURE', 'EXIT_USAGE', 'EXIT_DIVERGED']
 
@@ -162,6 +163,21 @@ def usable_cores() -> int:
     """The CPU cores this process may use: its affinity where the system has one, else the machine's count (the one
     reading of it: the trainer's core budget, the grid's thread split, the benchmarks' headers)."""
     return len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else (os.cpu_count() or 1)
+
+
+@contextmanager
+def torch_threads(threads: Optional[int]) -> Iterator[None]:
+    """torch's intra-op thread count set to ``threads`` for the block (None: left as it is), and the count the
+    process had before set back after it: a run or a measurement in a Python process leaves its threads as it found
+    them."""
+    import torch
+    before = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def env_number(name: str, kind: type, default: Union[int, float, None], low: Optional[float] = None,

@@ -49,7 +49,7 @@ import torch
 import torch.nn as nn
 from timm.models import split_model_name_tag
 
-from ..cli import EXIT_DIVERGED, EXIT_FAILURE, EXIT_USAGE, Failure, command
+from ..cli import EXIT_DIVERGED, EXIT_FAILURE, EXIT_USAGE, Failure, command, torch_threads
 from ..models.layers import set_head_padding
 from ..models.paper import is_minimal
 from . import checkpoint as ckpt
@@ -344,13 +344,12 @@ def train(args: argparse.Namespace, provenance: Optional[Dict[str, Any]] = None,
     t_launch = time.perf_counter()
     argv = list(sys.argv[1:] if argv is None else argv)
     plan = plan or resolve_plan(args, provenance, split=False)
-    if plan.threads is not None:
-        torch.set_num_threads(plan.threads)
-    run, state, info, last_dir = setup(plan, provenance or {}, argv, hooks or TrainHooks())
-    try:
-        return _train(run, state, info, last_dir, plan.options, t_launch)
-    finally:
-        run.folder.unlock()
+    with torch_threads(plan.threads):
+        run, state, info, last_dir = setup(plan, provenance or {}, argv, hooks or TrainHooks())
+        try:
+            return _train(run, state, info, last_dir, plan.options, t_launch)
+        finally:
+            run.folder.unlock()
 
 
 def _train(run: Run, state: TrainState, info: Dict[str, Any], last_dir: Optional[Path], args: argparse.Namespace,

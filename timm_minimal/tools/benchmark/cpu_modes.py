@@ -36,7 +36,7 @@ import torch
 from ...training.cpu_split import cpu_signature
 from ...training.run_folder import RunFolder
 from ..common import write_report
-from ...cli import HelpFormatter, OneLineParser, UsageError, command, positive_int, usable_cores
+from ...cli import HelpFormatter, OneLineParser, UsageError, command, positive_int, torch_threads, usable_cores
 
 __all__ = ['MODES', 'measure_mode', 'measure_jobs', 'measure_trainer', 'run', 'main']
 
@@ -51,13 +51,9 @@ def measure_mode(model: str, mode: str, batch_size: int, threads: int, steps: in
     """Images per second of the bare step of ``model`` in ``mode`` with ``threads`` torch threads."""
     from .training import bare_step_throughput
     compile_, dtype, pad_heads = MODES[mode]
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
+    with torch_threads(threads):
         return bare_step_throughput(model, batch_size, torch.device('cpu'), compile_, dtype, steps, warmup, repeats,
                                     compile_mode=None, pad_heads=pad_heads)
-    finally:
-        torch.set_num_threads(before)
 
 
 _CHILD = ('import json, sys; from timm_minimal.tools.benchmark.cpu_modes import measure_mode; '

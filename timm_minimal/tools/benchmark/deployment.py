@@ -27,7 +27,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 
 from ..common import cpu_environment, cpu_flags_lines, write_report
-from ...cli import Failure, OneLineParser, UsageError, command, non_negative_int, positive_int
+from ...cli import Failure, OneLineParser, UsageError, command, non_negative_int, positive_int, torch_threads
 from ..deploy.export import (FP32_FILE, INPUT_NAME, INT8_FILE, ExportError, MissingExtraError, VerificationError, export_model,
                      ort_session, require_export_extra, resolve_model)
 
@@ -175,17 +175,12 @@ def run(config: DeploymentConfig, log: Callable[[str], None] = print) -> Dict[st
     """Measure every model of ``config``; the results dict that ``render_markdown`` and the JSON file hold."""
     require_export_extra()
     models = list(config.models) or shipped_checkpoints()
-    previous = torch.get_num_threads()
-    torch.set_num_threads(config.threads)
-    try:
-        with tempfile.TemporaryDirectory() as workdir:
-            rows = []
-            for name in models:
-                rows.append(benchmark_model(name, config, Path(workdir)))
-                lat = rows[-1]['latency']
-                log(f"{name}: " + ', '.join(f"{k} {lat[k]['median_ms']:.3f} ms" for k in RUNTIMES))
-    finally:
-        torch.set_num_threads(previous)
+    with torch_threads(config.threads), tempfile.TemporaryDirectory() as workdir:
+        rows = []
+        for name in models:
+            rows.append(benchmark_model(name, config, Path(workdir)))
+            lat = rows[-1]['latency']
+            log(f"{name}: " + ', '.join(f"{k} {lat[k]['median_ms']:.3f} ms" for k in RUNTIMES))
     return dict(command=config.command, settings=asdict(config), environment=environment(), rows=rows)
 
 

@@ -55,7 +55,7 @@ from ...models.layers import set_head_padding
 from ...models.paper import TABLE2
 from ...models.vit_minimal import ARCHITECTURES
 from ..common import cpu_environment, cpu_flags_lines, write_report
-from ...cli import Failure, OneLineParser, UsageError, command, non_negative_int, number, positive_int
+from ...cli import Failure, OneLineParser, UsageError, command, non_negative_int, number, positive_int, torch_threads
 from ...training.cli import SEED
 
 __all__ = [
@@ -509,27 +509,21 @@ def _measure_target(config: TrainingBenchmarkConfig, model: str, dataset: str, d
 def run(config: TrainingBenchmarkConfig, runner: Optional[TrainerRunner] = None) -> Dict[str, Any]:
     """All measurements of ``config``; the results dict (settings, environment, raw numbers)."""
     device = config.resolved_device()
-    threads_before = torch.get_num_threads()
-    if config.threads:
-        torch.set_num_threads(config.threads)
     if runner is None and config.threads:
         runner = lambda args, output: run_trainer_subprocess(args, output, threads=config.threads)  # noqa: E731
     amp = _amp_dtype(device)
     settings = dict(asdict(config), device=device.type, compile=device.type == 'cuda',
                     amp_dtype=str(amp).replace('torch.', '') if amp else None)
-    results: Dict[str, Any] = dict(command=config.command, settings=settings, environment=environment(device),
-                                   throughput=[], time_to_target=[])
-    try:
-        with tempfile.TemporaryDirectory(prefix='training-benchmark-') as tmp:
-            runs = Path(config.keep_runs) if config.keep_runs else Path(tmp)
-            for dataset in config.datasets:
-                for model in config.models:
-                    for batch in config.batch_sizes:
-                        results['throughput'].append(_measure_pair(config, model, dataset, batch, device, runs, runner))
-                    if config.time_to_target:
-                        results['time_to_target'].extend(_measure_target(config, model, dataset, device, runs, runner))
-    finally:
-        torch.set_num_threads(threads_before)
+    with torch_threads(config.threads or None), tempfile.TemporaryDirectory(prefix='training-benchmark-') as tmp:
+        results: Dict[str, Any] = dict(command=config.command, settings=settings, environment=environment(device),
+                                       throughput=[], time_to_target=[])
+        runs = Path(config.keep_runs) if config.keep_runs else Path(tmp)
+        for dataset in config.datasets:
+            for model in config.models:
+                for batch in config.batch_sizes:
+                    results['throughput'].append(_measure_pair(config, model, dataset, batch, device, runs, runner))
+                if config.time_to_target:
+                    results['time_to_target'].extend(_measure_target(config, model, dataset, device, runs, runner))
     return results
 
 
