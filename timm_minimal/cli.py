@@ -15,13 +15,13 @@ import math
 import os
 import shutil
 import sys
-from pathlib import Path
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Callable, Iterator, NoReturn, Optional, Sequence, Union
 
-__all__ = ['UsageError', 'Failure', 'OneLineParser', 'HelpFormatter', 'number', 'INT_LIMIT', 'env_number', 'usable_cores', 'torch_threads',
-           'positive_int', 'positive_float', 'non_negative_int', 'non_negative_float', 'probability', 'is_disk_full',
-           'describe_os_error', 'command', 'EXIT_FAILURE', 'EXIT_USAGE', 'EXIT_DIVERGED']
+__all__ = ['UsageError', 'Failure', 'OneLineParser', 'HelpFormatter', 'number', 'INT_LIMIT', 'env_number', 'usable_cores',
+           'torch_threads', 'positive_int', 'positive_float', 'non_negative_int', 'non_negative_float', 'probability',
+           'is_disk_full', 'describe_os_error', 'command', 'EXIT_FAILURE', 'EXIT_USAGE', 'EXIT_DIVERGED']
 
 EXIT_FAILURE, EXIT_USAGE, EXIT_DIVERGED = 1, 2, 3
 # torch.save reports a short write without the OS error ("unexpected pos ..."): below this much free space a
