@@ -57,6 +57,24 @@ def test_timm_transforms_one_channel(mnist):
     torch.testing.assert_close(x[0, 0], (pixels / 255 - 0.1307) / 0.3081)  # the trainer's normalisation
 
 
+@pytest.mark.parametrize('policy', ['rand-m10-mstd0-inc1', 'rand-m0-mstd0', 'augmix-m10', 'v0'])
+def test_posterize_that_keeps_no_bit_gives_a_black_image_on_every_pillow(policy):
+    """timm's RandAugment, AugMix and AutoAugment posterize ops at the magnitude that keeps no bit: a black image, as
+    Pillow gave before 13 (which refuses 0 bits and stopped a run with --aa rand-m9-mstd0.5-inc1), not an error."""
+    from PIL import Image
+    from timm_minimal.training.data import augment_ops
+    train_tf, _ = build_transforms((3, 32, 32), mean=(0.5,) * 3, std=(0.5,) * 3, hflip=0., auto_augment=policy)
+    ops = [op for op in augment_ops(train_tf) if op.name.startswith('Posterize')]
+    assert ops, [type(t).__name__ for t in train_tf.transforms]
+    img = Image.new('RGB', (32, 32), (200, 100, 50))
+    for op in ops:
+        bits = op.level_fn(op.magnitude, op.hparams)[0]
+        out = op.aug_fn(img, bits, **op.kwargs)
+        expected = (0, 0, 0) if bits <= 0 else tuple(c & ~(2 ** (8 - min(bits, 8)) - 1) & 255 for c in (200, 100, 50))
+        assert out.size == img.size and out.getpixel((5, 5)) == expected, (op.name, bits)
+    assert any(op.level_fn(op.magnitude, op.hparams)[0] <= 0 for op in ops)  # v0: ('Posterize', 0.8, 2) keeps none
+
+
 def test_augmentation_is_a_function_of_seed_epoch_index(mnist):
     train_tf, _ = build_transforms((1, 28, 28), **MNIST_CFG, scale=(0.5, 1.0), hflip=0.)
     ds = TransformDataset(mnist.train, train_tf, 'L', seed=3)

@@ -48,7 +48,7 @@ _logger = logging.getLogger(__name__)
 __all__ = [
     'BUILTIN_DATASETS', 'TIMM_FACTORY_PREFIXES', 'CIFAR10_CLASSES', 'DatasetError', 'ImageData', 'ArrayImageDataset',
     'load_dataset', 'load_mnist', 'load_cifar10', 'find_image_folder_splits', 'build_transforms', 'default_cache_dir',
-    'subset_indices',
+    'subset_indices', 'augment_ops', 'posterize_to_black', 'posterize_on_any_pillow',
 ]
 
 EVAL_SPLIT_DIRS = ('val', 'validation', 'test')
@@ -571,4 +571,33 @@ def build_transforms(
     eval_tf = create_transform(
         input_size, is_training=False, interpolation=interpolation, mean=tuple(mean), std=tuple(std),
         crop_pct=crop_pct, use_prefetcher=True)
-    return train_tf, eval_tf
+    return posterize_on_any_pillow(train_tf), eval_tf
+
+
+def posterize_to_black(img: Any, bits_to_keep: int, **kwargs: Any) -> Any:
+    """timm's ``posterize``, with no bit kept giving the black image Pillow gave before 13: Pillow 13 refuses 0 bits
+    (``ValueError``), which timm's RandAugment asks for at the top of its magnitudes (``PosterizeIncreasing`` at 10,
+    which ``rand-m9-mstd0.5-inc1`` reaches) and ``Posterize`` at the bottom."""
+    from PIL import Image
+    from timm.data.auto_augment import posterize
+    return Image.new(img.mode, img.size) if bits_to_keep <= 0 else posterize(img, bits_to_keep, **kwargs)
+
+
+def augment_ops(transform: Any) -> List[Any]:
+    """The ops (timm's ``AugmentOp``) of the RandAugment, AugMix or AutoAugment in ``transform`` (one, or a
+    ``Compose`` of transforms)."""
+    from timm.data.auto_augment import AugmentOp
+    ops = []
+    for t in getattr(transform, 'transforms', [transform]):
+        ops += list(getattr(t, 'ops', None) or []) + [op for sub in getattr(t, 'policy', None) or [] for op in sub]
+    return [op for op in ops if isinstance(op, AugmentOp)]
+
+
+def posterize_on_any_pillow(transform: Any) -> Any:
+    """``transform`` with the posterize ops of its RandAugment, AugMix or AutoAugment through ``posterize_to_black``:
+    the same images on every Pillow, where Pillow 13 stopped the run."""
+    from timm.data.auto_augment import posterize
+    for op in augment_ops(transform):
+        if op.aug_fn is posterize:
+            op.aug_fn = posterize_to_black
+    return transform
