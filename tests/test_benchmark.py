@@ -95,6 +95,19 @@ def test_accuracy_results_reader(tmp_path):
             B.load_reproduce_results(str(path))
 
 
+def test_the_benchmark_runs_on_its_threads_and_leaves_the_count_it_found(monkeypatch):
+    """--threads N is the count the measurements run on, and the process has its own count back after the run."""
+    import types
+    from timm_minimal.cli import torch_threads
+    from timm_minimal.tools.benchmark import suite
+    seen = []
+    monkeypatch.setattr(suite, 'MemoryServer', lambda: types.SimpleNamespace(close=lambda: None))
+    monkeypatch.setattr(suite, '_run', lambda config, server: seen.append(torch.get_num_threads()) or {})
+    with torch_threads(2):
+        suite.run_benchmark(B.BenchmarkConfig(threads=1))
+        assert seen == [1] and torch.get_num_threads() == 2
+
+
 @pytest.fixture(scope='module')
 def quick_run(tmp_path_factory):
     out = tmp_path_factory.mktemp('bench')

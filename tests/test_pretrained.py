@@ -168,11 +168,9 @@ def cache(tmp_path_factory):
 def all_cores():
     """Every core this process may use, for the suite's heaviest forwards, whatever thread count the test modules
     set (tests/test_train.py takes one)."""
-    from timm_minimal.cli import usable_cores
-    before = torch.get_num_threads()
-    torch.set_num_threads(usable_cores())
-    yield
-    torch.set_num_threads(before)
+    from timm_minimal.cli import torch_threads, usable_cores
+    with torch_threads(usable_cores()):
+        yield
 
 
 @pytest.mark.slow

@@ -543,13 +543,10 @@ def test_elapsed_leaves_out_what_the_shell_ran_before_python(data, tmp_path):
 def test_a_run_in_this_process_leaves_the_thread_count_it_found(tmp_path, data):
     """The trainer runs on the threads its plan says (--threads 1, which the run records) and sets torch's count back
     to what the process had: a library call leaves no global state behind."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(2)
-    try:
-        out = tmp_path / 'run'
+    from timm_minimal.cli import torch_threads
+    out = tmp_path / 'run'
+    with torch_threads(2):
         assert run_inprocess(BASE + data + ['--model', 'vit_minimal_sym_6x4', '--model-kwargs', 'depth=1',
                                             '--epochs', '1', '--eval-subset', '64', '--output', out]) == 0
         assert torch.get_num_threads() == 2
-        assert json.loads((out / 'run.json').read_text())['launches'][0]['torch_threads'] == 1
-    finally:
-        torch.set_num_threads(before)
+    assert json.loads((out / 'run.json').read_text())['launches'][0]['torch_threads'] == 1

@@ -578,7 +578,6 @@ def posterize_to_black(img: Any, bits_to_keep: int, **kwargs: Any) -> Any:
     """timm's ``posterize``, with no bit kept giving the black image Pillow gave before 13: Pillow 13 refuses 0 bits
     (``ValueError``), which timm's RandAugment asks for at the top of its magnitudes (``PosterizeIncreasing`` at 10,
     which ``rand-m9-mstd0.5-inc1`` reaches) and ``Posterize`` at the bottom."""
-    from PIL import Image
     from timm.data.auto_augment import posterize
     return Image.new(img.mode, img.size) if bits_to_keep <= 0 else posterize(img, bits_to_keep, **kwargs)
 

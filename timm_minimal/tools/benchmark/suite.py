@@ -17,6 +17,7 @@ from typing import Any, Dict, List, Sequence, Tuple
 import timm
 import torch
 
+from ...cli import torch_threads
 from ...models.paper import arch_name
 from ...models.datasets import DATASETS
 from ...models.vit_minimal import ARCHITECTURES
@@ -74,7 +75,8 @@ def run_benchmark(config: BenchmarkConfig) -> Dict[str, Any]:
     """Measure everything ``config`` asks for; returns the JSON-serialisable results."""
     server = MemoryServer()
     try:
-        return _run(config, server)
+        with torch_threads(config.threads or None):  # the process's thread count as it was, after the run
+            return _run(config, server)
     finally:
         server.close()
 
@@ -82,8 +84,6 @@ def run_benchmark(config: BenchmarkConfig) -> Dict[str, Any]:
 def _run(config: BenchmarkConfig, server: MemoryServer) -> Dict[str, Any]:
     start = time.perf_counter()
     device = config.resolved_device()
-    if config.threads:
-        torch.set_num_threads(config.threads)
     if config.dataset not in DATASETS:
         raise ValueError(f"Unknown dataset '{config.dataset}'; choose one of {', '.join(DATASETS)}.")
     names = select_models(config.models)
