@@ -94,8 +94,9 @@ def test_benchmark_and_demo_options(capsys):
     _one_line(capsys, _call(demo.main, ['--epochs', '0']), '--epochs', 'at least 1')
 
 
-def test_each_tool_names_only_its_own_options_when_data_are_missing(tmp_path, capsys):
-    """The remedy of a missing dataset names the option of the tool that was run, and no option it lacks."""
+def test_each_tool_names_only_its_own_options_when_data_are_missing(tmp_path, capsys, monkeypatch):
+    """The remedy of a missing dataset names the option of the tool that was run, and no option it lacks; the export
+    names it before it exports anything (a model's export takes seconds, an int8 one longer)."""
     from timm_minimal.training import train
     nothing = str(tmp_path / 'nothing')
     _one_line(capsys, _call(evaluate.main, ['vit_minimal_sym_6x4.mnist', '--dataset', 'mnist', '--data-dir', nothing,
@@ -106,7 +107,12 @@ def test_each_tool_names_only_its_own_options_when_data_are_missing(tmp_path, ca
               'fix --data-dir, or allow the download (drop --no-download)')
     pytest.importorskip('onnxruntime', reason='the export extra is not installed')
     from timm_minimal.tools.deploy import export
-    rc = _call(export.main, ['vit_minimal_sym_6x4.mnist', '--out', str(tmp_path / 'x'), '--verify-data-dir', nothing])
+
+    def no_export(*args, **kwargs):
+        raise AssertionError('the export ran before the missing test data were named')
+    monkeypatch.setattr(export, 'export_onnx', no_export)
+    rc = _call(export.main, ['vit_minimal_sym_6x4.mnist', '--out', str(tmp_path / 'x'), '--int8', '--verify-data-dir',
+                             nothing])
     err = capsys.readouterr().err
     assert rc == 2 and 'pass --verify-data-dir pointing at them.' in err and 'download' not in err, err
     assert not (tmp_path / 'x').exists() and not (tmp_path / 'r').exists()

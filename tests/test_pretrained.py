@@ -1,5 +1,6 @@
 """The checkpoints that ship inside the package: they load offline with pretrained=True, point at
 their Hub repos, have a committed model card, and classify real MNIST digits."""
+import json
 import re
 from pathlib import Path
 
@@ -173,16 +174,37 @@ def all_cores():
         yield
 
 
+@pytest.fixture(scope='module')
+def test_splits(cache):
+    """The full test splits as the package's evaluation prepares them (``load_eval_split``), each read once for all
+    the checkpoints whose preprocessing and classes it serves."""
+    from timm_minimal.tools.evaluate import load_eval_split, model_label_names
+    splits = {}
+
+    def split(dataset, model, cfg):
+        key = (dataset, model.num_classes, tuple(model_label_names(model) or ()), json.dumps(cfg, sort_keys=True))
+        if key not in splits:
+            with pytest.MonkeyPatch.context() as mp:
+                mp.setenv('TIMM_MINIMAL_CACHE', str(cache))
+                splits[key] = load_eval_split(cfg, model.num_classes, dataset, str(DATA),
+                                              label_names=model_label_names(model))
+        return splits[key]
+    return split
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize('name', SHIPPED)
-def test_card_accuracy_is_confirmed_on_the_full_test_split(name, cache, monkeypatch, all_cores):
-    """The package's own evaluation (timm_minimal.tools.evaluate) over all 10,000 test images gives the card's number."""
-    from timm_minimal.tools.evaluate import evaluate_model
+def test_card_accuracy_is_confirmed_on_the_full_test_split(name, test_splits, all_cores):
+    """The package's own evaluation (timm_minimal.tools.evaluate) over all 10,000 test images gives the card's number
+    (``evaluate_model`` is ``evaluate_split`` over ``load_eval_split``)."""
+    from timm.data import resolve_data_config
+    from timm_minimal.tools.evaluate import evaluate_split
     dataset = tag_dataset(name.split('.')[-1])  # a recipe tag's images are its dataset's
     if not DATASET_DIRS[dataset].is_dir():
         pytest.skip(f'{dataset} is not in ../shared/data: the full test split is needed')
-    monkeypatch.setenv('TIMM_MINIMAL_CACHE', str(cache))
-    res = evaluate_model(timm.create_model(name, pretrained=True), dataset, str(DATA))
+    model = timm.create_model(name, pretrained=True).eval()
+    cfg = resolve_data_config({}, model=model)
+    res = evaluate_split({'model': model}, test_splits(dataset, model, cfg), cfg, model.num_classes)['model']
     assert res['samples'] == 10000
     # the card's number was measured by the trainer on its device: fp32 on a CPU gives the same predictions as
     # this fp32 evaluation; bf16 autocast (on a GPU, or on a CPU where the card says so) flips a few borderline

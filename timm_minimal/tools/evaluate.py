@@ -12,6 +12,7 @@ report. ``--split train`` evaluates the training images the same way, without th
 well a model fits its training set, where the trainer's train accuracy is that of augmented batches.
 """
 import sys
+from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
@@ -28,7 +29,7 @@ from .common import describe_load_error
 from ..cli import UsageError, command
 from .cli import EVAL_BATCH_SIZE, build_parser
 
-__all__ = ['evaluate_model', 'evaluate_forwards', 'main']
+__all__ = ['evaluate_model', 'evaluate_forwards', 'load_eval_split', 'evaluate_split', 'EvalSplit', 'main']
 
 
 def map_labels(data_classes: Sequence[str], label_names: Optional[Sequence[str]], by_order: bool,
@@ -49,48 +50,74 @@ def map_labels(data_classes: Sequence[str], label_names: Optional[Sequence[str]]
     return np.asarray([index[str(c)] for c in data_classes], dtype=np.int64)
 
 
-@torch.no_grad()
-def evaluate_forwards(forwards: Mapping[str, Callable[[torch.Tensor], torch.Tensor]], data_cfg: Mapping[str, Any],
-                      num_classes: int, dataset: str, data_dir: Optional[str] = None, batch_size: int = EVAL_BATCH_SIZE,
-                      device: str = 'cpu', download: bool = False, label_names: Optional[Sequence[str]] = None,
-                      labels_by_order: bool = False, download_hint: str = '',
-                      data_option: str = '--data-dir', split: Optional[str] = None) -> Dict[str, Dict[str, Any]]:
-    """Loss and top-1 / top-5 accuracy (%) of each function from images to logits over the evaluation split of
-    ``dataset`` (or ``split``: that split's name, or ``'train'``), prepared once with the preprocessing ``data_cfg``
-    (timm's ``resolve_data_config``). The data's classes are matched to the model's ``label_names`` by name
-    (``map_labels``) unless ``labels_by_order``."""
-    if batch_size < 1:
-        raise ValueError(f'the batch size must be at least 1, got {batch_size}')
+@dataclass
+class EvalSplit:
+    """A split read and prepared for evaluation (``load_eval_split``): its images after the evaluation preprocessing
+    (uint8, not yet normalised) and their labels in the model's class order."""
+    dataset: str
+    split: str
+    images: np.ndarray
+    labels: np.ndarray
+
+
+def load_eval_split(data_cfg: Mapping[str, Any], num_classes: int, dataset: str, data_dir: Optional[str] = None,
+                    download: bool = False, label_names: Optional[Sequence[str]] = None, labels_by_order: bool = False,
+                    download_hint: str = '', data_option: str = '--data-dir', split: Optional[str] = None) -> EvalSplit:
+    """The evaluation split of ``dataset`` (or ``split``: that split's name, or ``'train'``) through the preprocessing
+    ``data_cfg`` (timm's ``resolve_data_config``). The data's classes are matched to the model's ``label_names`` by
+    name (``map_labels``) unless ``labels_by_order``. Missing data, an unknown split or classes the model lacks raise
+    ``DatasetError`` here, before any model runs."""
     data = load_dataset(dataset, data_dir, download=download, download_hint=download_hint, data_option=data_option)
     split = split or data.eval_split
     if split not in ('train', data.eval_split):
         raise DatasetError(f'{data.name} has no split {split!r}; its splits are train and {data.eval_split}')
-    images_in = data.train if split == 'train' else data.eval
     mapping = map_labels(data.classes, label_names, labels_by_order, data.source or dataset)
     if mapping is None and data.num_classes > num_classes:
         raise DatasetError(f'{data.name} has {data.num_classes} classes and the model {num_classes} outputs: '
                            f'evaluate a model trained on these classes.')
-    img_mode = image_mode(data_cfg['input_size'][0])
     _, eval_tf = build_transforms(data_cfg['input_size'], data_cfg['mean'], data_cfg['std'],
                                   interpolation=data_cfg['interpolation'], crop_pct=data_cfg['crop_pct'])
-    images, labels = images_to_array(images_in, eval_tf, data_cfg['input_size'], img_mode)
+    images, labels = images_to_array(data.train if split == 'train' else data.eval, eval_tf, data_cfg['input_size'],
+                                     image_mode(data_cfg['input_size'][0]))
     if len(images) == 0:
         raise DatasetError(f'the {split} split of {data.name} holds no images: nothing was evaluated.')
-    if mapping is not None:
-        labels = mapping[labels]
+    return EvalSplit(data.name, split, images, mapping[labels] if mapping is not None else labels)
+
+
+@torch.no_grad()
+def evaluate_split(forwards: Mapping[str, Callable[[torch.Tensor], torch.Tensor]], data: EvalSplit,
+                   data_cfg: Mapping[str, Any], num_classes: int, batch_size: int = EVAL_BATCH_SIZE,
+                   device: str = 'cpu') -> Dict[str, Dict[str, Any]]:
+    """Loss and top-1 / top-5 accuracy (%) of each function from images to logits over the prepared split ``data``,
+    normalised with the mean and std of ``data_cfg``."""
+    if batch_size < 1:
+        raise ValueError(f'the batch size must be at least 1, got {batch_size}')
     normalize = BatchAugment(BatchAugmentConfig(), data_cfg['mean'], data_cfg['std'], torch.device(device))
     sums = {key: torch.zeros(4, dtype=torch.float64, device=device) for key in forwards}
-    for i in range(0, len(images), batch_size):
-        x = normalize(torch.from_numpy(images[i:i + batch_size].copy()).to(device), None)
-        y = torch.from_numpy(labels[i:i + batch_size].copy()).to(device)
+    for i in range(0, len(data.images), batch_size):
+        x = normalize(torch.from_numpy(data.images[i:i + batch_size].copy()).to(device), None)
+        y = torch.from_numpy(data.labels[i:i + batch_size].copy()).to(device)
         for key, forward in forwards.items():
             sums[key] += eval_sums(forward(x), y)
     results = {}
     for key in forwards:
         res = eval_metrics(sums[key], num_classes=num_classes)
-        results[key] = dict(dataset=data.name, split=split, samples=res['count'], loss=res['loss'],
+        results[key] = dict(dataset=data.dataset, split=data.split, samples=res['count'], loss=res['loss'],
                             acc=res['acc'], acc5=res.get('acc5'))
     return results
+
+
+def evaluate_forwards(forwards: Mapping[str, Callable[[torch.Tensor], torch.Tensor]], data_cfg: Mapping[str, Any],
+                      num_classes: int, dataset: str, data_dir: Optional[str] = None, batch_size: int = EVAL_BATCH_SIZE,
+                      device: str = 'cpu', download: bool = False, label_names: Optional[Sequence[str]] = None,
+                      labels_by_order: bool = False, download_hint: str = '',
+                      data_option: str = '--data-dir', split: Optional[str] = None) -> Dict[str, Dict[str, Any]]:
+    """``evaluate_split`` over ``load_eval_split``: the split is read and prepared once for all ``forwards``."""
+    if batch_size < 1:
+        raise ValueError(f'the batch size must be at least 1, got {batch_size}')
+    data = load_eval_split(data_cfg, num_classes, dataset, data_dir, download, label_names, labels_by_order,
+                           download_hint, data_option, split)
+    return evaluate_split(forwards, data, data_cfg, num_classes, batch_size, device)
 
 
 def model_label_names(model: torch.nn.Module) -> Optional[List[str]]:

@@ -78,7 +78,7 @@ class ExportResult:
     files: Dict[str, int]  # file name -> size in bytes
     max_abs_diff: float  # fp32 ONNX logits against torch eager
     int8_max_abs_diff: Optional[float] = None  # int8 ONNX logits against torch eager (not bounded)
-    accuracy: Optional[Dict[str, Dict[str, Any]]] = None  # 'torch', 'fp32', 'int8' -> evaluate_forwards metrics
+    accuracy: Optional[Dict[str, Dict[str, Any]]] = None  # 'torch', 'fp32', 'int8' -> evaluate_split metrics
     preprocessing: Dict[str, Any] = field(default_factory=dict)
 
 
@@ -295,18 +295,20 @@ def export_model(model: Union[str, nn.Module], out_dir: Union[str, Path], int8: 
 
 def _test_split_evaluator(model: nn.Module, dataset: Optional[str], data_dir: str,
                           batch_size: int) -> Callable[[Dict[str, Any]], Dict[str, Dict[str, Any]]]:
-    """A function from onnxruntime sessions to the test-split metrics of torch and of each session."""
+    """A function from onnxruntime sessions to the test-split metrics of torch and of each session. The split is
+    read and matched to the model's classes here, before anything is exported: missing data are named at once."""
     from timm.data import resolve_data_config
-    from ..evaluate import evaluate_forwards, model_label_names, tag_dataset
+    from ..evaluate import evaluate_split, load_eval_split, model_label_names, tag_dataset
     dataset = dataset or tag_dataset(model)
     if dataset is None:
         raise ExportError('the model has no dataset tag: name the test data with --dataset')
     cfg = resolve_data_config({}, model=model)
+    data = load_eval_split(cfg, model.num_classes, dataset, data_dir, label_names=model_label_names(model),
+                           data_option='--verify-data-dir')
 
     def evaluate(sessions: Dict[str, Any]) -> Dict[str, Dict[str, Any]]:
         forwards = {'torch': model, **{key: ort_forward(s) for key, s in sessions.items()}}
-        return evaluate_forwards(forwards, cfg, model.num_classes, dataset, data_dir, batch_size,
-                                 label_names=model_label_names(model), data_option='--verify-data-dir')
+        return evaluate_split(forwards, data, cfg, model.num_classes, batch_size)
     return evaluate
 
 
