@@ -23,20 +23,18 @@ def predictions(session, images: np.ndarray, batch_size: int) -> np.ndarray:
 
 
 def test_images(export_dir: Path, data_dir: str):
-    """The export's test split as the normalised float32 batch its graph takes, and the labels."""
-    from timm_minimal.models.datasets import DATASETS
-    from timm_minimal.models.images import image_mode
+    """The export's test split as the normalised float32 batch its graph takes, and the labels in its class order:
+    the split ``timm-minimal-evaluate`` and the export's check read (``load_eval_split``)."""
     import torch
+    from timm_minimal.models.datasets import DATASETS
+    from timm_minimal.models.pretrained import tag_dataset
+    from timm_minimal.tools.evaluate import load_eval_split
     from timm_minimal.training.batch_augment import BatchAugment, BatchAugmentConfig
-    from timm_minimal.training.data import build_transforms, load_dataset
-    from timm_minimal.training.device_data import images_to_array
     pre = json.loads((export_dir / 'preprocessing.json').read_text())
-    size, mean, std = pre['input_size'], pre['mean'], pre['std']
-    data = load_dataset(DATASETS[pre['model'].rsplit('.', 1)[-1]].kind, data_dir, download=False)
-    _, eval_tf = build_transforms(size, mean, std, interpolation=pre['interpolation'], crop_pct=pre['crop_pct'])
-    images, labels = images_to_array(data.eval, eval_tf, size, image_mode(size[0]))
-    normalize = BatchAugment(BatchAugmentConfig(), mean, std, torch.device('cpu')).normalize  # as evaluate and export
-    return normalize(torch.from_numpy(images)).numpy(), labels
+    dataset = DATASETS[tag_dataset(pre['model'].rsplit('.', 1)[-1])].kind  # a recipe tag's images are its dataset's
+    split = load_eval_split(pre, pre['output']['shape'][1], dataset, data_dir, label_names=pre.get('label_names'))
+    normalize = BatchAugment(BatchAugmentConfig(), pre['mean'], pre['std'], torch.device('cpu')).normalize
+    return normalize(torch.from_numpy(split.images)).numpy(), split.labels
 
 
 @command('int8_batch.py')

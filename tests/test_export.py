@@ -80,6 +80,32 @@ def test_int8_export_of_a_small_model_keeps_its_accuracy(mnist_dir, tmp_path, ca
     assert int8.shape == (4, 10) and np.abs(int8 - fp32).max() < 1.0
 
 
+def test_the_int8_batch_script_reads_the_split_of_a_recipe_tag(tmp_path, monkeypatch):
+    """scripts/int8_batch.py (docs/export.md's int8 batch table) reads an export's test split as the export's check
+    does: the dataset of its tag, a recipe tag's (``.cifar10_kd2``) included, its classes by the export's label names."""
+    import importlib.util
+    from timm_minimal.tools import evaluate
+    spec = importlib.util.spec_from_file_location('int8_batch', Path(__file__).resolve().parents[1] / 'scripts' /
+                                                  'int8_batch.py')
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    model = timm.create_model('vit_minimal_sym_6x4.cifar10_kd2', depth=1).eval()
+    (tmp_path / 'preprocessing.json').write_text(json.dumps(ex.preprocessing_config(model)))
+    asked = {}
+
+    def load_eval_split(cfg, num_classes, dataset, data_dir, label_names=None, **kwargs):
+        asked.update(dataset=dataset, num_classes=num_classes, label_names=label_names, data_dir=data_dir)
+        images = np.full((2, 3, 32, 32), 255, dtype=np.uint8)
+        return evaluate.EvalSplit('CIFAR-10', 'test', images, np.array([3, 5]))
+    monkeypatch.setattr(evaluate, 'load_eval_split', load_eval_split)
+    x, labels = script.test_images(tmp_path, 'data')
+    assert asked == dict(dataset='cifar10', num_classes=10, label_names=list(model.pretrained_cfg['label_names']),
+                         data_dir='data')
+    expected = (1 - torch.tensor(model.pretrained_cfg['mean'])) / torch.tensor(model.pretrained_cfg['std'])
+    assert x.dtype == np.float32 and x.shape == (2, 3, 32, 32) and labels.tolist() == [3, 5]
+    np.testing.assert_allclose(x[0, :, 0, 0], expected.numpy(), rtol=1e-6)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize('name', ['vit_minimal_sym_6x4.mnist'])
 def test_int8_accuracy_on_the_full_test_split(name, tmp_path):
