@@ -175,7 +175,7 @@ def all_cores():
 
 
 @pytest.fixture(scope='module')
-def test_splits(cache):
+def full_splits(cache):
     """The full test splits as the package's evaluation prepares them (``load_eval_split``), each read once for all
     the checkpoints whose preprocessing and classes it serves."""
     from timm_minimal.tools.evaluate import load_eval_split, model_label_names
@@ -194,7 +194,7 @@ def test_splits(cache):
 
 @pytest.mark.slow
 @pytest.mark.parametrize('name', SHIPPED)
-def test_card_accuracy_is_confirmed_on_the_full_test_split(name, test_splits, all_cores):
+def test_card_accuracy_is_confirmed_on_the_full_test_split(name, full_splits, all_cores):
     """The package's own evaluation (timm_minimal.tools.evaluate) over all 10,000 test images gives the card's number
     (``evaluate_model`` is ``evaluate_split`` over ``load_eval_split``)."""
     from timm.data import resolve_data_config
@@ -204,7 +204,7 @@ def test_card_accuracy_is_confirmed_on_the_full_test_split(name, test_splits, al
         pytest.skip(f'{dataset} is not in ../shared/data: the full test split is needed')
     model = timm.create_model(name, pretrained=True).eval()
     cfg = resolve_data_config({}, model=model)
-    res = evaluate_split({'model': model}, test_splits(dataset, model, cfg), cfg, model.num_classes)['model']
+    res = evaluate_split({'model': model}, full_splits(dataset, model, cfg), cfg, model.num_classes)['model']
     assert res['samples'] == 10000
     # the card's number was measured by the trainer on its device: fp32 on a CPU gives the same predictions as
     # this fp32 evaluation; bf16 autocast (on a GPU, or on a CPU where the card says so) flips a few borderline
