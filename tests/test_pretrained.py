@@ -123,6 +123,17 @@ def test_evaluate_takes_the_training_split_as_timm_validate_does(capsys):
     assert err.endswith("mnist-sample has no split 'validation'; its splits are train and test") and '\n' not in err
 
 
+def test_an_empty_split_is_refused_not_scored():
+    """evaluate_split on a prepared split without images raises, where it would give 0% of nothing."""
+    import numpy as np
+    from timm_minimal.tools import evaluate
+    from timm_minimal.training.data import DatasetError
+    empty = evaluate.EvalSplit('MNIST', 'test', np.zeros((0, 1, 28, 28), np.uint8), np.zeros(0, np.int64))
+    model = timm.create_model('vit_minimal_sym_6x4.mnist', pretrained=True).eval()
+    with pytest.raises(DatasetError, match='the test split of MNIST holds no images'):
+        evaluate.evaluate_split({'model': model}, empty, model.pretrained_cfg, model.num_classes)
+
+
 def test_evaluate_predicts_alike_at_every_batch_size_and_takes_timms_default():
     """The batch is a matter of speed alone (scripts/eval_batch.py): the same predictions at the default, timm's
     validate.py's 256, as at 1,000 and at 7 (a last batch of 6)."""

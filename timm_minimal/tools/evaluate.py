@@ -89,9 +89,11 @@ def evaluate_split(forwards: Mapping[str, Callable[[torch.Tensor], torch.Tensor]
                    data_cfg: Mapping[str, Any], num_classes: int, batch_size: int = EVAL_BATCH_SIZE,
                    device: str = 'cpu') -> Dict[str, Dict[str, Any]]:
     """Loss and top-1 / top-5 accuracy (%) of each function from images to logits over the prepared split ``data``,
-    normalised with the mean and std of ``data_cfg``."""
+    normalised with the mean and std of ``data_cfg``. An empty split is refused, not scored."""
     if batch_size < 1:
         raise ValueError(f'the batch size must be at least 1, got {batch_size}')
+    if len(data.images) == 0:
+        raise DatasetError(f'the {data.split} split of {data.dataset} holds no images: nothing was evaluated.')
     normalize = BatchAugment(BatchAugmentConfig(), data_cfg['mean'], data_cfg['std'], torch.device(device))
     sums = {key: torch.zeros(4, dtype=torch.float64, device=device) for key in forwards}
     for i in range(0, len(data.images), batch_size):
