@@ -124,13 +124,13 @@ def test_evaluate_takes_the_training_split_as_timm_validate_does(capsys):
 
 
 def test_an_empty_split_is_refused_not_scored():
-    """evaluate_split on a prepared split without images raises, where it would give 0% of nothing."""
+    """A prepared split without images is refused (``EvalSplit``), so evaluate_split never gives 0% of nothing."""
     import numpy as np
     from timm_minimal.tools import evaluate
     from timm_minimal.training.data import DatasetError
-    empty = evaluate.EvalSplit('MNIST', 'test', np.zeros((0, 1, 28, 28), np.uint8), np.zeros(0, np.int64))
     model = timm.create_model('vit_minimal_sym_6x4.mnist', pretrained=True).eval()
     with pytest.raises(DatasetError, match='the test split of MNIST holds no images'):
+        empty = evaluate.EvalSplit('MNIST', 'test', np.zeros((0, 1, 28, 28), np.uint8), np.zeros(0, np.int64))
         evaluate.evaluate_split({'model': model}, empty, model.pretrained_cfg, model.num_classes)
 
 

@@ -53,11 +53,16 @@ def map_labels(data_classes: Sequence[str], label_names: Optional[Sequence[str]]
 @dataclass
 class EvalSplit:
     """A split read and prepared for evaluation (``load_eval_split``): its images after the evaluation preprocessing
-    (uint8, not yet normalised) and their labels in the model's class order."""
+    (uint8, not yet normalised) and their labels in the model's class order. A split without images is refused, not
+    scored (``DatasetError``)."""
     dataset: str
     split: str
     images: np.ndarray
     labels: np.ndarray
+
+    def __post_init__(self) -> None:
+        if len(self.images) == 0:
+            raise DatasetError(f'the {self.split} split of {self.dataset} holds no images: nothing was evaluated.')
 
 
 def load_eval_split(data_cfg: Mapping[str, Any], num_classes: int, dataset: str, data_dir: Optional[str] = None,
@@ -79,8 +84,6 @@ def load_eval_split(data_cfg: Mapping[str, Any], num_classes: int, dataset: str,
                                   interpolation=data_cfg['interpolation'], crop_pct=data_cfg['crop_pct'])
     images, labels = images_to_array(data.train if split == 'train' else data.eval, eval_tf, data_cfg['input_size'],
                                      image_mode(data_cfg['input_size'][0]))
-    if len(images) == 0:
-        raise DatasetError(f'the {split} split of {data.name} holds no images: nothing was evaluated.')
     return EvalSplit(data.name, split, images, mapping[labels] if mapping is not None else labels)
 
 
@@ -89,11 +92,9 @@ def evaluate_split(forwards: Mapping[str, Callable[[torch.Tensor], torch.Tensor]
                    data_cfg: Mapping[str, Any], num_classes: int, batch_size: int = EVAL_BATCH_SIZE,
                    device: str = 'cpu') -> Dict[str, Dict[str, Any]]:
     """Loss and top-1 / top-5 accuracy (%) of each function from images to logits over the prepared split ``data``,
-    normalised with the mean and std of ``data_cfg``. An empty split is refused, not scored."""
+    normalised with the mean and std of ``data_cfg``."""
     if batch_size < 1:
         raise ValueError(f'the batch size must be at least 1, got {batch_size}')
-    if len(data.images) == 0:
-        raise DatasetError(f'the {data.split} split of {data.dataset} holds no images: nothing was evaluated.')
     normalize = BatchAugment(BatchAugmentConfig(), data_cfg['mean'], data_cfg['std'], torch.device(device))
     sums = {key: torch.zeros(4, dtype=torch.float64, device=device) for key in forwards}
     for i in range(0, len(data.images), batch_size):
