@@ -1,4 +1,5 @@
 import struct
+import tempfile
 from importlib import resources
 
 import numpy as np
@@ -6,6 +7,17 @@ import pytest
 import torch
 
 from hub_server import HubServer, configure_client
+
+
+@pytest.fixture(scope='session', autouse=True)
+def _own_cache():
+    """The suite's cache folder (``TIMM_MINIMAL_CACHE``: CPU-mode decisions, extracted archives, decoded images,
+    locks, the staging key) is a temporary one of its own, removed at the end, never the user's
+    ``~/.cache/timm_minimal``: a decision measured beside the other tests would steer the user's later runs."""
+    with tempfile.TemporaryDirectory(prefix='timm-minimal-cache-', ignore_cleanup_errors=True) as cache, \
+            pytest.MonkeyPatch.context() as mp:
+        mp.setenv('TIMM_MINIMAL_CACHE', cache)
+        yield
 
 
 @pytest.fixture(autouse=True)

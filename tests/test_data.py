@@ -1,6 +1,9 @@
 """Datasets, timm transforms and the seeded sampler of the trainer (timm_minimal.training.data)."""
 import io
+import os
+import shutil
 import tarfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -10,7 +13,7 @@ from PIL import Image
 
 from timm_minimal.training.loader_data import EpochSampler, TransformDataset
 from timm_minimal.training.data import (
-    CIFAR10_CLASSES, DatasetError, build_transforms, dataset_kind,
+    CIFAR10_CLASSES, DatasetError, build_transforms, dataset_kind, default_cache_dir,
     find_image_folder_splits, load_cifar10, load_dataset, load_mnist,
 )
 
@@ -50,10 +53,10 @@ def test_timm_transforms_one_channel(mnist):
         x = tf(img)
         assert x.shape == (1, 28, 28) and x.dtype == torch.uint8
     # evaluation transform keeps the pixels of a 28x28 image
-    assert torch.equal(eval_tf(img)[0], torch.from_numpy(mnist.train.images[0]))
+    assert torch.equal(eval_tf(img)[0], torch.from_numpy(mnist.train.images[0].copy()))
     from timm_minimal.training.batch_augment import BatchAugment, BatchAugmentConfig
     x = BatchAugment(BatchAugmentConfig(), (0.1307,), (0.3081,), torch.device('cpu')).normalize(eval_tf(img)[None])
-    pixels = torch.from_numpy(mnist.train.images[0]).float()
+    pixels = torch.from_numpy(mnist.train.images[0].copy()).float()
     torch.testing.assert_close(x[0, 0], (pixels / 255 - 0.1307) / 0.3081)  # the trainer's normalisation
 
 
@@ -130,7 +133,7 @@ def test_cifar10_jpeg_archive_is_extracted_once_and_read_as_image_folder(tmp_pat
     assert (len(data.train), len(data.eval)) == (20, 10)
     assert data.train.images.shape == (20, 32, 32, 3)
     assert list(data.train.labels) == [c for c in range(10) for _ in range(2)]
-    folder, = cache.glob('cifar10-jpeg-q75-*')  # keyed on the archive: path, size, modification time
+    folder, = cache.glob('cifar10-jpeg-q75-*')  # keyed on the archive's bytes
     assert (folder / '.complete').is_file() and (folder / 'train' / 'airplane' / '0000.jpg').is_file()
     # the extracted folder is an ordinary image-folder dataset, and the second load uses the cache
     again = load_cifar10(tmp_path / 'data', cache_dir=cache, download=False)
@@ -173,7 +176,7 @@ def test_dataset_names():
 
 
 def test_a_second_archive_of_the_same_name_is_read_not_the_first_ones_cache(tmp_path):
-    """The extraction cache is keyed on the archive (its path, size and modification time), never on its name."""
+    """The extraction cache is keyed on the archive's bytes, never on its name."""
     cache = tmp_path / 'cache'
     _make_cifar_archive(tmp_path / 'a', per_class=(2, 1))
     _make_cifar_archive(tmp_path / 'b', per_class=(3, 2))
@@ -181,6 +184,53 @@ def test_a_second_archive_of_the_same_name_is_read_not_the_first_ones_cache(tmp_
     second = load_cifar10(tmp_path / 'b', cache_dir=cache, download=False)
     assert (len(first.train), len(first.eval)) == (20, 10) and (len(second.train), len(second.eval)) == (30, 20)
     assert len([p for p in cache.iterdir() if p.name.startswith('cifar10-jpeg-q75-')]) == 2
+    assert not [p for p in cache.iterdir() if p.name.startswith('.')]
+
+
+def test_the_suite_caches_apart_from_the_user():
+    """tests/conftest.py gives the suite a cache folder of its own: what the tests extract, measure and lock never
+    lands in the user's ~/.cache/timm_minimal."""
+    cache = default_cache_dir()
+    assert cache != Path.home() / '.cache' / 'timm_minimal' and cache.name.startswith('timm-minimal-cache-')
+
+
+def test_a_copy_of_an_archive_reuses_its_extraction(tmp_path, monkeypatch):
+    """Another path and a newer modification time with the same bytes (the data folder copied anew) read the
+    extraction already made: no second extraction, no second folder in the cache."""
+    cache = tmp_path / 'cache'
+    _make_cifar_archive(tmp_path / 'a')
+    first = load_cifar10(tmp_path / 'a', cache_dir=cache, download=False)
+    (tmp_path / 'b' / 'CIFAR10').mkdir(parents=True)
+    copy = shutil.copyfile(tmp_path / 'a' / 'CIFAR10' / 'cifar10-jpeg-q75.tar.gz',
+                           tmp_path / 'b' / 'CIFAR10' / 'cifar10-jpeg-q75.tar.gz')
+    os.utime(copy, ns=(time.time_ns() + 10**9, time.time_ns() + 10**9))
+    monkeypatch.setattr(tarfile, 'open', lambda *a, **k: pytest.fail('the copy was extracted again'))
+    second = load_cifar10(tmp_path / 'b', cache_dir=cache, download=False)
+    assert np.array_equal(second.train.images, first.train.images)
+    assert len(list(cache.glob('cifar10-jpeg-q75-*'))) == 1
+
+
+def test_an_archive_replaced_in_place_drops_the_earlier_extraction_only(tmp_path):
+    """The extraction of the archive a path held before is removed once that path's new archive is extracted;
+    another archive's extraction, and a folder of the same name that this loader did not finish, stay."""
+    cache = tmp_path / 'cache'
+    _make_cifar_archive(tmp_path / 'a', per_class=(2, 1))
+    _make_cifar_archive(tmp_path / 'other', per_class=(1, 1))
+    load_cifar10(tmp_path / 'a', cache_dir=cache, download=False)
+    load_cifar10(tmp_path / 'other', cache_dir=cache, download=False)
+    before = set(cache.glob('cifar10-jpeg-q75-*'))
+    foreign = cache / 'cifar10-jpeg-q75-mine'
+    foreign.mkdir()
+    shutil.rmtree(tmp_path / 'a')
+    _make_cifar_archive(tmp_path / 'a', per_class=(3, 2))
+    data = load_cifar10(tmp_path / 'a', cache_dir=cache, download=False)
+    assert (len(data.train), len(data.eval)) == (30, 20)
+    after = set(cache.glob('cifar10-jpeg-q75-*'))
+    assert len(before) == 2 and len(after) == 3 and foreign in after
+    dropped, = before - after
+    kept, = before & after
+    other = (tmp_path / 'other' / 'CIFAR10' / 'cifar10-jpeg-q75.tar.gz').resolve()
+    assert (kept / '.complete').read_text().strip() == str(other)
     assert not [p for p in cache.iterdir() if p.name.startswith('.')]
 
 

@@ -171,11 +171,6 @@ def test_the_export_table_gives_the_card_accuracy(name):
     assert abs(float(rows[0].split('|')[4]) - card_accuracy(name)) <= 0.2, rows[0]
 
 
-@pytest.fixture(scope='module')
-def cache(tmp_path_factory):
-    return tmp_path_factory.mktemp('cache')
-
-
 @pytest.fixture
 def all_cores():
     """Every core this process may use, for the suite's heaviest forwards, whatever thread count the test modules
@@ -186,7 +181,7 @@ def all_cores():
 
 
 @pytest.fixture(scope='module')
-def full_splits(cache):
+def full_splits():
     """The full test splits as the package's evaluation prepares them (``load_eval_split``), each read once for all
     the checkpoints whose preprocessing and classes it serves."""
     from timm_minimal.tools.evaluate import load_eval_split, model_label_names
@@ -195,10 +190,8 @@ def full_splits(cache):
     def split(dataset, model, cfg):
         key = (dataset, model.num_classes, tuple(model_label_names(model) or ()), json.dumps(cfg, sort_keys=True))
         if key not in splits:
-            with pytest.MonkeyPatch.context() as mp:
-                mp.setenv('TIMM_MINIMAL_CACHE', str(cache))
-                splits[key] = load_eval_split(cfg, model.num_classes, dataset, str(DATA),
-                                              label_names=model_label_names(model))
+            splits[key] = load_eval_split(cfg, model.num_classes, dataset, str(DATA),
+                                          label_names=model_label_names(model))
         return splits[key]
     return split
 
