@@ -112,33 +112,51 @@ def _jpeg_bytes(color):
     return buf.getvalue()
 
 
-def _make_cifar_archive(root: Path, per_class=(2, 1)):
-    """A miniature of the JPEG export: train/<class>/NNNN.jpg and test/<class>/NNNN.jpg in a .tar.gz."""
+def _make_cifar_archive(root: Path, per_class=(2, 1), top: str = ''):
+    """A miniature of the JPEG export: train/<class>/NNNN.jpg and test/<class>/NNNN.jpg in a .tar.gz (under the
+    folder ``top`` where given), each image of its own colour, written in no particular order."""
     (root / 'CIFAR10').mkdir(parents=True)
+    members = [(split, c, i) for split, n in zip(('train', 'test'), per_class) for c in range(10) for i in range(n)]
     with tarfile.open(root / 'CIFAR10' / 'cifar10-jpeg-q75.tar.gz', 'w:gz') as tar:
-        for split, n in zip(('train', 'test'), per_class):
-            for c, cls in enumerate(CIFAR10_CLASSES):
-                for i in range(n):
-                    data = _jpeg_bytes((25 * c, 100, 200 - 10 * c))
-                    info = tarfile.TarInfo(f'{split}/{cls}/{i:04d}.jpg')
-                    info.size = len(data)
-                    tar.addfile(info, io.BytesIO(data))
+        for split, c, i in reversed(members):
+            data = _jpeg_bytes((25 * c, 40 * i, 200 if split == 'train' else 50))
+            info = tarfile.TarInfo(f'{top}{split}/{CIFAR10_CLASSES[c]}/{i:04d}.jpg')
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
 
 
-def test_cifar10_jpeg_archive_is_extracted_once_and_read_as_image_folder(tmp_path):
-    _make_cifar_archive(tmp_path / 'data')
+@pytest.mark.parametrize('top', ['', 'cifar10-jpeg/'])
+def test_cifar10_jpeg_archive_is_decoded_once_as_its_image_folder_would_be(tmp_path, monkeypatch, top):
+    """The archive is decoded straight from its members into one cache file (no file extracted), with the classes,
+    labels and sample order that the same images give read as an image folder."""
+    _make_cifar_archive(tmp_path / 'data', top=top)
     cache = tmp_path / 'cache'
     data = load_cifar10(tmp_path / 'data', cache_dir=cache, download=False)
-    assert data.classes == list(CIFAR10_CLASSES) and data.num_classes == 10
+    assert data.classes == list(CIFAR10_CLASSES) and data.num_classes == 10 and data.eval_split == 'test'
     assert (len(data.train), len(data.eval)) == (20, 10)
     assert data.train.images.shape == (20, 32, 32, 3)
-    assert list(data.train.labels) == [c for c in range(10) for _ in range(2)]
-    folder, = cache.glob('cifar10-jpeg-q75-*')  # keyed on the archive's bytes
-    assert (folder / '.complete').is_file() and (folder / 'train' / 'airplane' / '0000.jpg').is_file()
-    # the extracted folder is an ordinary image-folder dataset, and the second load uses the cache
+    assert [p.name for p in cache.iterdir()] == [f'cifar10-jpeg-q75-{data.fingerprints["train"][:16]}.npz']
+    with tarfile.open(tmp_path / 'data' / 'CIFAR10' / 'cifar10-jpeg-q75.tar.gz') as tar:
+        tar.extractall(tmp_path / 'folder', filter='data')
+    folder = load_cifar10(tmp_path / 'folder' / top, cache_dir=tmp_path / 'other-cache', download=False)
+    for ours, theirs in ((data.train, folder.train), (data.eval, folder.eval)):
+        assert np.array_equal(ours.images, theirs.images) and np.array_equal(ours.labels, theirs.labels)
+    monkeypatch.setattr(tarfile, 'open', lambda *a, **k: pytest.fail('the archive was decoded again'))
     again = load_cifar10(tmp_path / 'data', cache_dir=cache, download=False)
-    assert np.array_equal(again.train.images, data.train.images)
-    assert find_image_folder_splits(folder) == (folder / 'train', folder / 'test')
+    assert np.array_equal(again.train.images, data.train.images) and again.fingerprints == data.fingerprints
+
+
+def test_an_archive_without_the_export_layout_is_refused_with_what_it_holds(tmp_path):
+    (tmp_path / 'CIFAR10').mkdir()
+    with tarfile.open(tmp_path / 'CIFAR10' / 'cifar10-jpeg-q75.tar.gz', 'w:gz') as tar:
+        for name, data in (('train/cat/0.jpg', _jpeg_bytes((1, 2, 3))), ('train/dog/0.jpg', b''),
+                           ('.hidden/x/0.jpg', b'')):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    with pytest.raises(DatasetError, match=r"must hold train/ and one of val/, validation/, test/.*found \['train/'\]"):
+        load_cifar10(tmp_path, cache_dir=tmp_path / 'cache', download=False)
+    assert not (tmp_path / 'cache').exists() or not list((tmp_path / 'cache').iterdir())
 
 
 @pytest.mark.skipif(not (DATA / 'CIFAR10' / 'cifar10-jpeg-q75.tar.gz').is_file(), reason=f'no CIFAR-10 archive at {DATA / "CIFAR10" / "cifar10-jpeg-q75.tar.gz"}')
@@ -210,28 +228,34 @@ def test_a_copy_of_an_archive_reuses_its_extraction(tmp_path, monkeypatch):
     assert len(list(cache.glob('cifar10-jpeg-q75-*'))) == 1
 
 
-def test_an_archive_replaced_in_place_drops_the_earlier_extraction_only(tmp_path):
-    """The extraction of the archive a path held before is removed once that path's new archive is extracted;
-    another archive's extraction, and a folder of the same name that this loader did not finish, stay."""
+def test_an_archive_replaced_in_place_drops_what_the_earlier_one_left(tmp_path):
+    """Once the archive at a path is replaced and read, the cache of the archive it held before is removed, and so
+    is a folder an earlier version extracted that archive to; another archive's cache, a folder extracted from
+    another archive and files this loader did not write stay."""
     cache = tmp_path / 'cache'
     _make_cifar_archive(tmp_path / 'a', per_class=(2, 1))
     _make_cifar_archive(tmp_path / 'other', per_class=(1, 1))
+    archive, other = (tmp_path / d / 'CIFAR10' / 'cifar10-jpeg-q75.tar.gz' for d in ('a', 'other'))
     load_cifar10(tmp_path / 'a', cache_dir=cache, download=False)
     load_cifar10(tmp_path / 'other', cache_dir=cache, download=False)
-    before = set(cache.glob('cifar10-jpeg-q75-*'))
-    foreign = cache / 'cifar10-jpeg-q75-mine'
-    foreign.mkdir()
-    shutil.rmtree(tmp_path / 'a')
-    _make_cifar_archive(tmp_path / 'a', per_class=(3, 2))
+    before = set(cache.iterdir())
+    for name, source in (('cifar10-jpeg-q75-0123456789abcdef', archive), ('cifar10-jpeg-q75-fedcba9876543210', other)):
+        (cache / name / 'train').mkdir(parents=True)  # an extraction by an earlier version
+        (cache / name / '.complete').write_text(f'{source}\n')
+    foreign = [cache / 'cifar10-jpeg-q75-mine.npz', cache / 'cifar10-jpeg-q75-mine']
+    foreign[0].write_bytes(b'PK\x03\x04 not ours')  # a zip's magic, then nothing of one
+    foreign[1].mkdir()
+    archive.unlink()
+    _make_cifar_archive(tmp_path / 'a2', per_class=(3, 2))
+    shutil.move(tmp_path / 'a2' / 'CIFAR10' / 'cifar10-jpeg-q75.tar.gz', archive)
     data = load_cifar10(tmp_path / 'a', cache_dir=cache, download=False)
     assert (len(data.train), len(data.eval)) == (30, 20)
-    after = set(cache.glob('cifar10-jpeg-q75-*'))
-    assert len(before) == 2 and len(after) == 3 and foreign in after
-    dropped, = before - after
-    kept, = before & after
-    other = (tmp_path / 'other' / 'CIFAR10' / 'cifar10-jpeg-q75.tar.gz').resolve()
-    assert (kept / '.complete').read_text().strip() == str(other)
-    assert not [p for p in cache.iterdir() if p.name.startswith('.')]
+    after = {p.name for p in cache.iterdir()}
+    assert len(before) == 2 and len(after) == 5 and {p.name for p in foreign} < after
+    assert 'cifar10-jpeg-q75-fedcba9876543210' in after and 'cifar10-jpeg-q75-0123456789abcdef' not in after
+    kept, = before & {cache / n for n in after}
+    assert str(np.load(kept)['archive']) == str(other.resolve())
+    assert load_cifar10(tmp_path / 'other', cache_dir=cache, download=False).train.images.shape[0] == 10
 
 
 def test_a_cache_write_on_a_full_disk_leaves_no_temporary_file(tmp_path, small_disk):

@@ -8,7 +8,7 @@ A dataset is named by ``--dataset``:
 - ``mnist-sample``: the first 20,000 training and 1,000 test digits of MNIST, shipped with the package:
   training without any download, with MNIST's tag and classes. Held in memory.
 - ``cifar10``: a JPEG image-folder export (``cifar10-jpeg*.tar.gz`` under ``<data-dir>`` or
-  ``<data-dir>/CIFAR10``, extracted once to the cache folder), an extracted image folder, the
+  ``<data-dir>/CIFAR10``, decoded once into the cache folder), an extracted image folder, the
   original ``cifar-10-batches-py``, else downloaded with torchvision. Held in memory.
 - ``imagenet``: the standard ``train/`` and ``val/`` image folders under ``<data-dir>``.
 - a path to any image folder with ``train/`` and ``val/`` (or ``validation/`` or ``test/``)
@@ -27,8 +27,6 @@ import hashlib
 import logging
 import math
 import os
-import shutil
-import tarfile
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,7 +39,8 @@ from torch.utils.data import Dataset, IterableDataset
 from ..models.datasets import CIFAR10_CLASSES, DATASETS, MNIST_CLASSES, SAMPLES, tag_for_kind
 from .files import missing_folders, remove_empty
 from .dataset_names import BUILTIN_DATASETS, TIMM_FACTORY_PREFIXES, DatasetError, dataset_kind
-from .image_folder import FolderDataset, FolderScan, folder_classes, scan_split
+from .image_archive import read_image_archive
+from .image_folder import EVAL_SPLIT_DIRS, FolderDataset, FolderScan, folder_classes, scan_split
 
 _logger = logging.getLogger(__name__)
 
@@ -51,13 +50,12 @@ __all__ = [
     'subset_indices', 'augment_ops', 'posterize_to_black', 'posterize_on_any_pillow',
 ]
 
-EVAL_SPLIT_DIRS = ('val', 'validation', 'test')
 
 
 
 
 def default_cache_dir() -> Path:
-    """Where extracted archives and decoded arrays are kept: $TIMM_MINIMAL_CACHE or ~/.cache/timm_minimal."""
+    """Where decoded archives and arrays are kept: $TIMM_MINIMAL_CACHE or ~/.cache/timm_minimal."""
     return Path(os.environ.get('TIMM_MINIMAL_CACHE', Path.home() / '.cache' / 'timm_minimal'))
 
 
@@ -324,74 +322,17 @@ def load_image_folder_in_memory(root: Path, cache_dir: Path, name: str, kind: st
         from .checkpoint import write_file_atomic
         npz.parent.mkdir(parents=True, exist_ok=True)
         write_file_atomic(npz, lambda tmp: np.savez(tmp, **arrays), suffix='.tmp.npz')
+    return _arrays_data(name, kind, arrays, list(classes), str(root), eval_split,
+                        dict(train=train.fingerprint, eval=evald.fingerprint))
+
+
+def _arrays_data(name: str, kind: str, arrays: Dict[str, np.ndarray], classes: List[str], source: str,
+                 eval_split: str, fingerprints: Dict[str, str]) -> ImageData:
+    """An in-memory dataset of decoded arrays (``train_images``, ``train_labels``, ``eval_images``, ``eval_labels``)."""
     return ImageData(name=name, kind=kind, train=ArrayImageDataset(arrays['train_images'], arrays['train_labels'], classes),
                      eval=ArrayImageDataset(arrays['eval_images'], arrays['eval_labels'], classes),
-                     classes=list(classes), num_classes=len(classes), source=str(root), eval_split=eval_split,
-                     in_memory=True, fingerprints=dict(train=train.fingerprint, eval=evald.fingerprint))
-
-
-def archive_key(archive: Path) -> str:
-    """The cache key of an archive: a digest of its bytes, so a copy of the same archive (another path, a newer
-    modification time) reuses the extraction, and another archive of the same name never reads the first one's
-    (a digest of the CIFAR-10 export's 19 MB takes a few hundredths of a second)."""
-    digest = hashlib.sha256()
-    with open(archive, 'rb') as f:
-        for chunk in iter(lambda: f.read(1 << 20), b''):
-            digest.update(chunk)
-    return digest.hexdigest()[:16]
-
-
-def _extract_once(archive: Path, cache_dir: Path) -> Path:
-    """Extract a .tar.gz into ``cache_dir/<archive stem>-<archive_key>`` once (atomically: temp folder, then
-    rename; a failed extraction leaves no temp folder behind), then drop the extractions that an earlier archive at
-    this path left (``_drop_replaced``). Not torchvision's ``extract_archive``: it calls ``tarfile.extractall``
-    without the ``data`` filter, which lets an archive write outside the target folder."""
-    stem = archive.name[:-len('.tar.gz')] if archive.name.endswith('.tar.gz') else archive.stem
-    target = cache_dir / f'{stem}-{archive_key(archive)}'
-    if (target / '.complete').is_file():
-        return target
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    tmp = cache_dir / f'.{target.name}.{os.getpid()}.tmp'
-    shutil.rmtree(tmp, ignore_errors=True)
-    _logger.info(f'Extracting {archive} to {target} (once)')
-    try:
-        with tarfile.open(archive) as tar:
-            tar.extractall(tmp, filter='data')
-        # an archive holding one top folder that contains train/: use that folder
-        subdirs = [p for p in tmp.iterdir() if p.is_dir()]
-        if not (tmp / 'train').is_dir() and len(subdirs) == 1 and (subdirs[0] / 'train').is_dir():
-            inner = subdirs[0]
-            tmp2 = cache_dir / f'.{target.name}.{os.getpid()}.tmp2'
-            os.replace(inner, tmp2)
-            shutil.rmtree(tmp)
-            tmp = tmp2
-        (tmp / '.complete').write_text(f'{archive.resolve()}\n')
-        os.replace(tmp, target)
-    except OSError:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if not (target / '.complete').is_file():  # else another process finished first
-            raise
-    _drop_replaced(target, archive.resolve(), stem)
-    return target
-
-
-def _drop_replaced(target: Path, archive: Path, stem: str) -> None:
-    """Remove the extractions of ``stem`` whose ``.complete`` names ``archive`` but that are not ``target``: the
-    archive at that path has been replaced since, so nothing will read them again (each is hundreds of MB for
-    CIFAR-10). Only folders this loader finished (their ``.complete`` says so) are touched; each is renamed aside
-    first, so a reader never sees half of one."""
-    for folder in target.parent.glob(f'{stem}-*'):
-        marker = folder / '.complete'
-        if folder == target or folder.is_symlink() or not marker.is_file():
-            continue
-        try:
-            if marker.read_text().strip() != str(archive):
-                continue
-            aside = folder.with_name(f'.{folder.name}.{os.getpid()}.replaced')
-            os.replace(folder, aside)
-        except OSError:  # another process dropped it first, or it cannot be read: leave it
-            continue
-        shutil.rmtree(aside, ignore_errors=True)
+                     classes=classes, num_classes=len(classes), source=source, eval_split=eval_split,
+                     in_memory=True, fingerprints=fingerprints)
 
 
 # -- CIFAR-10 --------------------------------------------------------------------------------------
@@ -400,7 +341,7 @@ def load_cifar10(root: Union[str, Path], cache_dir: Optional[Union[str, Path]] =
                  download_hint: str = '', data_option: str = '--data-dir') -> ImageData:
     """CIFAR-10 held in memory, from the first of these found under ``root`` (or ``root/CIFAR10``):
 
-    a JPEG image-folder export archive ``cifar10-jpeg*.tar.gz`` (extracted once to ``cache_dir``),
+    a JPEG image-folder export archive ``cifar10-jpeg*.tar.gz`` (decoded once into ``cache_dir``),
     an extracted image folder with ``train/`` and ``test/``, torchvision's ``cifar-10-batches-py``;
     else the original is downloaded by torchvision into ``root``.
     """
@@ -413,9 +354,7 @@ def load_cifar10(root: Union[str, Path], cache_dir: Optional[Union[str, Path]] =
         archives = sorted(base.glob('cifar10*.tar.gz')) + sorted(base.glob('cifar-10*.tar.gz'))
         archives = [a for a in archives if 'python' not in a.name]
         if archives:
-            folder = _extract_once(archives[0], cache_dir)
-            data = load_image_folder_in_memory(folder, folder, 'cifar10', 'cifar10')
-            data.source = f'{archives[0]} (extracted to {folder})'
+            data = _load_image_archive(archives[0], cache_dir, 'cifar10', 'cifar10')
             _check_cifar_classes(data)
             return data
         if (base / 'train').is_dir() and any((base / d).is_dir() for d in EVAL_SPLIT_DIRS):
@@ -429,6 +368,15 @@ def load_cifar10(root: Union[str, Path], cache_dir: Optional[Union[str, Path]] =
             f'CIFAR-10 not found under {root} or {root}/CIFAR10: expected cifar10-jpeg*.tar.gz, an image folder '
             f'with train/ and test/, or cifar-10-batches-py; fix {data_option}' + _hint(download_hint) + '.')
     return _cifar_torchvision(root, download=True)
+
+
+def _load_image_archive(archive: Path, cache_dir: Path, name: str, kind: str) -> ImageData:
+    """An image-folder export archive held in memory (``image_archive``: decoded once, without extracting it)."""
+    arrays, npz = read_image_archive(archive, cache_dir)
+    classes = [str(c) for c in arrays['classes']]
+    key, eval_split = npz.stem.rsplit('-', 1)[-1], str(arrays['eval_split'])  # key: the digest of the archive
+    return _arrays_data(name, kind, arrays, classes, f'{archive} (decoded into {npz})', eval_split,
+                        dict(train=f'{key}/train', eval=f'{key}/{eval_split}'))
 
 
 def _check_cifar_classes(data: ImageData) -> None:

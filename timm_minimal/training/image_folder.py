@@ -20,8 +20,10 @@ from torch.utils.data import Dataset
 from ..models.images import check_image_size, convert_image
 from .dataset_names import DatasetError
 
-__all__ = ['DatasetError', 'IMAGE_EXTENSIONS', 'FolderScan', 'scan_split', 'folder_classes', 'FolderDataset']
+__all__ = ['DatasetError', 'EVAL_SPLIT_DIRS', 'IMAGE_EXTENSIONS', 'FolderScan', 'scan_split', 'folder_classes',
+           'FolderDataset', 'open_image']
 
+EVAL_SPLIT_DIRS = ('val', 'validation', 'test')  # the evaluation split: the first of these that a dataset has
 IMAGE_EXTENSIONS = frozenset(('.png', '.jpg', '.jpeg', '.bmp', '.gif', '.tif', '.tiff', '.webp', '.ppm', '.pgm'))
 
 
@@ -93,10 +95,16 @@ class FolderDataset(Dataset):
 
     def __getitem__(self, index: int) -> Tuple[Any, int]:
         path, label = self.samples[index]
-        try:
-            with Image.open(path) as im:
-                check_image_size(*im.size, what=f'image {path}')  # from the header, before anything is decoded
-                im.load()
-                return convert_image(im, self.img_mode), label
-        except (OSError, ValueError, Image.DecompressionBombError) as e:
-            raise DatasetError(f'cannot read image {path}: {e}') from e
+        return open_image(path, path, self.img_mode), label
+
+
+def open_image(source: Any, name: str, img_mode: str) -> Image.Image:
+    """The image in ``source`` (a path or a binary file) in ``img_mode``; one that cannot be read, or is too large,
+    raises ``DatasetError`` naming it (``name``)."""
+    try:
+        with Image.open(source) as im:
+            check_image_size(*im.size, what=f'image {name}')  # from the header, before anything is decoded
+            im.load()
+            return convert_image(im, img_mode)
+    except (OSError, ValueError, Image.DecompressionBombError) as e:
+        raise DatasetError(f'cannot read image {name}: {e}') from e
