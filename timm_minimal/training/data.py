@@ -51,9 +51,6 @@ __all__ = [
 ]
 
 
-
-
-
 def default_cache_dir() -> Path:
     """Where decoded archives and arrays are kept: $TIMM_MINIMAL_CACHE or ~/.cache/timm_minimal."""
     return Path(os.environ.get('TIMM_MINIMAL_CACHE', Path.home() / '.cache' / 'timm_minimal'))
