@@ -185,7 +185,7 @@ class _Folder(torch.utils.data.Dataset):
 
 
 def _transform(img):
-    return torch.from_numpy(np.asarray(img, dtype=np.uint8))[None]
+    return torch.from_numpy(np.array(img, dtype=np.uint8))[None]
 
 
 @pytest.mark.parametrize('spoil', ['truncated', 'pickled', 'shape', 'labels', 'not_a_zip'])
