@@ -1,6 +1,7 @@
 """Datasets, timm transforms and the seeded sampler of the trainer (timm_minimal.training.data)."""
 import io
 import os
+import re
 import shutil
 import tarfile
 import time
@@ -210,6 +211,25 @@ def test_the_suite_caches_apart_from_the_user():
     lands in the user's ~/.cache/timm_minimal."""
     cache = default_cache_dir()
     assert cache != Path.home() / '.cache' / 'timm_minimal' and cache.name.startswith('timm-minimal-cache-')
+
+
+@pytest.mark.parametrize('spoil', ['truncated', 'not_a_gzip', 'a_folder'])
+def test_a_damaged_archive_is_named_in_one_error(tmp_path, spoil):
+    """A truncated download, a file that is no .tar.gz or a folder of the archive's name is a DatasetError naming
+    the archive (the command line's exit 2 with one line), not a traceback, and nothing is cached."""
+    _make_cifar_archive(tmp_path / 'data', per_class=(20, 10))
+    archive = tmp_path / 'data' / 'CIFAR10' / 'cifar10-jpeg-q75.tar.gz'
+    if spoil == 'a_folder':
+        archive.unlink()
+        archive.mkdir()
+        expected = rf'cannot read {re.escape(str(archive))}: [^;]+\.$'  # the system's words: a directory
+    else:
+        archive.write_bytes(archive.read_bytes()[:len(archive.read_bytes()) // 2] if spoil == 'truncated' else b'x')
+        expected = (rf'cannot read {re.escape(str(archive))} as a \.tar\.gz archive \((EOFError|ReadError): [^)]+\); '
+                    r'replace it with a complete copy')
+    with pytest.raises(DatasetError, match=expected):
+        load_cifar10(tmp_path / 'data', cache_dir=tmp_path / 'cache', download=False)
+    assert not (tmp_path / 'cache').exists() or not list((tmp_path / 'cache').iterdir())
 
 
 def test_a_copy_of_an_archive_reuses_its_extraction(tmp_path, monkeypatch):

@@ -17,6 +17,7 @@ import os
 import shutil
 import tarfile
 import zipfile
+import zlib
 from pathlib import Path
 from typing import Dict, List, Tuple
 
@@ -43,12 +44,17 @@ def _image_members(archive: Path) -> Dict[Tuple[str, ...], bytes]:
     """The bytes of every image file in the archive by its path's parts, below the one top folder if the export
     has one; hidden entries and other files are left out."""
     files = {}
-    with tarfile.open(archive) as tar:
-        for member in tar:
-            parts = tuple(p for p in member.name.split('/') if p not in ('', '.'))
-            if member.isfile() and parts and os.path.splitext(parts[-1])[1].lower() in IMAGE_EXTENSIONS \
-                    and not any(p.startswith('.') for p in parts):
-                files[parts] = tar.extractfile(member).read()
+    try:
+        with tarfile.open(archive) as tar:
+            for member in tar:
+                parts = tuple(p for p in member.name.split('/') if p not in ('', '.'))
+                if member.isfile() and parts and os.path.splitext(parts[-1])[1].lower() in IMAGE_EXTENSIONS \
+                        and not any(p.startswith('.') for p in parts):
+                    files[parts] = tar.extractfile(member).read()
+    except (tarfile.TarError, EOFError, zlib.error, OSError) as e:  # truncated, not a tar.gz, unreadable
+        detail = (str(e).splitlines() or [''])[0].rstrip(': ') or 'no detail'
+        raise DatasetError(f'cannot read {archive} as a .tar.gz archive ({type(e).__name__}: {detail}); replace it '
+                           f'with a complete copy.') from e
     tops = {parts[0] for parts in files}
     if len(tops) == 1 and not any(parts[0] == 'train' for parts in files):
         files = {parts[1:]: data for parts, data in files.items()}
@@ -102,7 +108,11 @@ def read_image_archive(archive: Path, cache_dir: Path) -> Tuple[Dict[str, np.nda
     """The arrays of ``archive`` (``_decode``'s) and the cache file they are kept in, decoded on the first read."""
     from .checkpoint import write_file_atomic
     stem = archive.name[:-len('.tar.gz')] if archive.name.endswith('.tar.gz') else archive.stem
-    npz = Path(cache_dir) / f'{stem}-{archive_key(archive)}.npz'
+    try:
+        key = archive_key(archive)
+    except OSError as e:  # unreadable: permissions, a folder of that name
+        raise DatasetError(f'cannot read {archive}: {e.strerror or e}.') from e
+    npz = Path(cache_dir) / f'{stem}-{key}.npz'
     if not npz.is_file():
         _logger.info(f'Decoding {archive} into {npz} (once)')
         arrays = _decode(archive)
