@@ -45,6 +45,19 @@ def test_mnist_missing_gives_clear_error(tmp_path):
         load_mnist(tmp_path, download=False)
 
 
+@pytest.mark.parametrize('spoil', ['truncated', 'not_gzip'])
+def test_a_damaged_mnist_file_is_named_in_one_error(tmp_path, mnist_dir, spoil):
+    """A gzipped idx file cut short, or one that is no gzip, is a DatasetError naming it, not gzip's traceback."""
+    import gzip
+    for f in mnist_dir.iterdir():
+        (tmp_path / (f.name + '.gz')).write_bytes(gzip.compress(f.read_bytes()))
+    bad = tmp_path / 't10k-images-idx3-ubyte.gz'
+    bad.write_bytes(bad.read_bytes()[:len(bad.read_bytes()) // 2] if spoil == 'truncated' else b'not gzip')
+    with pytest.raises(DatasetError, match=rf'cannot read {re.escape(str(bad))} \((EOFError|BadGzipFile): .+\); '
+                                           r'replace it with a complete copy\.$'):
+        load_mnist(tmp_path, download=False)
+
+
 def test_timm_transforms_one_channel(mnist):
     """timm's create_transform on 'L' images gives 1x28x28 uint8; normalised with the MNIST stats on the batch."""
     train_tf, eval_tf = build_transforms((1, 28, 28), **MNIST_CFG, scale=(0.85, 1.0), ratio=(0.9, 1.1), hflip=0.,

@@ -27,6 +27,7 @@ import hashlib
 import logging
 import math
 import os
+import zlib
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -145,8 +146,12 @@ def _read_idx(path: Path) -> np.ndarray:
     ``read_sn3_pascalvincent_tensor``: it opens only uncompressed files (its MNIST class decompresses a copy
     first) and checks the header with ``assert``, which ``python -O`` drops; a bad file here is one line."""
     opener = gzip.open if path.suffix == '.gz' else open
-    with opener(path, 'rb') as f:
-        data = f.read()
+    try:
+        with opener(path, 'rb') as f:
+            data = f.read()
+    except (EOFError, zlib.error, OSError) as e:  # a truncated download, not gzip, unreadable (gzip's errors are these)
+        raise DatasetError(f'cannot read {path} ({type(e).__name__}: {_one_line(e)}); replace it with a complete '
+                           f'copy.') from e
     magic = int.from_bytes(data[0:4], 'big')
     if magic >> 8 != 0x08:  # unsigned byte data
         raise DatasetError(f'{path} is not an idx file of unsigned bytes (magic {magic:#x}).')
