@@ -245,6 +245,41 @@ def test_a_damaged_archive_is_named_in_one_error(tmp_path, spoil):
     assert not (tmp_path / 'cache').exists() or not list((tmp_path / 'cache').iterdir())
 
 
+@pytest.mark.parametrize('spoil', ['truncated', 'no_labels', 'labels_short'])
+def test_a_bad_cache_of_an_archive_is_decoded_anew_with_a_warning(tmp_path, caplog, spoil):
+    """The archive's cache file is derived: one that cannot be read, or lacks or mismatches an array, is rebuilt
+    with a one-line warning, not a traceback."""
+    _make_cifar_archive(tmp_path / 'data')
+    first = load_cifar10(tmp_path / 'data', cache_dir=tmp_path / 'cache', download=False)
+    npz, = (tmp_path / 'cache').iterdir()
+    if spoil == 'truncated':
+        npz.write_bytes(npz.read_bytes()[:1000])
+    else:
+        arrays = dict(np.load(npz))
+        if spoil == 'no_labels':
+            del arrays['train_labels']
+        else:
+            arrays['eval_labels'] = arrays['eval_labels'][:-1]
+        np.savez(npz.with_suffix(''), **arrays)
+    again = load_cifar10(tmp_path / 'data', cache_dir=tmp_path / 'cache', download=False)
+    assert np.array_equal(again.eval.labels, first.eval.labels) and np.array_equal(again.train.images, first.train.images)
+    warning, = [r.getMessage() for r in caplog.records if 'not usable' in r.getMessage()]
+    assert str(npz) in warning and 'decoding the images anew' in warning
+    assert load_cifar10(tmp_path / 'data', cache_dir=tmp_path / 'cache', download=False).eval.labels.shape == (10,)
+
+
+def test_a_bad_cache_of_an_image_folder_is_decoded_anew_with_a_warning(tmp_path, caplog):
+    _make_cifar_archive(tmp_path / 'data')
+    with tarfile.open(tmp_path / 'data' / 'CIFAR10' / 'cifar10-jpeg-q75.tar.gz') as tar:
+        tar.extractall(tmp_path / 'folder', filter='data')
+    first = load_cifar10(tmp_path / 'folder', cache_dir=tmp_path / 'cache', download=False)
+    npz, = (tmp_path / 'cache').glob('cifar10-folder-*.npz')
+    npz.write_bytes(b'PK\x03\x04')
+    again = load_cifar10(tmp_path / 'folder', cache_dir=tmp_path / 'cache', download=False)
+    assert np.array_equal(again.train.images, first.train.images)
+    assert [r for r in caplog.records if 'not usable' in r.getMessage() and str(npz) in r.getMessage()]
+
+
 def test_a_copy_of_an_archive_reuses_its_extraction(tmp_path, monkeypatch):
     """Another path and a newer modification time with the same bytes (the data folder copied anew) read the
     extraction already made: no second extraction, no second folder in the cache."""

@@ -40,7 +40,7 @@ from torch.utils.data import Dataset, IterableDataset
 from ..models.datasets import CIFAR10_CLASSES, DATASETS, MNIST_CLASSES, SAMPLES, tag_for_kind
 from .files import missing_folders, remove_empty
 from .dataset_names import BUILTIN_DATASETS, TIMM_FACTORY_PREFIXES, DatasetError, dataset_kind
-from .image_archive import read_image_archive
+from .image_archive import read_decoded, read_image_archive
 from .image_folder import EVAL_SPLIT_DIRS, FolderDataset, FolderScan, folder_classes, scan_split
 
 _logger = logging.getLogger(__name__)
@@ -314,10 +314,8 @@ def load_image_folder_in_memory(root: Path, cache_dir: Path, name: str, kind: st
     classes, eval_split, train, evald = scan_image_folder(root)
     key = hashlib.sha256(f'{train.fingerprint}|{evald.fingerprint}'.encode()).hexdigest()[:16]
     npz = Path(cache_dir) / f'{name}-folder-{key}.npz'
-    if npz.is_file():
-        with np.load(npz) as d:
-            arrays = {k: d[k] for k in d.files}
-    else:
+    arrays = read_decoded(npz) if npz.is_file() else None
+    if arrays is None:
         tx, ty = _decode(train.samples, classes)
         ex, ey = _decode(evald.samples, classes)
         arrays = dict(train_images=tx, train_labels=ty, eval_images=ex, eval_labels=ey)
