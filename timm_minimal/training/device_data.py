@@ -27,6 +27,7 @@ from torch.utils.data import Dataset
 from .batch_augment import BatchAugment, BatchAugmentConfig, epoch_uniforms
 from ..models.images import convert_image
 from .data import ArrayImageDataset, IndexSubset
+from .files import read_derived_npz
 from .seeding import epoch_order
 
 _logger = logging.getLogger(__name__)
@@ -111,24 +112,20 @@ def images_to_array(ds: Dataset, transform: Any, input_size: Sequence[int], img_
 def read_cache(cache: Path, num_samples: int, input_size: Sequence[int],
                classes: Optional[Sequence[Any]]) -> Optional[Tuple[np.ndarray, np.ndarray]]:
     """The arrays kept in ``cache`` where they are what this module writes: uint8 images (N, C, H, W) at the input
-    size and int64 labels in the class range, N the dataset's size, read without unpickling. Else None, with a
-    one-line warning: the cache is this module's derived file, and the caller decodes the images anew."""
-    try:
-        with np.load(cache, allow_pickle=False) as d:
-            images, labels = d['images'], d['labels']
-        wanted = (num_samples, *map(int, input_size))
-        problem = ('the images are not uint8' if images.dtype != np.uint8 else
-                   f'the images are {images.shape}, not {wanted}' if images.shape != wanted else
-                   'the labels are not one integer per image' if labels.dtype.kind not in 'iu'
-                   or labels.shape != (num_samples,) else
-                   'a label is out of range' if len(labels) and (labels.min() < 0 or (
-                       classes is not None and labels.max() >= len(classes))) else None)
-    except Exception as e:  # noqa: BLE001 (a truncated zip, a pickled array, a missing key: any bad file)
-        problem = f'{type(e).__name__}: {str(e)[:100]}'
-    if problem is None:
-        return images, labels.astype(np.int64)
-    _logger.warning(f'WARNING: the decoded-image cache {cache} is not usable ({problem}); decoding the images anew.')
-    return None
+    size and int64 labels in the class range, N the dataset's size (``files.read_derived_npz``: else None, with a
+    one-line warning, and the caller decodes the images anew)."""
+    wanted = (num_samples, *map(int, input_size))
+
+    def problem(d: Dict[str, np.ndarray]) -> Optional[str]:
+        images, labels = d['images'], d['labels']
+        return ('the images are not uint8' if images.dtype != np.uint8 else
+                f'the images are {images.shape}, not {wanted}' if images.shape != wanted else
+                'the labels are not one integer per image' if labels.dtype.kind not in 'iu'
+                or labels.shape != (num_samples,) else
+                'a label is out of range' if len(labels) and (labels.min() < 0 or (
+                    classes is not None and labels.max() >= len(classes))) else None)
+    arrays = read_derived_npz(cache, problem)
+    return None if arrays is None else (arrays['images'], arrays['labels'].astype(np.int64))
 
 
 def cache_file(cache_dir: Path, content: str, split: str, input_size: Sequence[int], img_mode: str,

@@ -1,13 +1,19 @@
-"""What writing files can meet: a full disk, named as such, and another process on the same run folder."""
+"""What writing files can meet: a full disk, named as such, and another process on the same run folder; and what
+reading back a derived cache can meet: a file that is not what was written."""
+import logging
 import os
 from pathlib import Path
-from typing import List, Optional, Sequence, Union
+from typing import Callable, Dict, List, Optional, Sequence, Union
 
+import numpy as np
 from filelock import FileLock, Timeout
 
 from ..cli import describe_os_error, is_disk_full
 
-__all__ = ['is_disk_full', 'describe_write_error', 'missing_folders', 'remove_empty', 'FolderLock', 'FolderBusy']
+__all__ = ['is_disk_full', 'describe_write_error', 'missing_folders', 'remove_empty', 'FolderLock', 'FolderBusy',
+           'read_derived_npz']
+
+_logger = logging.getLogger(__name__)
 
 
 def describe_write_error(e: BaseException, what: Union[str, Path]) -> str:
@@ -76,3 +82,19 @@ class FolderLock:
         if self._lock is not None:
             self._lock.release()
             self._lock = None
+
+
+def read_derived_npz(path: Path,
+                     problem: Callable[[Dict[str, np.ndarray]], Optional[str]]) -> Optional[Dict[str, np.ndarray]]:
+    """The arrays of a decoded-image cache (``np.savez``), read without unpickling, where ``problem`` finds none in
+    them. Else None, with a one-line warning: the file is derived, and the caller decodes the images anew."""
+    try:
+        with np.load(path, allow_pickle=False) as d:
+            arrays = {k: d[k] for k in d.files}
+        why = problem(arrays)
+    except Exception as e:  # noqa: BLE001 (a truncated zip, a pickled array, a missing key: any bad file)
+        why = f'{type(e).__name__}: {str(e)[:100]}'
+    if why is None:
+        return arrays
+    _logger.warning(f'WARNING: the decoded-image cache {path} is not usable ({why}); decoding the images anew.')
+    return None

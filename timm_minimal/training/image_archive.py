@@ -24,6 +24,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 from .dataset_names import DatasetError
+from .files import read_derived_npz
 from .image_folder import EVAL_SPLIT_DIRS, IMAGE_EXTENSIONS, open_image
 
 __all__ = ['archive_key', 'read_image_archive', 'read_decoded']
@@ -125,24 +126,17 @@ def read_image_archive(archive: Path, cache_dir: Path) -> Tuple[Dict[str, np.nda
 
 def read_decoded(npz: Path, extra: Tuple[str, ...] = ()) -> Optional[Dict[str, np.ndarray]]:
     """The decoded splits kept in ``npz`` (``train_images``, ``train_labels``, ``eval_images``, ``eval_labels`` and
-    the ``extra`` keys) where they are what the loaders write: uint8 images (N, H, W, C), one integer label each,
-    read without unpickling. Else None, with a one-line warning: the file is a derived cache, decoded anew."""
-    try:
-        with np.load(npz, allow_pickle=False) as d:
-            arrays = {k: d[k] for k in d.files}
+    the ``extra`` keys) where they are what the loaders write: uint8 images (N, H, W, C), one integer label each
+    (``files.read_derived_npz``: else None, with a one-line warning, and the caller decodes the images anew)."""
+    def problem(arrays: Dict[str, np.ndarray]) -> Optional[str]:
         missing = [k for k in ('train_images', 'train_labels', 'eval_images', 'eval_labels', *extra) if k not in arrays]
         bad = [s for s in ('train', 'eval') if not missing and (
             arrays[f'{s}_images'].dtype != np.uint8 or arrays[f'{s}_images'].ndim != 4
             or arrays[f'{s}_labels'].dtype.kind not in 'iu'
             or arrays[f'{s}_labels'].shape != arrays[f'{s}_images'].shape[:1])]
-        problem = f'no {", ".join(missing)}' if missing else f'the {" and ".join(bad)} arrays do not match' if bad \
+        return f'no {", ".join(missing)}' if missing else f'the {" and ".join(bad)} arrays do not match' if bad \
             else None
-    except Exception as e:  # noqa: BLE001 (a truncated zip, a pickled array: any bad file)
-        problem = f'{type(e).__name__}: {str(e)[:100]}'
-    if problem is None:
-        return arrays
-    _logger.warning(f'WARNING: the decoded-image cache {npz} is not usable ({problem}); decoding the images anew.')
-    return None
+    return read_derived_npz(npz, problem)
 
 
 def _names_archive(entry: Path, archive: Path) -> bool:
