@@ -280,6 +280,23 @@ def test_a_bad_cache_of_an_image_folder_is_decoded_anew_with_a_warning(tmp_path,
     assert [r for r in caplog.records if 'not usable' in r.getMessage() and str(npz) in r.getMessage()]
 
 
+def test_images_of_different_sizes_are_refused_in_an_archive_and_a_folder(tmp_path):
+    _make_cifar_archive(tmp_path / 'data')
+    archive = tmp_path / 'data' / 'CIFAR10' / 'cifar10-jpeg-q75.tar.gz'
+    with tarfile.open(archive) as tar:
+        tar.extractall(tmp_path / 'folder', filter='data')
+    small = io.BytesIO()
+    Image.new('RGB', (16, 16)).save(small, format='JPEG')
+    (tmp_path / 'folder' / 'train' / 'cat' / '0000.jpg').write_bytes(small.getvalue())
+    with tarfile.open(archive, 'w:gz') as tar:
+        tar.add(tmp_path / 'folder' / 'train', arcname='train')
+        tar.add(tmp_path / 'folder' / 'test', arcname='test')
+    for root in (tmp_path / 'data', tmp_path / 'folder'):
+        with pytest.raises(DatasetError, match=r'differ in size \(\[\(16, 16, 3\), \(32, 32, 3\)\]\); an in-memory '
+                                               r'dataset needs one size\.'):
+            load_cifar10(root, cache_dir=tmp_path / 'cache', download=False)
+
+
 def test_a_copy_of_an_archive_reuses_its_extraction(tmp_path, monkeypatch):
     """Another path and a newer modification time with the same bytes (the data folder copied anew) read the
     extraction already made: no second extraction, no second folder in the cache."""

@@ -41,7 +41,7 @@ from ..models.datasets import CIFAR10_CLASSES, DATASETS, MNIST_CLASSES, SAMPLES,
 from .files import missing_folders, remove_empty
 from .dataset_names import BUILTIN_DATASETS, TIMM_FACTORY_PREFIXES, DatasetError, dataset_kind
 from .image_archive import read_decoded, read_image_archive
-from .image_folder import EVAL_SPLIT_DIRS, FolderDataset, FolderScan, folder_classes, scan_split
+from .image_folder import EVAL_SPLIT_DIRS, FolderDataset, FolderScan, folder_classes, scan_split, stack_same_size
 
 _logger = logging.getLogger(__name__)
 
@@ -301,12 +301,8 @@ def load_image_folder(root: Union[str, Path], kind: str = 'folder', name: Option
 
 def _decode(samples: Sequence[Tuple[str, int]], classes: Sequence[str]) -> Tuple[np.ndarray, np.ndarray]:
     ds = FolderDataset(samples, classes, 'RGB')
-    images = [np.asarray(ds[i][0]) for i in range(len(ds))]
-    shapes = sorted({im.shape for im in images})
-    if len(shapes) > 1:
-        raise DatasetError(f'the images of {ds.samples[0][0]}\'s folder differ in size ({shapes[:3]}); an in-memory '
-                           f'dataset needs one size.')
-    return np.stack(images), np.asarray([label for _, label in samples], dtype=np.int64)
+    images = stack_same_size([np.asarray(ds[i][0]) for i in range(len(ds))], f"{ds.samples[0][0]}'s folder")
+    return images, np.asarray([label for _, label in samples], dtype=np.int64)
 
 
 def load_image_folder_in_memory(root: Path, cache_dir: Path, name: str, kind: str) -> ImageData:

@@ -25,7 +25,7 @@ import numpy as np
 
 from .dataset_names import DatasetError
 from .files import read_derived_npz
-from .image_folder import EVAL_SPLIT_DIRS, IMAGE_EXTENSIONS, open_image
+from .image_folder import EVAL_SPLIT_DIRS, IMAGE_EXTENSIONS, open_image, stack_same_size
 
 __all__ = ['archive_key', 'read_image_archive', 'read_decoded']
 
@@ -90,10 +90,7 @@ def _decode_split(archive: Path, files: Dict[Tuple[str, ...], bytes], split: str
     if zero:
         raise DatasetError(f'{len(zero)} image file(s) of zero bytes in {archive}: {", ".join(zero[:5])}.')
     images = [np.asarray(open_image(io.BytesIO(files[p]), f'{archive}:{"/".join(p)}', 'RGB')) for _, p in samples]
-    shapes = sorted({im.shape for im in images})
-    if len(shapes) > 1:
-        raise DatasetError(f'the images of {archive} differ in size ({shapes[:3]}); an in-memory dataset needs one.')
-    return np.stack(images), np.asarray([lab for lab, _ in samples], dtype=np.int64)
+    return stack_same_size(images, str(archive)), np.asarray([lab for lab, _ in samples], dtype=np.int64)
 
 
 def _decode(archive: Path) -> Dict[str, np.ndarray]:

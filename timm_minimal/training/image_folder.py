@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, List, Sequence, Tuple
 
+import numpy as np
 from PIL import Image
 from torch.utils.data import Dataset
 
@@ -21,7 +22,7 @@ from ..models.images import check_image_size, convert_image
 from .dataset_names import DatasetError
 
 __all__ = ['DatasetError', 'EVAL_SPLIT_DIRS', 'IMAGE_EXTENSIONS', 'FolderScan', 'scan_split', 'folder_classes',
-           'FolderDataset', 'open_image']
+           'FolderDataset', 'open_image', 'stack_same_size']
 
 EVAL_SPLIT_DIRS = ('val', 'validation', 'test')  # the evaluation split: the first of these that a dataset has
 IMAGE_EXTENSIONS = frozenset(('.png', '.jpg', '.jpeg', '.bmp', '.gif', '.tif', '.tiff', '.webp', '.ppm', '.pgm'))
@@ -108,3 +109,11 @@ def open_image(source: Any, name: str, img_mode: str) -> Image.Image:
             return convert_image(im, img_mode)
     except (OSError, ValueError, Image.DecompressionBombError) as e:
         raise DatasetError(f'cannot read image {name}: {e}') from e
+
+
+def stack_same_size(images: Sequence[np.ndarray], what: str) -> np.ndarray:
+    """The decoded images of a split as one array; images of different sizes (``what`` holds them) are refused."""
+    shapes = sorted({im.shape for im in images})
+    if len(shapes) > 1:
+        raise DatasetError(f'the images of {what} differ in size ({shapes[:3]}); an in-memory dataset needs one size.')
+    return np.stack(images)
