@@ -39,7 +39,7 @@ from torch.utils.data import Dataset, IterableDataset
 
 from ..models.datasets import CIFAR10_CLASSES, DATASETS, MNIST_CLASSES, SAMPLES, tag_for_kind
 from .files import missing_folders, remove_empty
-from .dataset_names import BUILTIN_DATASETS, TIMM_FACTORY_PREFIXES, DatasetError, dataset_kind
+from .dataset_names import BUILTIN_DATASETS, TIMM_FACTORY_PREFIXES, DatasetError, damaged_file, dataset_kind
 from .image_archive import read_decoded, read_image_archive
 from .image_folder import EVAL_SPLIT_DIRS, FolderDataset, FolderScan, folder_classes, scan_split, stack_same_size
 
@@ -150,8 +150,7 @@ def _read_idx(path: Path) -> np.ndarray:
         with opener(path, 'rb') as f:
             data = f.read()
     except (EOFError, zlib.error, OSError) as e:  # a truncated download, not gzip, unreadable (gzip's errors are these)
-        raise DatasetError(f'cannot read {path} ({type(e).__name__}: {_one_line(e)}); replace it with a complete '
-                           f'copy.') from e
+        raise damaged_file(path, e) from e
     magic = int.from_bytes(data[0:4], 'big')
     if magic >> 8 != 0x08:  # unsigned byte data
         raise DatasetError(f'{path} is not an idx file of unsigned bytes (magic {magic:#x}).')

@@ -5,7 +5,7 @@ import os
 
 from ..models.datasets import DATASETS, SAMPLES
 
-__all__ = ['BUILTIN_DATASETS', 'TIMM_FACTORY_PREFIXES', 'DatasetError', 'dataset_kind']
+__all__ = ['BUILTIN_DATASETS', 'TIMM_FACTORY_PREFIXES', 'DatasetError', 'damaged_file', 'dataset_kind']
 
 BUILTIN_DATASETS = tuple(d.kind for d in DATASETS.values()) + tuple(SAMPLES)
 TIMM_FACTORY_PREFIXES = ('hfds/', 'hfids/', 'wds/', 'tfds/', 'torch/')
@@ -14,6 +14,14 @@ TIMM_FACTORY_PREFIXES = ('hfds/', 'hfids/', 'wds/', 'tfds/', 'torch/')
 class DatasetError(ValueError):
     """A dataset that cannot be found or read; the message says what was expected and where
     (``timm_minimal.training.data`` exports it)."""
+
+
+def damaged_file(path: object, error: BaseException, as_what: str = '') -> DatasetError:
+    """The error for a data file that cannot be read through (cut short, not of its format): its path, the reader's
+    complaint (its first line) and the remedy."""
+    detail = ' '.join((str(error).splitlines() or [''])[0].split()).rstrip(':') or 'no detail'
+    return DatasetError(f'cannot read {path}{as_what} ({type(error).__name__}: {detail}); replace it with a complete '
+                        f'copy.')
 
 
 def dataset_kind(name: str) -> str:

@@ -23,7 +23,7 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
-from .dataset_names import DatasetError
+from .dataset_names import DatasetError, damaged_file
 from .files import read_derived_npz
 from .image_folder import EVAL_SPLIT_DIRS, IMAGE_EXTENSIONS, open_image, stack_same_size
 
@@ -53,9 +53,7 @@ def _image_members(archive: Path) -> Dict[Tuple[str, ...], bytes]:
                         and not any(p.startswith('.') for p in parts):
                     files[parts] = tar.extractfile(member).read()
     except (tarfile.TarError, EOFError, zlib.error, OSError) as e:  # truncated, not a tar.gz, unreadable
-        detail = (str(e).splitlines() or [''])[0].rstrip(': ') or 'no detail'
-        raise DatasetError(f'cannot read {archive} as a .tar.gz archive ({type(e).__name__}: {detail}); replace it '
-                           f'with a complete copy.') from e
+        raise damaged_file(archive, e, ' as a .tar.gz archive') from e
     tops = {parts[0] for parts in files}
     if len(tops) == 1 and not any(parts[0] == 'train' for parts in files):
         files = {parts[1:]: data for parts, data in files.items()}
