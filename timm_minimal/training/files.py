@@ -3,9 +3,8 @@ reading back a derived cache can meet: a file that is not what was written."""
 import logging
 import os
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
-import numpy as np
 from filelock import FileLock, Timeout
 
 from ..cli import describe_os_error, is_disk_full
@@ -84,10 +83,10 @@ class FolderLock:
             self._lock = None
 
 
-def read_derived_npz(path: Path,
-                     problem: Callable[[Dict[str, np.ndarray]], Optional[str]]) -> Optional[Dict[str, np.ndarray]]:
+def read_derived_npz(path: Path, problem: Callable[[Dict[str, Any]], Optional[str]]) -> Optional[Dict[str, Any]]:
     """The arrays of a decoded-image cache (``np.savez``), read without unpickling, where ``problem`` finds none in
     them. Else None, with a one-line warning: the file is derived, and the caller decodes the images anew."""
+    import numpy as np  # here: the command lines' help imports this module and no numpy
     try:
         with np.load(path, allow_pickle=False) as d:
             arrays = {k: d[k] for k in d.files}
