@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from timm_minimal.cli import Failure
 from timm_minimal.tools.staging import signing_key, staged_folder
 
 
@@ -107,10 +108,24 @@ def test_the_working_folder_and_its_ancestors_are_never_replaced(tmp_path, monke
 
 def test_a_full_disk_is_named_and_nothing_is_left(tmp_path):
     out = tmp_path / 'out'
-    with pytest.raises(Refused, match='no space left on the device'):
+    with pytest.raises(Failure, match='no space left on the device'):
         with staged_folder(out, marker='.mark.json', error=Refused):
             raise OSError(errno.ENOSPC, 'No space left on device')
     assert [p.name for p in tmp_path.iterdir() if p.name != 'cache'] == []
+
+
+def test_a_read_only_file_system_is_named_as_such_not_as_a_full_disk(small_disk):
+    """A read-only mount has little or no free space to report (a squashfs image reports none, this one 64 KiB);
+    the write's own cause is named, where it was put down to a full disk (the export said 'free some space')."""
+    import subprocess
+    disk = small_disk(64)
+    subprocess.run(['mount', '-o', 'remount,ro', str(disk)], check=True, capture_output=True)
+    with pytest.raises(Failure) as failed:  # a command line exits 1 with it, as the trainer does
+        _write(disk / 'out')
+    message = str(failed.value)
+    assert message.startswith(f'cannot write {disk / "out"}: {disk}')
+    assert message.endswith(': the file system is read-only')
+    assert list(disk.iterdir()) == []
 
 
 def test_a_forged_or_malformed_marker_proves_nothing(tmp_path):

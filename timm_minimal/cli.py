@@ -202,9 +202,10 @@ probability = number(float, 0, 1)
 
 
 def is_disk_full(e: BaseException, where: Union[str, Path, None] = None) -> bool:
-    """Whether a failed write at ``where`` (a file or folder) met a full disk."""
-    if isinstance(e, OSError) and e.errno == errno.ENOSPC:
-        return True
+    """Whether a failed write at ``where`` (a file or folder) met a full disk. An OS error that names its cause is
+    taken at its word: a read-only mount or a pseudo file system reports (nearly) no free space too."""
+    if isinstance(e, OSError) and e.errno is not None:
+        return e.errno == errno.ENOSPC
     text = str(e)
     if 'No space left on device' in text or 'os error 28' in text:
         return True

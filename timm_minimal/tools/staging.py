@@ -28,6 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Type
 
+from ..cli import Failure
 from ..training.files import describe_write_error, is_disk_full
 
 __all__ = ['staged_folder', 'write_manifest', 'unproven_entries', 'signing_key', 'recover', 'MANIFEST_FORMAT']
@@ -192,7 +193,8 @@ def staged_folder(out: Path, overwrite: bool = False, marker: Optional[str] = No
 
     ``marker`` names the manifest, written last, that lists what the block wrote with digests, so that a later
     ``overwrite`` can prove the folder is this tool's. Refusals (checked before the block and again at the swap)
-    and write failures (a full disk included) raise ``error`` with one line.
+    raise ``error`` with one line; write failures (a full disk, a read-only folder) raise ``Failure`` with one
+    line, which a command line exits with status 1, as the trainer does for the same causes.
     """
     out = _resolve(Path(out))
     cwd = Path.cwd().resolve()
@@ -211,7 +213,7 @@ def staged_folder(out: Path, overwrite: bool = False, marker: Optional[str] = No
         stage = Path(tempfile.mkdtemp(prefix=f'.{out.name}.tmp-', dir=out.parent))
         os.chmod(stage, 0o777 & ~_umask())  # mkdtemp makes it 0700: the output gets the usual permissions
     except OSError as e:
-        raise error(describe_write_error(e, out)) from e
+        raise Failure(describe_write_error(e, out)) from e
     try:
         yield stage
         _usual_permissions(stage)
@@ -220,9 +222,9 @@ def staged_folder(out: Path, overwrite: bool = False, marker: Optional[str] = No
         with _swap_lock(out):
             _swap_in(stage, out, overwrite, marker, error)
     except Exception as e:  # noqa: BLE001 (a failed write; safetensors and torch.save raise their own types)
-        if isinstance(e, error) or not (isinstance(e, OSError) or is_disk_full(e, stage)):
+        if isinstance(e, (error, Failure)) or not (isinstance(e, OSError) or is_disk_full(e, stage)):
             raise
-        raise error(describe_write_error(e, out)) from e
+        raise Failure(describe_write_error(e, out)) from e
     finally:
         shutil.rmtree(stage, ignore_errors=True)
 

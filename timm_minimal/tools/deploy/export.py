@@ -344,7 +344,7 @@ def _max_opset() -> int:
 
 @command('timm-minimal-export')
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """The command line; returns the exit status (0 written, 1 verification failed, 2 bad command line)."""
+    """The command line; returns the exit status (0 written, 1 verification or a write failed, 2 bad command line)."""
     from ...training.data import DatasetError
     parser = build_parser()
     try:
