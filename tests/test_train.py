@@ -307,6 +307,23 @@ def test_existing_run_folder_needs_resume(reference, data, capsys):
     assert 'already exists and is not empty; pass --resume' in capsys.readouterr().err
 
 
+def test_resume_with_a_model_refuses_a_folder_that_holds_no_run(data, tmp_path, capsys):
+    """--resume with --model starts the run where a killed start left nothing but its lock file (the grid tools
+    pass both); a folder of other files with no args.yaml is not a run: refused, and nothing is written into it."""
+    folder = tmp_path / 'papers'
+    folder.mkdir()
+    (folder / 'thesis.tex').write_text('keep')
+    assert run_inprocess(RESUME_ARGS + data + ['--resume', folder]) == train_mod.EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert f'Cannot resume {folder}: it holds no args.yaml, so it is not the folder of a timm-minimal-train run' in err
+    assert [p.name for p in folder.iterdir()] == ['thesis.tex'] and err.count('\n') == 1
+    started = tmp_path / 'started'
+    started.mkdir()
+    (started / '.lock').write_text('')
+    args, _ = train_mod.parse_args([str(a) for a in (*RESUME_ARGS, *data, '--resume', started)])
+    assert (args.model, args.output) == ('vit_minimal_std_mlp_6x1', str(started))
+
+
 def test_recipe_then_command_line(tmp_path):
     args, prov = train_mod.parse_args(['--model', 'm', '--dataset', 'mnist', '--recipe', 'mnist'])
     assert (args.lr, args.batch_size, args.hflip, args.recipe) == (5e-3, 1024, 0.0, 'mnist')

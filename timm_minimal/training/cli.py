@@ -340,13 +340,18 @@ def print_help(parser: argparse.ArgumentParser, argv: Sequence[str]) -> None:
     sys.exit(0)
 
 
+def _nothing_started(run_dir: Path) -> bool:
+    """Whether ``run_dir`` holds nothing but the lock file of a start killed before it wrote its options."""
+    return all(p.name == '.lock' for p in run_dir.iterdir())
+
+
 def _cannot_resume(run_dir: Path) -> str:
     """Why ``--resume run_dir`` has nothing to resume, and what to run instead."""
     if not run_dir.exists():
         return f'Cannot resume {run_dir}: there is no such folder; --resume takes the --output of an earlier run.'
     if not run_dir.is_dir():
         return f'Cannot resume {run_dir}: it is a file; --resume takes the --output folder of an earlier run.'
-    if all(p.name == '.lock' for p in run_dir.iterdir()):
+    if _nothing_started(run_dir):
         return (f'Cannot resume {run_dir}: its run was stopped before it wrote its options (args.yaml), so it has '
                 f'nothing to continue; start it anew with --model, --dataset and --output {run_dir}.')
     return (f'Cannot resume {run_dir}: it holds no args.yaml, so it is not the folder of a timm-minimal-train run; '
@@ -395,9 +400,10 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> Tuple[argparse.Namespace
 
 
 def _resumed_options(parser: argparse.ArgumentParser, explicit: Dict[str, Any]) -> Dict[str, Any]:
-    """The options of the run ``--resume`` names, from its args.yaml (none where the folder exists without one and
-    --model is given: the run starts there); its folder becomes ``explicit``'s --output. A --model or --dataset that
-    differs from the run's is refused."""
+    """The options of the run ``--resume`` names, from its args.yaml (none where a killed start left the folder with
+    nothing but its lock file and --model is given: the run starts there; a folder of other files is no run, and is
+    refused); its folder becomes ``explicit``'s --output. A --model or --dataset that differs from the run's is
+    refused."""
     run_dir = explicit['resume'] or explicit.get('output')
     if not run_dir:
         raise UsageError('--resume needs a run folder: --resume RUN, or --output RUN --resume.')
@@ -406,7 +412,7 @@ def _resumed_options(parser: argparse.ArgumentParser, explicit: Dict[str, Any]) 
     if args_file.is_file():
         saved = read_options_yaml(args_file.read_text(), str(args_file))
         check_option_types(parser, saved, str(args_file))
-    elif not Path(run_dir).exists() or 'model' not in explicit:
+    elif 'model' not in explicit or not Path(run_dir).is_dir() or not _nothing_started(Path(run_dir)):
         raise UsageError(_cannot_resume(Path(run_dir)))
     for key in ('model', 'dataset'):
         if key in explicit and key in saved and explicit[key] != saved[key]:
