@@ -17,6 +17,7 @@ from ..cli import OneLineParser, UsageError, number
 from ..models.datasets import MIN_CROP_PCT, dataset_for_kind
 from ..models.paper import is_minimal
 from .dataset_names import DatasetError, dataset_kind
+from .files import LOCK_FILE
 
 # On a 2-core CPU a cold torch.compile of std_mlp_6x1 cost 27 s and made its trainer epochs 1.11x faster (the
 # median of three alternated runs, benchmarks/cpu_modes_trainer.md; 1.03x and 1.21x in single runs), which repays
@@ -342,7 +343,7 @@ def print_help(parser: argparse.ArgumentParser, argv: Sequence[str]) -> None:
 
 def _nothing_started(run_dir: Path) -> bool:
     """Whether ``run_dir`` holds nothing but the lock file of a start killed before it wrote its options."""
-    return all(p.name == '.lock' for p in run_dir.iterdir())
+    return all(p.name == LOCK_FILE for p in run_dir.iterdir())
 
 
 def _cannot_resume(run_dir: Path) -> str:

@@ -9,10 +9,11 @@ from filelock import FileLock, Timeout
 
 from ..cli import describe_os_error, is_disk_full
 
-__all__ = ['is_disk_full', 'describe_write_error', 'missing_folders', 'remove_empty', 'FolderLock', 'FolderBusy',
-           'read_derived_npz']
+__all__ = ['LOCK_FILE', 'is_disk_full', 'describe_write_error', 'missing_folders', 'remove_empty', 'FolderLock',
+           'FolderBusy', 'read_derived_npz']
 
 _logger = logging.getLogger(__name__)
+LOCK_FILE = '.lock'  # a run folder's: held by the training process that writes the folder
 
 
 def describe_write_error(e: BaseException, what: Union[str, Path]) -> str:
@@ -53,7 +54,7 @@ class FolderLock:
     contender never writes the file, and filelock opens it without truncating).
     """
 
-    def __init__(self, folder: Union[str, Path], name: str = '.lock') -> None:
+    def __init__(self, folder: Union[str, Path], name: str = LOCK_FILE) -> None:
         self.path = Path(folder) / name
         self._lock: Optional[FileLock] = None
 

@@ -23,11 +23,10 @@ import yaml
 
 from ..cli import INT_LIMIT
 from . import checkpoint as ckpt
-from .files import FolderLock, missing_folders, remove_empty
+from .files import LOCK_FILE, FolderLock, missing_folders, remove_empty
 from .run_record import RUN_FORMAT, RunRecord
 
 __all__ = ['RunFolder', 'RUN_FORMAT']
-LOCK_FILE = '.lock'  # held by the training process that writes the folder
 
 
 # The numbers of a metrics.jsonl row (engine.epoch_row) and their ranges: every reader gets them checked here.
