@@ -235,7 +235,7 @@ def test_a_garbage_metrics_line_is_named(mnist_run, tmp_path, capsys):
 def test_a_full_disk_leaves_nothing_and_a_retry_works(mnist_run, tmp_path, small_disk, capsys):
     disk = small_disk(160)  # room for the config and the code, not for the weights
     out = disk / 'repo'
-    assert publish.main([str(mnist_run), '--repo-id', 'x/y', '--out', str(out)]) == 1  # the machine's, as the trainer's
+    assert publish.main([str(mnist_run), '--repo-id', 'x/y', '--out', str(out)]) == 1  # a failed write, as the trainer's
     err = capsys.readouterr().err
     assert 'no space left on the device' in err and err.count('\n') == 1 and 'Traceback' not in err
     assert list(disk.iterdir()) == []

@@ -308,8 +308,8 @@ def test_existing_run_folder_needs_resume(reference, data, capsys):
 
 
 def test_resume_with_a_model_refuses_a_folder_that_holds_no_run(data, tmp_path, capsys):
-    """--resume with --model starts the run where a killed start left nothing but its lock file (the grid tools
-    pass both); a folder of other files with no args.yaml is not a run: refused, and nothing is written into it."""
+    """--resume with --model starts the run where a killed start left nothing but its lock file, as before; a
+    folder of other files with no args.yaml is not a run: refused, and nothing is written into it."""
     folder = tmp_path / 'papers'
     folder.mkdir()
     (folder / 'thesis.tex').write_text('keep')
