@@ -17,7 +17,7 @@ from ..cli import OneLineParser, UsageError, number
 from ..models.datasets import MIN_CROP_PCT, dataset_for_kind
 from ..models.paper import is_minimal
 from .dataset_names import DatasetError, dataset_kind
-from .files import LOCK_FILE
+from .run_folder import RunFolder
 
 # On a 2-core CPU a cold torch.compile of std_mlp_6x1 cost 27 s and made its trainer epochs 1.11x faster (the
 # median of three alternated runs, benchmarks/cpu_modes_trainer.md; 1.03x and 1.21x in single runs), which repays
@@ -341,18 +341,13 @@ def print_help(parser: argparse.ArgumentParser, argv: Sequence[str]) -> None:
     sys.exit(0)
 
 
-def _nothing_started(run_dir: Path) -> bool:
-    """Whether ``run_dir`` holds nothing but the lock file of a start killed before it wrote its options."""
-    return all(p.name == LOCK_FILE for p in run_dir.iterdir())
-
-
 def _cannot_resume(run_dir: Path) -> str:
     """Why ``--resume run_dir`` has nothing to resume, and what to run instead."""
     if not run_dir.exists():
         return f'Cannot resume {run_dir}: there is no such folder; --resume takes the --output of an earlier run.'
     if not run_dir.is_dir():
         return f'Cannot resume {run_dir}: it is a file; --resume takes the --output folder of an earlier run.'
-    if _nothing_started(run_dir):
+    if RunFolder(run_dir).is_empty():
         return (f'Cannot resume {run_dir}: its run was stopped before it wrote its options (args.yaml), so it has '
                 f'nothing to continue; start it anew with --model, --dataset and --output {run_dir}.')
     return (f'Cannot resume {run_dir}: it holds no args.yaml, so it is not the folder of a timm-minimal-train run; '
@@ -413,7 +408,7 @@ def _resumed_options(parser: argparse.ArgumentParser, explicit: Dict[str, Any]) 
     if args_file.is_file():
         saved = read_options_yaml(args_file.read_text(), str(args_file))
         check_option_types(parser, saved, str(args_file))
-    elif 'model' not in explicit or not Path(run_dir).is_dir() or not _nothing_started(Path(run_dir)):
+    elif 'model' not in explicit or not Path(run_dir).is_dir() or not RunFolder(run_dir).is_empty():
         raise UsageError(_cannot_resume(Path(run_dir)))
     for key in ('model', 'dataset'):
         if key in explicit and key in saved and explicit[key] != saved[key]:
