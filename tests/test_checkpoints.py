@@ -1,5 +1,6 @@
 """Loading and adapting weights, dynamic image sizes and clear errors on bad input."""
 import json
+import logging
 
 import pytest
 import safetensors.torch
@@ -36,7 +37,7 @@ def test_local_dir_roundtrip(tmp_path):
         torch.testing.assert_close(loaded(x), model(x), rtol=0, atol=0)
 
 
-def test_pretrained_file_in_cfg_loads_and_adapts(tmp_path):
+def test_pretrained_file_in_cfg_loads_and_adapts(tmp_path, caplog):
     model = _trained_like('vit_minimal_qk_6x1.mnist')
     path = tmp_path / 'weights.safetensors'
     safetensors.torch.save_file(model.state_dict(), path)
@@ -55,9 +56,13 @@ def test_pretrained_file_in_cfg_loads_and_adapts(tmp_path):
         torch.testing.assert_close(five.forward_head(five.forward_features(x), pre_logits=True),
                                    model.forward_head(model.forward_features(x), pre_logits=True))
 
-    # three input channels from grey weights: a grey image repeated over RGB gives the same logits
-    rgb = timm.create_model('vit_minimal_qk_6x1.mnist', pretrained=True, in_chans=3,
-                            pretrained_cfg_overlay=overlay).eval()
+    # three input channels from grey weights: a grey image repeated over RGB gives the same logits; timm's loader
+    # adapts them, without its warning for weights that a filter had already adapted ("... Loading unchanged.")
+    with caplog.at_level(logging.INFO, logger='timm'):
+        rgb = timm.create_model('vit_minimal_qk_6x1.mnist', pretrained=True, in_chans=3,
+                                pretrained_cfg_overlay=overlay).eval()
+    assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert 'from 1 to 3 channel(s)' in caplog.text
     assert rgb.patch_embed.proj.weight.shape[1] == 3
     with torch.no_grad():
         torch.testing.assert_close(rgb(x.repeat(1, 3, 1, 1)), model(x), rtol=1e-4, atol=1e-5)

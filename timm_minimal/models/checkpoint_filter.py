@@ -9,7 +9,6 @@ import torch
 import torch.nn as nn
 
 from timm.layers import resample_abs_pos_embed, resample_patch_embed
-from timm.models._manipulate import adapt_input_conv
 
 from .weights_check import check_finite_weights
 
@@ -28,7 +27,9 @@ def checkpoint_filter_fn(state_dict: Dict[str, torch.Tensor], model: nn.Module) 
     - unwraps ``{'model': ...}`` / ``{'state_dict': ...}`` and strips DDP, ``torch.compile`` and
       Hugging Face wrapper prefixes;
     - resamples a learned position embedding to the model's patch grid;
-    - adapts the patch embedding to the model's channel count and patch size;
+    - resamples the patch embedding to the model's patch size (the channel count is left to timm's
+      ``load_pretrained``, which adapts ``pretrained_cfg['first_conv']`` from the tag's ``input_size``, as for
+      timm's own ViT);
     - drops a classifier whose shape does not fit the model's ``num_classes`` (the head is then
       newly initialised);
     - gives a model with a distillation token (``distill_token=True``) the token and head of its own
@@ -48,11 +49,8 @@ def checkpoint_filter_fn(state_dict: Dict[str, torch.Tensor], model: nn.Module) 
         if target is not None and v.shape != target.shape:
             if k == 'pos_embed':
                 v = resample_abs_pos_embed(v, new_size=model.patch_embed.grid_size, num_prefix_tokens=0, verbose=True)
-            elif k == 'patch_embed.proj.weight':
-                if v.shape[1] != target.shape[1]:
-                    v = adapt_input_conv(target.shape[1], v, base_chans=v.shape[1])
-                if v.shape[-2:] != target.shape[-2:]:
-                    v = resample_patch_embed(v, list(target.shape[-2:]), verbose=True)
+            elif k == 'patch_embed.proj.weight' and v.shape[-2:] != target.shape[-2:]:
+                v = resample_patch_embed(v, list(target.shape[-2:]), verbose=True)
             elif k in ('head.weight', 'head.bias', 'head_dist.weight', 'head_dist.bias'):
                 _logger.info(f'Dropping {k} {tuple(v.shape)}: the model has {model.num_classes} classes.')
                 continue
