@@ -500,6 +500,35 @@ def test_processor_takes_every_input_layout():
             processor(bad)
 
 
+def test_processor_takes_transformers_layout_arguments():
+    """``input_data_format`` says where an array has its channels (it decides a shape that reads both ways) and must
+    fit the shape; ``data_format`` lays out the output, as ViTImageProcessor's do; other arguments are named."""
+    from transformers.image_utils import ChannelDimension
+    processor = VitMinimalImageProcessor.from_pretrained_cfg(timm.create_model('vit_minimal_sym_6x4.cifar10').pretrained_cfg)
+    rng = np.random.default_rng(0)
+    hwc = rng.integers(0, 256, (40, 50, 3), dtype=np.uint8)
+    want = processor(hwc)['pixel_values']
+    assert torch.equal(processor(hwc, input_data_format='channels_last')['pixel_values'], want)
+    assert torch.equal(processor(torch.from_numpy(hwc).permute(2, 0, 1)[None],
+                                 input_data_format=ChannelDimension.FIRST)['pixel_values'], want)
+    strip = rng.integers(0, 256, (3, 40, 3), dtype=np.uint8)  # 3 x 40 RGB, or 40 x 3 RGB channels first
+    first = processor(strip, input_data_format='channels_first')['pixel_values']
+    assert torch.equal(first, processor(strip.transpose(1, 2, 0))['pixel_values'])
+    assert not torch.equal(first, processor(strip, input_data_format='channels_last')['pixel_values'])
+    last = processor([hwc, hwc], data_format='channels_last', return_tensors='np')['pixel_values']
+    assert last.shape == (2, 32, 32, 3) and np.array_equal(last[0], want[0].permute(1, 2, 0).numpy())
+    with pytest.raises(ValueError, match=r"input_data_format='channels_first', but the array of shape \(40, 50, 3\) "
+                                         r"has 40 there, not a channel count"):
+        processor(hwc, input_data_format='channels_first')
+    with pytest.raises(ValueError, match='input_data_format must be one of channels_first, channels_last or None'):
+        processor(hwc, input_data_format='nchw')
+    with pytest.raises(ValueError, match="data_format must be one of channels_first, channels_last or None, got 'x'"):
+        processor(hwc, data_format='x')
+    with pytest.raises(TypeError, match=r"Unexpected arguments \['do_resize'\]; .* takes images, return_tensors, "
+                                        r"input_data_format and data_format; the transform \(size, crop_pct"):
+        processor(hwc, do_resize=False)
+
+
 def test_bad_inputs_fail_clearly():
     processor = VitMinimalImageProcessor()
     with pytest.raises(TypeError, match='Expected a PIL image, numpy array or torch tensor'):

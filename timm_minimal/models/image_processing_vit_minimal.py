@@ -17,7 +17,7 @@ from PIL import Image
 from transformers.image_processing_utils import BaseImageProcessor, BatchFeature
 
 from .datasets import MIN_CROP_PCT, channel_stats
-from .images import CHANNEL_MODES, array_to_image, check_image_size, convert_image, image_mode
+from .images import CHANNEL_MODES, LAYOUTS, array_to_image, check_image_size, convert_image, image_mode
 
 __all__ = ['VitMinimalImageProcessor']
 
@@ -117,17 +117,19 @@ class VitMinimalImageProcessor(BaseImageProcessor):
         from timm.data import create_transform
         return create_transform(**self.timm_data_config(), is_training=False)
 
-    def _to_pil(self, image: Any) -> Image.Image:
+    def _to_pil(self, image: Any, layout: Optional[str] = None) -> Image.Image:
         if isinstance(image, Image.Image):
             check_image_size(*image.size)
         else:
-            image = array_to_image(image)
+            image = array_to_image(image, layout)
         return convert_image(image, image_mode(self.num_channels))
 
     def preprocess(
             self,
             images: Any,
             return_tensors: Optional[str] = 'pt',
+            input_data_format: Optional[str] = None,
+            data_format: Optional[str] = 'channels_first',
             **kwargs,
     ) -> BatchFeature:
         """Preprocess an image or a list of images into ``pixel_values`` (B, C, H, W).
@@ -136,12 +138,18 @@ class VitMinimalImageProcessor(BaseImageProcessor):
             images: PIL image(s), numpy array(s) or torch tensor(s) (HWC or CHW, uint8 or float in [0, 1]);
                 color images are converted to grayscale for 1-channel models.
             return_tensors: ``"pt"`` (default), ``"np"`` or ``None`` (a torch tensor).
+            input_data_format: where the arrays have their channels, as in ``ViTImageProcessor``:
+                ``"channels_first"``, ``"channels_last"`` or ``None`` (inferred from the shape).
+            data_format: ``"channels_first"`` (default: (B, C, H, W), what the model takes) or ``"channels_last"``.
         """
         if kwargs:
             raise TypeError(f'Unexpected arguments {sorted(kwargs)}; VitMinimalImageProcessor.preprocess takes '
-                            f'images and return_tensors.')
+                            f'images, return_tensors, input_data_format and data_format; the transform (size, crop_pct, '
+                            f'interpolation, image_mean, image_std) is set when the processor is made.')
         if return_tensors not in ('pt', 'np', None):
             raise ValueError(f"return_tensors must be 'pt', 'np' or None, got {return_tensors!r}.")
+        if data_format not in (*LAYOUTS, None):
+            raise ValueError(f"data_format must be one of {', '.join(LAYOUTS)} or None, got {data_format!r}.")
         if isinstance(images, (list, tuple)):
             images = list(images)
         elif isinstance(images, (np.ndarray, torch.Tensor)) and images.ndim == 4:
@@ -151,7 +159,9 @@ class VitMinimalImageProcessor(BaseImageProcessor):
         if not images:
             raise ValueError('No images given.')
         transform = self._transform()
-        pixel_values = torch.stack([transform(self._to_pil(image)) for image in images])
+        pixel_values = torch.stack([transform(self._to_pil(image, input_data_format)) for image in images])
+        if data_format == 'channels_last':
+            pixel_values = pixel_values.permute(0, 2, 3, 1)
         if return_tensors == 'np':
             pixel_values = pixel_values.numpy()
         return BatchFeature(data={'pixel_values': pixel_values}, tensor_type=return_tensors)

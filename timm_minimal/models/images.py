@@ -5,16 +5,18 @@ processor, which builds on it.
 
 This file travels with saved checkpoints (``trust_remote_code=True``).
 """
-from typing import Any
+from typing import Any, Optional, Tuple
 
 import numpy as np
 import torch
 from PIL import Image
 
-__all__ = ['CHANNEL_MODES', 'image_mode', 'convert_image', 'array_to_image', 'check_image_size', 'ImageTooLarge',
+__all__ = ['CHANNEL_MODES', 'LAYOUTS', 'image_mode', 'convert_image', 'array_to_image', 'check_image_size', 'ImageTooLarge',
            'MAX_IMAGE_PIXELS', 'MAX_IMAGE_SIDE', 'MAX_ASPECT_RATIO']
 
 CHANNEL_MODES = {1: 'L', 3: 'RGB'}  # a model's input channels -> the PIL mode its images are converted to
+CHANNEL_COUNTS = (1, 3, 4)  # the channels an input image may have: grey, RGB, RGBA
+LAYOUTS = ('channels_first', 'channels_last')  # transformers' ChannelDimension values for an image's own layout
 
 
 # Every image is bounded before it is decoded or converted (a file by its header, an array by its shape): the
@@ -85,16 +87,32 @@ def _float_to_uint8(array: np.ndarray) -> np.ndarray:
     return np.clip(np.rint(array), 0, 255).astype(np.uint8)
 
 
-def array_to_image(array: Any) -> Image.Image:
+def _channels_first(shape: Tuple[int, ...], layout: Optional[str]) -> bool:
+    """Whether a 3-D array of ``shape`` has its channels first: as ``layout`` says ('channels_first' or
+    'channels_last', transformers' ``input_data_format``), else inferred (first where only the first dimension can
+    be a channel count)."""
+    if layout is None:
+        return shape[0] in CHANNEL_COUNTS and shape[-1] not in CHANNEL_COUNTS
+    if layout not in LAYOUTS:
+        raise ValueError(f"input_data_format must be one of {', '.join(LAYOUTS)} or None (inferred), got {layout!r}.")
+    axis = 0 if layout == 'channels_first' else -1
+    if shape[axis] not in CHANNEL_COUNTS:
+        raise ValueError(f"input_data_format={layout!r}, but the array of shape {tuple(shape)} has "
+                         f"{shape[axis]} there, not a channel count (1, 3 or 4).")
+    return axis == 0
+
+
+def array_to_image(array: Any, layout: Optional[str] = None) -> Image.Image:
     """A numpy array or torch tensor as a PIL image: (H, W), (H, W, C) or (C, H, W) with C in 1, 3, 4; uint8,
-    16-bit integers, or floats in [0, 1]."""
+    16-bit integers, or floats in [0, 1]. ``layout`` ('channels_first', 'channels_last' or None to infer it) says
+    where a 3-D array has its channels, as transformers' ``input_data_format`` does."""
     if isinstance(array, torch.Tensor):
         array = array.detach().cpu().numpy()
     if not isinstance(array, np.ndarray):
         raise TypeError(f'Expected a PIL image, numpy array or torch tensor (or a list of them), got '
                         f'{type(array).__name__}.')
-    if array.ndim == 3 and array.shape[0] in (1, 3, 4) and array.shape[-1] not in (1, 3, 4):
-        array = array.transpose(1, 2, 0)  # channels first
+    if array.ndim == 3 and _channels_first(array.shape, layout):
+        array = array.transpose(1, 2, 0)
     if array.ndim == 3 and array.shape[-1] == 1:
         array = array[..., 0]
     if array.ndim not in (2, 3) or (array.ndim == 3 and array.shape[-1] not in (3, 4)) or 0 in array.shape:
