@@ -117,6 +117,9 @@ def test_features_and_intermediates(name):
         torch.testing.assert_close(intermediates[-1].flatten(2).transpose(1, 2), final)
         nlc = model.forward_intermediates(x, indices=[0, 2], output_fmt='NLC', intermediates_only=True)
         assert [t.shape for t in nlc] == [(BATCH, 16, 60)] * 2
+        # timm's ViT interface for DINO-style callers: the last n blocks, tokens or maps
+        torch.testing.assert_close(model.get_intermediate_layers(x, n=[0, 2]), nlc)
+        torch.testing.assert_close(model.get_intermediate_layers(x, n=2, reshape=True), intermediates[-2:])
 
     torch.manual_seed(0)  # the same initial weights as `model`
     features = timm.create_model(name, features_only=True, out_indices=(1, depth - 1)).eval()
@@ -164,6 +167,46 @@ def test_grad_checkpointing_equal(name):
     assert all(p.grad is not None for p in model.parameters())
     _, inter = model.forward_intermediates(x)
     torch.testing.assert_close(inter[-1].flatten(2).transpose(1, 2), model.forward_features(x))
+
+
+def test_set_input_size_gives_the_model_built_for_that_size(tmp_path):
+    """timm's ViT ``set_input_size``: a new resolution or patch size after construction gives the model that
+    ``create_model`` builds for it from the same checkpoint (a learned position embedding resampled to the new grid),
+    and timm's ``save_for_hf`` saves it at that size; a size the model cannot take is refused and leaves it as it
+    was."""
+    from timm.models import save_for_hf
+    name = 'vit_minimal_sym_6x4.cifar10'
+    model = timm.create_model(name, pretrained=True).eval()
+    model.set_input_size(img_size=64)
+    x, built = torch.randn(BATCH, 3, 64, 64), timm.create_model(name, pretrained=True, img_size=64).eval()
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), built(x), rtol=0, atol=0)
+    assert model.init_kwargs == built.init_kwargs and model.patch_embed.grid_size == (16, 16)
+    with pytest.raises(ValueError, match=r'img_size \(30, 30\) must be a multiple of patch_size \(4, 4\)'):
+        model.set_input_size(img_size=30)
+    assert model.patch_embed.img_size == (64, 64) and model(x).shape == (BATCH, 10)
+    save_for_hf(model, tmp_path, safe_serialization=True)
+    with torch.no_grad():
+        torch.testing.assert_close(timm.create_model(f'local-dir:{tmp_path}', pretrained=True).eval()(x), model(x),
+                                   rtol=0, atol=0)
+
+    model.set_input_size(img_size=32, patch_size=8)
+    x, built = torch.randn(BATCH, 3, 32, 32), timm.create_model(name, pretrained=True, patch_size=8).eval()
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), built(x))
+    assert model.feature_info == built.feature_info and model.feature_info[-1]['reduction'] == 8
+    assert {k: model.init_kwargs[k] for k in ('img_size', 'patch_size')} == dict(img_size=32, patch_size=8)
+
+    torch.manual_seed(0)
+    learned = timm.create_model('vit_minimal_std_6x1.mnist', pos_embed='learn').eval()
+    state = learned.state_dict()
+    learned.set_input_size(img_size=56)
+    big = timm.create_model('vit_minimal_std_6x1.mnist', pos_embed='learn', img_size=56).eval()
+    big.load_state_dict(timm_minimal.checkpoint_filter_fn(state, big))
+    x = torch.randn(BATCH, 1, 56, 56)
+    with torch.no_grad():
+        torch.testing.assert_close(learned(x), big(x))
+    assert learned.pos_embed.shape == (1, 64, 60) and learned.pos_embed.requires_grad
 
 
 @pytest.mark.parametrize('dataset', list(DATASETS))

@@ -27,6 +27,10 @@ from timm.models._manipulate import checkpoint, checkpoint_seq
 from timm.models._pretrained import PretrainedCfg
 from timm.models._registry import get_pretrained_cfg
 from timm.models.vision_transformer import global_pool_nlc
+try:  # timm 1.0.31 records a resize for its save_for_hf; remote code may run on an older timm, which has no record
+    from timm.models._input import update_model_input_size
+except ImportError:
+    update_model_input_size = None
 
 from .checkpoint_filter import checkpoint_filter_fn
 from .datasets import DATASETS
@@ -254,6 +258,26 @@ class VisionTransformerMinimal(nn.Module):
         self.pos_embed_sincos = value.to(buf.dtype)
 
     @torch.jit.ignore
+    def set_input_size(self, img_size: Optional[Union[int, Tuple[int, int]]] = None,
+                       patch_size: Optional[Union[int, Tuple[int, int]]] = None) -> None:
+        """A new input resolution and/or patch size, as timm's ViT takes it: the patch embedding is resampled by timm's
+        ``PatchEmbed``, a learned position embedding to the new patch grid, and the sin-cos one is recomputed."""
+        geometry = dict(img_size=self.init_kwargs['img_size'] if img_size is None else img_size,
+                        patch_size=self.init_kwargs['patch_size'] if patch_size is None else patch_size)
+        check_model_args(**{**self.init_kwargs, **geometry})
+        prev_grid = self.patch_embed.grid_size
+        self.patch_embed.set_input_size(img_size=img_size, patch_size=patch_size)
+        if self.pos_embed is not None and self.patch_embed.grid_size != prev_grid:
+            self.pos_embed = nn.Parameter(resample_abs_pos_embed(
+                self.pos_embed, new_size=self.patch_embed.grid_size, old_size=prev_grid, num_prefix_tokens=0,
+                verbose=True), requires_grad=self.pos_embed.requires_grad)
+        self.init_non_persistent_buffers()
+        self.init_kwargs.update(geometry)
+        self.feature_info = [dict(info, reduction=self.patch_embed.feat_ratio()) for info in self.feature_info]
+        if update_model_input_size is not None:
+            update_model_input_size(self, self.patch_embed.img_size, patch_size=patch_size)
+
+    @torch.jit.ignore
     def no_weight_decay(self) -> Set[str]:
         return {'pos_embed', 'cls_token', 'dist_token'}
 
@@ -379,6 +403,12 @@ class VisionTransformerMinimal(nn.Module):
             return intermediates
         x = self.norm(x)
         return x, intermediates
+
+    def get_intermediate_layers(self, x: torch.Tensor, n: Union[int, List[int], Tuple[int]] = 1, reshape: bool = False,
+                                return_prefix_tokens: bool = False, norm: bool = False) -> List[torch.Tensor]:
+        """timm's ViT interface for DINO-style callers: ``forward_intermediates`` with ``intermediates_only``."""
+        return self.forward_intermediates(x, n, return_prefix_tokens=return_prefix_tokens, norm=norm,
+                                          output_fmt='NCHW' if reshape else 'NLC', intermediates_only=True)
 
     def prune_intermediate_layers(
             self,
