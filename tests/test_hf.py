@@ -504,7 +504,8 @@ def test_processor_takes_transformers_layout_arguments():
     """``input_data_format`` says where an array has its channels (it decides a shape that reads both ways) and must
     fit the shape; ``data_format`` lays out the output, as ViTImageProcessor's do; other arguments are named."""
     from transformers.image_utils import ChannelDimension
-    processor = VitMinimalImageProcessor.from_pretrained_cfg(timm.create_model('vit_minimal_sym_6x4.cifar10').pretrained_cfg)
+    cfg = timm.create_model('vit_minimal_sym_6x4.cifar10').pretrained_cfg
+    processor = VitMinimalImageProcessor.from_pretrained_cfg(cfg)
     rng = np.random.default_rng(0)
     hwc = rng.integers(0, 256, (40, 50, 3), dtype=np.uint8)
     want = processor(hwc)['pixel_values']

@@ -144,8 +144,8 @@ class VitMinimalImageProcessor(BaseImageProcessor):
         """
         if kwargs:
             raise TypeError(f'Unexpected arguments {sorted(kwargs)}; VitMinimalImageProcessor.preprocess takes '
-                            f'images, return_tensors, input_data_format and data_format; the transform (size, crop_pct, '
-                            f'interpolation, image_mean, image_std) is set when the processor is made.')
+                            f'images, return_tensors, input_data_format and data_format; the transform (size, '
+                            f'crop_pct, interpolation, image_mean, image_std) is set when the processor is made.')
         if return_tensors not in ('pt', 'np', None):
             raise ValueError(f"return_tensors must be 'pt', 'np' or None, got {return_tensors!r}.")
         if data_format not in (*LAYOUTS, None):

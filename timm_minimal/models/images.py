@@ -11,8 +11,8 @@ import numpy as np
 import torch
 from PIL import Image
 
-__all__ = ['CHANNEL_MODES', 'LAYOUTS', 'image_mode', 'convert_image', 'array_to_image', 'check_image_size', 'ImageTooLarge',
-           'MAX_IMAGE_PIXELS', 'MAX_IMAGE_SIDE', 'MAX_ASPECT_RATIO']
+__all__ = ['CHANNEL_MODES', 'LAYOUTS', 'image_mode', 'convert_image', 'array_to_image', 'check_image_size',
+           'ImageTooLarge', 'MAX_IMAGE_PIXELS', 'MAX_IMAGE_SIDE', 'MAX_ASPECT_RATIO']
 
 CHANNEL_MODES = {1: 'L', 3: 'RGB'}  # a model's input channels -> the PIL mode its images are converted to
 CHANNEL_COUNTS = (1, 3, 4)  # the channels an input image may have: grey, RGB, RGBA
