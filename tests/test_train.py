@@ -302,6 +302,26 @@ def test_bad_input_is_named(argv, message, mnist_dir, tmp_path, capsys):
     assert message in capsys.readouterr().err
 
 
+@pytest.mark.parametrize('model, kwargs, message', [
+    ('vit_minimal_std_6x1', ['num_classes=5'], '--model-kwargs num_classes=...: the class count comes from the dataset'),
+    ('vit_minimal_std_6x1', ["device='meta'"], '--model-kwargs device=...: the trainer places the model'),
+    ('vit_minimal_std_6x1', ['features_only=True'], '--model-kwargs features_only=...: the trainer trains a classifier'),
+    ('vit_minimal_std_6x1', ['depth=2', 'foo=1'], '--model-kwargs foo: not a keyword of vit_minimal_std_6x1; it takes '
+                                                  'img_size, patch_size, in_chans,'),
+    ('vit_minimal_std_6x1', ['=3'], "--model-kwargs '': not a keyword"),
+    ('resnet18', ['num_classes=3'], '--model-kwargs num_classes=...'),
+])
+def test_model_kwargs_the_trainer_sets_or_the_model_lacks_are_refused_before_anything_is_written(
+        model, kwargs, message, data, tmp_path, capsys):
+    """They reached timm.create_model: a traceback (num_classes twice, a model on the meta device, a feature
+    extractor's list of maps at the first loss, the last after writing the run folder) or timm's bare TypeError."""
+    argv = ['--dataset', 'mnist', *data, '--model', model, '--model-kwargs', *kwargs, '--output', tmp_path / 'run']
+    assert run_inprocess(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and 'Traceback' not in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / 'run').exists()
+
+
 def test_existing_run_folder_needs_resume(reference, data, capsys):
     assert run_inprocess(RESUME_ARGS + data + ['--output', reference]) == train_mod.EXIT_BAD_INPUT
     assert 'already exists and is not empty; pass --resume' in capsys.readouterr().err

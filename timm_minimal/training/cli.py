@@ -26,7 +26,7 @@ from .run_folder import RunFolder
 CPU_COMPILE_MIN_IMAGES = 500_000
 
 __all__ = ['UsageError', 'OneLineParser', 'DATA_PATHS', 'build_parser', 'parse_args', 'load_recipe', 'read_options_yaml',
-           'check_option_types', 'recipe_for', 'print_help', 'check_numbers']
+           'check_option_types', 'recipe_for', 'print_help', 'check_numbers', 'check_model_kwargs']
 
 DATA_PATHS = ('auto', 'device', 'loader')
 DESCRIPTION = ('Train a minimal transformer (or any timm model) with accelerate, on one CPU, one GPU or several: MNIST, '
@@ -427,6 +427,36 @@ def _minimal_weight_init(resolved: Dict[str, Any], model: str, explicit: Dict[st
         raise UsageError(f"--weight-init {resolved['weight_init']} sets the starting point of the vit_minimal models; "
                          f"{model} has its own (its keywords go through --model-kwargs).")
     resolved['weight_init'] = 'default'
+
+
+# --model-kwargs are the model's own keywords; these are the trainer's, or make timm.create_model return something
+# other than the classifier it trains
+TRAINER_MODEL_KWARGS = {
+    'num_classes': 'the class count comes from the dataset (--num-classes where the dataset cannot tell)',
+    'device': 'the trainer places the model (--cpu, or accelerate launch)',
+    'dtype': 'the trainer sets the precision (--mixed-precision)',
+    'pretrained': 'use --pretrained or --pretrained-path', 'pretrained_cfg': 'use --pretrained-path',
+    'pretrained_cfg_overlay': 'use --pretrained-path', 'checkpoint_path': 'use --pretrained-path',
+    'features_only': 'the trainer trains a classifier', 'out_indices': 'the trainer trains a classifier',
+    'feature_cfg': 'the trainer trains a classifier',
+}
+
+
+def check_model_kwargs(args: argparse.Namespace) -> None:
+    """``--model-kwargs`` before anything is built or written: none of the trainer's own keywords, and for a
+    vit_minimal model only the keywords its class takes (named in the refusal)."""
+    from timm.models import split_model_name_tag
+    kwargs = args.model_kwargs or {}
+    for key in kwargs:
+        if key in TRAINER_MODEL_KWARGS:
+            raise UsageError(f'--model-kwargs {key}=...: {TRAINER_MODEL_KWARGS[key]}.')
+    if is_minimal(split_model_name_tag(args.model)[0]):
+        from ..models.vit_minimal import MODEL_KEYWORDS
+        allowed = [k for k in (*MODEL_KEYWORDS, 'weight_init') if k not in TRAINER_MODEL_KWARGS]
+        unknown = sorted(set(kwargs) - set(allowed))
+        if unknown:
+            names = ', '.join(k or repr(k) for k in unknown)
+            raise UsageError(f"--model-kwargs {names}: not a keyword of {args.model}; it takes {', '.join(allowed)}.")
 
 
 def check_numbers(args: argparse.Namespace) -> None:

@@ -23,7 +23,7 @@ from timm.models import split_model_name_tag
 from ..cli import UsageError, env_number
 from ..models.datasets import dataset_for_kind, tag_for_kind
 from ..models.paper import is_minimal
-from .cli import check_numbers
+from .cli import check_model_kwargs, check_numbers
 from .cpu_policy import SPLIT_RATES_ENV, cpu_decision, cpu_precision, cpu_threads, default_compile
 from .dataset_names import dataset_kind
 
@@ -125,6 +125,7 @@ def resolve_plan(args: argparse.Namespace, provenance: Optional[Dict[str, Any]] 
     may measure and start a CPU split (``timm-minimal-train`` does; ``train(args)`` from Python trains in this
     process)."""
     check_numbers(args)
+    check_model_kwargs(args)
     provenance = provenance or {}
     kind = dataset_kind(args.dataset)
     model = resolve_model_name(args.model, kind)
