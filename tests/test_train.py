@@ -5,6 +5,7 @@ folders, precedence of recipe and command line, gradient accumulation, EMA, bf16
 Runs that must die (SIGKILL) or span two processes are subprocesses; the others run in this process.
 Every run is forced onto the CPU (``--cpu``), so the suite behaves the same on a machine with a GPU.
 """
+import argparse
 import json
 import math
 import socket
@@ -320,6 +321,15 @@ def test_model_kwargs_the_trainer_sets_or_the_model_lacks_are_refused_before_any
     err = capsys.readouterr().err
     assert message in err and 'Traceback' not in err and len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / 'run').exists()
+
+
+def test_model_kwargs_take_timms_factory_keywords():
+    """What timm.create_model itself takes passes (a pretrained cfg overlay starts from a file, as with timm's
+    train.py), for a vit_minimal model as for any other."""
+    from timm_minimal.training.cli import check_model_kwargs
+    overlay = {'pretrained_cfg_overlay': {'file': 'weights.safetensors'}, 'checkpoint_path': 'x.pth', 'depth': 2}
+    for model in ('vit_minimal_sym_6x4.mnist', 'resnet18'):
+        check_model_kwargs(argparse.Namespace(model=model, model_kwargs=overlay))
 
 
 def test_existing_run_folder_needs_resume(reference, data, capsys):

@@ -429,14 +429,13 @@ def _minimal_weight_init(resolved: Dict[str, Any], model: str, explicit: Dict[st
     resolved['weight_init'] = 'default'
 
 
-# --model-kwargs are the model's own keywords; these are the trainer's, or make timm.create_model return something
-# other than the classifier it trains
+# --model-kwargs go to timm.create_model beside what the trainer passes: these are the trainer's, or make it return
+# something other than the classifier it trains
 TRAINER_MODEL_KWARGS = {
     'num_classes': 'the class count comes from the dataset (--num-classes where the dataset cannot tell)',
+    'pretrained': 'use --pretrained or --pretrained-path',
     'device': 'the trainer places the model (--cpu, or accelerate launch)',
     'dtype': 'the trainer sets the precision (--mixed-precision)',
-    'pretrained': 'use --pretrained or --pretrained-path', 'pretrained_cfg': 'use --pretrained-path',
-    'pretrained_cfg_overlay': 'use --pretrained-path', 'checkpoint_path': 'use --pretrained-path',
     'features_only': 'the trainer trains a classifier', 'out_indices': 'the trainer trains a classifier',
     'feature_cfg': 'the trainer trains a classifier',
 }
@@ -444,7 +443,9 @@ TRAINER_MODEL_KWARGS = {
 
 def check_model_kwargs(args: argparse.Namespace) -> None:
     """``--model-kwargs`` before anything is built or written: none of the trainer's own keywords, and for a
-    vit_minimal model only the keywords its class takes (named in the refusal)."""
+    vit_minimal model only the keywords its class and timm's ``create_model`` take (named in the refusal)."""
+    import inspect
+    import timm
     from timm.models import split_model_name_tag
     kwargs = args.model_kwargs or {}
     for key in kwargs:
@@ -452,7 +453,8 @@ def check_model_kwargs(args: argparse.Namespace) -> None:
             raise UsageError(f'--model-kwargs {key}=...: {TRAINER_MODEL_KWARGS[key]}.')
     if is_minimal(split_model_name_tag(args.model)[0]):
         from ..models.vit_minimal import MODEL_KEYWORDS
-        allowed = [k for k in (*MODEL_KEYWORDS, 'weight_init') if k not in TRAINER_MODEL_KWARGS]
+        factory = [k for k in inspect.signature(timm.create_model).parameters if k not in ('model_name', 'kwargs')]
+        allowed = [k for k in (*MODEL_KEYWORDS, 'weight_init', *factory) if k not in TRAINER_MODEL_KWARGS]
         unknown = sorted(set(kwargs) - set(allowed))
         if unknown:
             names = ', '.join(k or repr(k) for k in unknown)
