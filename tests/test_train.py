@@ -329,7 +329,10 @@ def test_model_kwargs_take_timms_factory_keywords():
     from timm_minimal.training.cli import check_model_kwargs
     overlay = {'pretrained_cfg_overlay': {'file': 'weights.safetensors'}, 'checkpoint_path': 'x.pth', 'depth': 2}
     for model in ('vit_minimal_sym_6x4.mnist', 'resnet18'):
-        check_model_kwargs(argparse.Namespace(model=model, model_kwargs=overlay))
+        assert check_model_kwargs(argparse.Namespace(model=model, model_kwargs=overlay)) is None
+    with pytest.raises(train_mod.UsageError, match=r'--model-kwargs foo: .* drop_path_rate, weight_init, pretrained_cfg, '
+                                         r'pretrained_cfg_overlay, checkpoint_path, cache_dir'):
+        check_model_kwargs(argparse.Namespace(model='vit_minimal_sym_6x4.mnist', model_kwargs={**overlay, 'foo': 1}))
 
 
 def test_existing_run_folder_needs_resume(reference, data, capsys):
