@@ -521,8 +521,10 @@ def test_processor_takes_transformers_layout_arguments():
     with pytest.raises(ValueError, match=r"input_data_format='channels_first', but the array of shape \(40, 50, 3\) "
                                          r"has 40 there, not a channel count"):
         processor(hwc, input_data_format='channels_first')
-    with pytest.raises(ValueError, match='input_data_format must be one of channels_first, channels_last or None'):
-        processor(hwc, input_data_format='nchw')
+    for image in (hwc, Image.fromarray(hwc)):  # a PIL image too, though its mode gives its layout
+        with pytest.raises(ValueError, match="input_data_format must be one of channels_first, channels_last or None, "
+                                             "got 'nchw'"):
+            processor(image, input_data_format='nchw')
     with pytest.raises(ValueError, match="data_format must be one of channels_first, channels_last or None, got 'x'"):
         processor(hwc, data_format='x')
     with pytest.raises(TypeError, match=r"Unexpected arguments \['do_resize'\]; .* takes images, return_tensors, "

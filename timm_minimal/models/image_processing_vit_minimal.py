@@ -17,7 +17,7 @@ from PIL import Image
 from transformers.image_processing_utils import BaseImageProcessor, BatchFeature
 
 from .datasets import MIN_CROP_PCT, channel_stats
-from .images import CHANNEL_MODES, LAYOUTS, array_to_image, check_image_size, convert_image, image_mode
+from .images import CHANNEL_MODES, array_to_image, check_image_size, check_layout, convert_image, image_mode
 
 __all__ = ['VitMinimalImageProcessor']
 
@@ -148,8 +148,8 @@ class VitMinimalImageProcessor(BaseImageProcessor):
                             f'crop_pct, interpolation, image_mean, image_std) is set when the processor is made.')
         if return_tensors not in ('pt', 'np', None):
             raise ValueError(f"return_tensors must be 'pt', 'np' or None, got {return_tensors!r}.")
-        if data_format not in (*LAYOUTS, None):
-            raise ValueError(f"data_format must be one of {', '.join(LAYOUTS)} or None, got {data_format!r}.")
+        check_layout(input_data_format)  # here too for PIL images, whose layout their mode gives
+        check_layout(data_format, 'data_format')
         if isinstance(images, (list, tuple)):
             images = list(images)
         elif isinstance(images, (np.ndarray, torch.Tensor)) and images.ndim == 4:

@@ -11,8 +11,8 @@ import numpy as np
 import torch
 from PIL import Image
 
-__all__ = ['CHANNEL_MODES', 'LAYOUTS', 'image_mode', 'convert_image', 'array_to_image', 'check_image_size',
-           'ImageTooLarge', 'MAX_IMAGE_PIXELS', 'MAX_IMAGE_SIDE', 'MAX_ASPECT_RATIO']
+__all__ = ['CHANNEL_MODES', 'LAYOUTS', 'check_layout', 'image_mode', 'convert_image', 'array_to_image',
+           'check_image_size', 'ImageTooLarge', 'MAX_IMAGE_PIXELS', 'MAX_IMAGE_SIDE', 'MAX_ASPECT_RATIO']
 
 CHANNEL_MODES = {1: 'L', 3: 'RGB'}  # a model's input channels -> the PIL mode its images are converted to
 CHANNEL_COUNTS = (1, 3, 4)  # the channels an input image may have: grey, RGB, RGBA
@@ -87,14 +87,19 @@ def _float_to_uint8(array: np.ndarray) -> np.ndarray:
     return np.clip(np.rint(array), 0, 255).astype(np.uint8)
 
 
+def check_layout(layout: Optional[str], name: str = 'input_data_format') -> None:
+    """``layout`` is one of ``LAYOUTS`` (a string or transformers' ``ChannelDimension``) or None."""
+    if layout is not None and layout not in LAYOUTS:
+        raise ValueError(f"{name} must be one of {', '.join(LAYOUTS)} or None, got {layout!r}.")
+
+
 def _channels_first(shape: Tuple[int, ...], layout: Optional[str]) -> bool:
     """Whether a 3-D array of ``shape`` has its channels first: as ``layout`` says ('channels_first' or
     'channels_last', transformers' ``input_data_format``), else inferred (first where only the first dimension can
     be a channel count)."""
+    check_layout(layout)
     if layout is None:
         return shape[0] in CHANNEL_COUNTS and shape[-1] not in CHANNEL_COUNTS
-    if layout not in LAYOUTS:
-        raise ValueError(f"input_data_format must be one of {', '.join(LAYOUTS)} or None (inferred), got {layout!r}.")
     axis = 0 if layout == 'channels_first' else -1
     if shape[axis] not in CHANNEL_COUNTS:
         raise ValueError(f"input_data_format={layout!r}, but the array of shape {tuple(shape)} has "
