@@ -111,10 +111,31 @@ def test_dynamic_img_size(pos_embed):
         assert model(torch.randn(2, 1, 56, 42)).shape == (2, 10)
         _, inter = model.forward_intermediates(torch.randn(1, 1, 56, 42))
     assert inter[-1].shape == (1, 60, 8, 6)
+    with pytest.raises(ValueError, match='multiples of its patch size 7x7, got 30x28'):
+        model(torch.randn(1, 1, 30, 28))
     scripted = torch.jit.script(model)
     x = torch.randn(1, 1, 42, 56)
     with torch.no_grad():
         torch.testing.assert_close(scripted(x), model(x))
+
+
+def test_set_dynamic_img_size_switches_a_built_model():
+    torch.manual_seed(0)
+    model = timm.create_model('vit_minimal_sym_6x4.mnist', pos_embed='learn').eval()
+    dynamic = timm.create_model('vit_minimal_sym_6x4.mnist', pos_embed='learn', dynamic_img_size=True).eval()
+    dynamic.load_state_dict(model.state_dict())
+    x = torch.randn(2, 1, 56, 42)
+    model.set_dynamic_img_size()
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), dynamic(x), rtol=0, atol=0)
+    assert model.init_kwargs['dynamic_img_size'] is True
+    model.set_dynamic_img_size(False)
+    with pytest.raises(ValueError, match='expects images of size 28x28, got 56x42'):
+        model(x)
+    odd = timm.create_model('vit_minimal_sym_6x4.mnist', img_size=30, dynamic_img_size=True)
+    with pytest.raises(ValueError, match='must be a multiple of patch_size'):
+        odd.set_dynamic_img_size(False)
+    assert odd.dynamic_img_size
 
 
 def test_class_token_and_pools():

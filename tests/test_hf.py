@@ -240,6 +240,33 @@ def test_hidden_states_and_attentions():
     assert len(features.attentions) == depth and features.hidden_states is None
 
 
+@pytest.mark.parametrize('pos_embed', ['learn', 'sincos'])
+def test_interpolate_pos_encoding_takes_another_size_for_one_call(pos_embed):
+    """transformers' ViT argument: the logits of the timm model built with dynamic_img_size=True from the same
+    weights, for this call only; the model is left static, after an error too."""
+    torch.manual_seed(0)
+    model = timm.create_model('vit_minimal_sym_6x4', pos_embed=pos_embed).eval()
+    dynamic = timm.create_model('vit_minimal_sym_6x4', pos_embed=pos_embed, dynamic_img_size=True).eval()
+    dynamic.load_state_dict(model.state_dict())
+    hf = VitMinimalForImageClassification.from_timm(model).eval()
+    base = VitMinimalModel(hf.config).eval()
+    base.load_state_dict(hf.state_dict(), strict=False)
+    x, same = torch.randn(2, 1, 56, 35), _input(model)
+    with torch.no_grad():
+        out = hf(x, interpolate_pos_encoding=True, output_hidden_states=True)
+        torch.testing.assert_close(out.logits, dynamic(x), rtol=0, atol=0)
+        assert out.hidden_states[-1].shape == (2, 8 * 5, 60)
+        torch.testing.assert_close(base(x, interpolate_pos_encoding=True).last_hidden_state,
+                                   dynamic.forward_features(x), rtol=0, atol=0)
+        torch.testing.assert_close(hf(same, interpolate_pos_encoding=True).logits, model(same), rtol=0, atol=0)
+        with pytest.raises(ValueError, match='multiples of its patch size 7x7, got 30x30'):
+            hf(torch.randn(1, 1, 30, 30), interpolate_pos_encoding=True)
+        for call in (hf, base, model):
+            with pytest.raises(ValueError, match='28'):
+                call(x)
+    assert not model.dynamic_img_size and model.patch_embed.strict_img_size and hf.config.dynamic_img_size is False
+
+
 def test_attention_is_computed_once_and_only_when_asked_for(monkeypatch):
     """output_attentions: one q/k/v computation per block, not two; output_hidden_states alone: no attention
     weights at all (the fused kernel); the logits are those of the plain forward every time."""
@@ -541,7 +568,8 @@ def test_bad_inputs_fail_clearly():
         hf()
     with pytest.raises(ValueError, match=r'expects images of shape \(B, 1, H, W\)'):
         hf(torch.randn(1, 3, 28, 28))
-    with pytest.raises(ValueError, match='expects images of size 28x28, got 32x32'):
+    with pytest.raises(ValueError, match=r"Input image size \(32\*32\) doesn't match model \(28\*28\).*"
+                                         r'interpolate_pos_encoding=True'):
         hf(torch.randn(1, 1, 32, 32))
     with pytest.raises(TypeError, match=r"unexpected arguments \['output_hidden_state'\]; it takes pixel_values, "
                                         r"labels, output_attentions, output_hidden_states"):

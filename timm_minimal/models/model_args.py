@@ -3,14 +3,15 @@
 The model checks its arguments here, and so does the transformers config, which can thus refuse a config without
 building a model. This module imports only its siblings: it travels with a checkpoint's remote code.
 """
-from typing import Any, Literal, Tuple, Union, get_args
+from typing import Any, Literal, Optional, Tuple, Union, get_args
 
-from timm.layers import to_2tuple
+import torch
+from timm.layers import register_notrace_function, to_2tuple
 
 from .layers import get_attn_layer
 from .model_size import check_model_size
 
-__all__ = ['PosEmbedType', 'WeightInitType', 'GlobalPoolType', 'check_model_args']
+__all__ = ['PosEmbedType', 'WeightInitType', 'GlobalPoolType', 'check_model_args', 'check_input']
 
 PosEmbedType = Literal['sincos', 'learn', 'none']
 WeightInitType = Literal['', 'mimetic', 'skip']
@@ -64,3 +65,23 @@ def check_model_args(
                      embed_dim=embed_dim, depth=depth, num_heads=num_heads, use_mlp=use_mlp,
                      mlp_hidden_dim=mlp_hidden_dim, class_token=class_token, distill_token=distill_token,
                      pos_embed=pos_embed)
+
+
+@register_notrace_function  # a leaf for torch.fx: its checks read shapes, which tracing cannot branch on
+def check_input(x: torch.Tensor, in_chans: int, img_size: Optional[Tuple[int, int]], patch_size: Tuple[int, int],
+                dynamic_img_size: bool, hint: str = '') -> None:
+    """The input a model takes, checked before it is read: a shape error deep inside would not say what fits
+    (``hint``: how to build the model for the geometry of its checkpoint, where it was built for another)."""
+    if x.dim() != 4 or x.shape[1] != in_chans:
+        raise ValueError(
+            f'VisionTransformerMinimal expects images of shape (B, {in_chans}, H, W) '
+            f'(in_chans={in_chans}), got {list(x.shape)}.{hint}')
+    H, W = x.shape[-2], x.shape[-1]
+    if dynamic_img_size:
+        if H % patch_size[0] or W % patch_size[1]:
+            raise ValueError(f'VisionTransformerMinimal takes images whose height and width are multiples of its patch '
+                             f'size {patch_size[0]}x{patch_size[1]}, got {H}x{W}.')
+    elif img_size is not None and (H != img_size[0] or W != img_size[1]):
+        raise ValueError(
+            f'VisionTransformerMinimal expects images of size {img_size[0]}x{img_size[1]}, '
+            f'got {H}x{W}; build it with img_size=({H}, {W}) or dynamic_img_size=True.')

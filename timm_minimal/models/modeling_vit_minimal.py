@@ -213,8 +213,27 @@ class VitMinimalPreTrainedModel(PreTrainedModel):
             raise TypeError(f'{type(self).__name__}.forward got unexpected arguments {unexpected}; it takes '
                             f'{", ".join(params + list(allowed))}.')
 
+    @contextlib.contextmanager
+    def _input_size(self, pixel_values: torch.Tensor, interpolate_pos_encoding: Optional[bool]):
+        """transformers' ``interpolate_pos_encoding=True``, as ``ViTModel`` takes it: another input size for this
+        call, the position embedding resampled to its patch grid (what ``dynamic_img_size=True`` in the config does
+        for every call). Without it, another size is refused by name, as ``ViTModel`` refuses it."""
+        vit = self.vit_minimal
+        size, own = tuple(pixel_values.shape[-2:]), tuple(vit.patch_embed.img_size)
+        if vit.dynamic_img_size or size == own or pixel_values.dim() != 4 or pixel_values.shape[1] != vit.in_chans:
+            yield  # the model's own check names what is wrong with the channels
+            return
+        if not interpolate_pos_encoding:
+            raise ValueError(f"Input image size ({size[0]}*{size[1]}) doesn't match model ({own[0]}*{own[1]}): resize "
+                             f'it (the image processor does), or pass interpolate_pos_encoding=True.')
+        vit.set_dynamic_img_size(True)
+        try:
+            yield
+        finally:
+            vit.set_dynamic_img_size(False)
+
     def _run(self, pixel_values: Optional[torch.Tensor], output_attentions: Optional[bool],
-             output_hidden_states: Optional[bool]):
+             output_hidden_states: Optional[bool], interpolate_pos_encoding: Optional[bool]):
         if pixel_values is None:
             raise ValueError('pixel_values is required: images of shape (batch, channels, height, width).')
         if not isinstance(pixel_values, torch.Tensor):
@@ -225,13 +244,14 @@ class VitMinimalPreTrainedModel(PreTrainedModel):
         output_hidden_states = (self.config.output_hidden_states if output_hidden_states is None
                                 else output_hidden_states)
         pixel_values = pixel_values.to(device=self.device, dtype=self.dtype)
-        if output_attentions or output_hidden_states:
-            features, hidden_states, attentions = self.vit_minimal.get_attention_maps(
-                pixel_values, attentions=bool(output_attentions))
-            hidden_states = tuple(hidden_states) if output_hidden_states else None
-            attentions = tuple(attentions) if output_attentions else None
-        else:
-            features, hidden_states, attentions = self.vit_minimal.forward_features(pixel_values), None, None
+        with self._input_size(pixel_values, interpolate_pos_encoding):
+            if output_attentions or output_hidden_states:
+                features, hidden_states, attentions = self.vit_minimal.get_attention_maps(
+                    pixel_values, attentions=bool(output_attentions))
+                hidden_states = tuple(hidden_states) if output_hidden_states else None
+                attentions = tuple(attentions) if output_attentions else None
+            else:
+                features, hidden_states, attentions = self.vit_minimal.forward_features(pixel_values), None, None
         return features, hidden_states, attentions
 
 
@@ -241,7 +261,8 @@ class VitMinimalModel(VitMinimalPreTrainedModel):
     ``last_hidden_state`` (B, T, N) is the output of the last block (after the final norm, if any);
     ``pooler_output`` (B, N) is the pooled representation the classifier would see. ``hidden_states``
     holds the embedding output and every block's output (depth + 1 tensors), ``attentions`` the
-    softmax attention of every block, (B, heads, T, T).
+    softmax attention of every block, (B, heads, T, T). ``interpolate_pos_encoding=True`` takes images of another
+    size (sides that are multiples of the patch size), as ``ViTModel`` does.
     """
 
     _auto_class = 'AutoModel'
@@ -258,11 +279,13 @@ class VitMinimalModel(VitMinimalPreTrainedModel):
             pixel_values: Optional[torch.Tensor] = None,
             output_attentions: Optional[bool] = None,
             output_hidden_states: Optional[bool] = None,
+            interpolate_pos_encoding: Optional[bool] = None,
             return_dict: Optional[bool] = None,
             **kwargs,
     ) -> Union[BaseModelOutputWithPooling, Tuple[torch.Tensor, ...]]:
         self._check_kwargs(kwargs)
-        features, hidden_states, attentions = self._run(pixel_values, output_attentions, output_hidden_states)
+        features, hidden_states, attentions = self._run(
+            pixel_values, output_attentions, output_hidden_states, interpolate_pos_encoding)
         output = BaseModelOutputWithPooling(
             last_hidden_state=features,
             pooler_output=self.vit_minimal.forward_head(features, pre_logits=True),
@@ -278,7 +301,8 @@ class VitMinimalForImageClassification(VitMinimalPreTrainedModel):
 
     Returns ``ImageClassifierOutput``: ``logits``, the loss when ``labels`` are given
     (cross-entropy for integer labels; see transformers' ``problem_type``), and on request
-    ``hidden_states`` (embedding output + every block output) and ``attentions`` (B, heads, T, T).
+    ``hidden_states`` (embedding output + every block output) and ``attentions`` (B, heads, T, T);
+    ``interpolate_pos_encoding=True`` takes images of another size, as ``ViTForImageClassification`` does.
     """
 
     _auto_class = 'AutoModelForImageClassification'
@@ -295,11 +319,13 @@ class VitMinimalForImageClassification(VitMinimalPreTrainedModel):
             labels: Optional[torch.Tensor] = None,
             output_attentions: Optional[bool] = None,
             output_hidden_states: Optional[bool] = None,
+            interpolate_pos_encoding: Optional[bool] = None,
             return_dict: Optional[bool] = None,
             **kwargs,
     ) -> Union[ImageClassifierOutput, Tuple[torch.Tensor, ...]]:
         self._check_kwargs(kwargs, _LOSS_KWARGS)  # what transformers' Trainer passes on to the loss
-        features, hidden_states, attentions = self._run(pixel_values, output_attentions, output_hidden_states)
+        features, hidden_states, attentions = self._run(
+            pixel_values, output_attentions, output_hidden_states, interpolate_pos_encoding)
         logits = self.vit_minimal.forward_head(features)
         loss = None
         if labels is not None:

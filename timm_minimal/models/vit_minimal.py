@@ -19,7 +19,7 @@ import torch.nn as nn
 from safetensors import SafetensorError
 from torch.jit import Final
 
-from timm.layers import PatchEmbed, register_notrace_function, resample_abs_pos_embed
+from timm.layers import Format, PatchEmbed, resample_abs_pos_embed
 from timm.models import build_model_with_cfg, generate_default_cfgs, is_model
 from timm.models import register_model as _timm_register_model
 from timm.models._features import feature_take_indices
@@ -35,7 +35,7 @@ except ImportError:
 from .checkpoint_filter import checkpoint_filter_fn
 from .datasets import DATASETS
 from .layers import Block, CholAttention, MimeticInit, MinimalAttention, get_attn_layer, sincos_2d_pos_embed
-from .model_args import GlobalPoolType, PosEmbedType, WeightInitType, _check_choice, check_model_args
+from .model_args import GlobalPoolType, PosEmbedType, WeightInitType, _check_choice, check_input, check_model_args
 from .model_size import check_model_size
 from .pretrained import (  # noqa: F401  (HUB_ORG, WEIGHTS_DIR: where the weights are, also reachable here)
     HUB_ORG, TAGS, WEIGHTS_DIR, RECIPE_TAGS, _cfg, _weights, tag_dataset, tag_geometry, weights_file_name,
@@ -48,24 +48,7 @@ __all__ = ['VisionTransformerMinimal', 'checkpoint_filter_fn', 'check_model_args
 _logger = logging.getLogger(__name__)
 
 
-@register_notrace_function  # a leaf for torch.fx: its checks read shapes, which tracing cannot branch on
-def check_input(x: torch.Tensor, in_chans: int, img_size: Optional[Tuple[int, int]], dynamic_img_size: bool,
-                hint: str = '') -> None:
-    """Fail with the expected geometry instead of a shape error deep inside (``hint``: how to build the model
-    for the geometry of its checkpoint, where it was built for another)."""
-    if x.dim() != 4 or x.shape[1] != in_chans:
-        raise ValueError(
-            f'VisionTransformerMinimal expects images of shape (B, {in_chans}, H, W) '
-            f'(in_chans={in_chans}), got {list(x.shape)}.{hint}')
-    if not dynamic_img_size and img_size is not None:
-        H, W = x.shape[-2], x.shape[-1]
-        if H != img_size[0] or W != img_size[1]:
-            raise ValueError(
-                f'VisionTransformerMinimal expects images of size {img_size[0]}x{img_size[1]}, '
-                f'got {H}x{W}; build it with img_size=({H}, {W}) or dynamic_img_size=True.')
-
-
-torch.fx.wrap('check_input')  # the same for torch.fx.symbolic_trace itself
+torch.fx.wrap('check_input')  # a leaf for torch.fx.symbolic_trace itself (timm's tracer: see model_args)
 
 
 def init_module(module: nn.Module, std: float = .02, init: Any = nn.init, reset_defaults: bool = False) -> None:
@@ -182,7 +165,6 @@ class VisionTransformerMinimal(nn.Module):
         self.attn_type = attn_type
         self.num_prefix_tokens = int(class_token) + int(distill_token)
         self.distilled_training = False
-        self.dynamic_img_size = dynamic_img_size
         self.input_hint = ''  # set where a tag's checkpoint has another channel count than the model was built for
         self.pos_embed_type = pos_embed
         self.grad_checkpointing = False
@@ -192,10 +174,8 @@ class VisionTransformerMinimal(nn.Module):
             patch_size=patch_size,
             in_chans=in_chans,
             embed_dim=embed_dim,
-            strict_img_size=not dynamic_img_size,
-            flatten=not dynamic_img_size,
-            output_fmt='NHWC' if dynamic_img_size else None,
         )
+        self.set_dynamic_img_size(dynamic_img_size)
         grid_size = self.patch_embed.grid_size
         self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim)) if class_token else None
         self.dist_token = nn.Parameter(torch.zeros(1, 1, embed_dim)) if distill_token else None
@@ -278,6 +258,15 @@ class VisionTransformerMinimal(nn.Module):
             update_model_input_size(self, self.patch_embed.img_size, patch_size=patch_size)
 
     @torch.jit.ignore
+    def set_dynamic_img_size(self, enable: bool = True) -> None:
+        """Take any input whose sides are multiples of the patch size, the position embedding resampled to its patch
+        grid (``enable``), or only ``img_size``: what the ``dynamic_img_size`` keyword sets at construction."""
+        check_model_args(**{**self.init_kwargs, 'dynamic_img_size': enable})
+        self.dynamic_img_size = self.init_kwargs['dynamic_img_size'] = enable
+        self.patch_embed.strict_img_size = self.patch_embed.flatten = not enable  # tokens (B, H, W, C) when dynamic
+        self.patch_embed.output_fmt = Format.NHWC if enable else Format.NCHW
+
+    @torch.jit.ignore
     def no_weight_decay(self) -> Set[str]:
         return {'pos_embed', 'cls_token', 'dist_token'}
 
@@ -320,7 +309,8 @@ class VisionTransformerMinimal(nn.Module):
         self.distilled_training = enable
 
     def _check_input(self, x: torch.Tensor) -> None:
-        check_input(x, self.in_chans, self.patch_embed.img_size, self.dynamic_img_size, self.input_hint)
+        check_input(x, self.in_chans, self.patch_embed.img_size, self.patch_embed.patch_size, self.dynamic_img_size,
+                    self.input_hint)
 
     def _pos_embed(self, x: torch.Tensor) -> torch.Tensor:
         if self.dynamic_img_size:
