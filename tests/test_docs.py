@@ -63,6 +63,19 @@ def test_the_readme_is_short():
     assert len((ROOT / 'README.md').read_text().splitlines()) <= 250
 
 
+def test_the_readme_counts_the_checkpoints_that_ship():
+    import timm
+    import timm_minimal  # noqa: F401
+    from timm_minimal.models.datasets import DATASETS
+    from timm_minimal.models.pretrained import tag_dataset
+    tags = [name.split('.')[-1] for name in timm.list_pretrained('vit_minimal_*')]
+    paper = sum(tag in DATASETS for tag in tags)
+    assert {tag_dataset(tag) for tag in tags if tag not in DATASETS} == {'cifar10'}
+    text = ' '.join((ROOT / 'README.md').read_text().split())
+    assert f"{len(tags)} trained checkpoints ship with the package: {paper} on the paper's recipe" in text
+    assert f'and {len(tags) - paper} CIFAR-10 ones on recipes beyond it' in text
+
+
 def test_the_pages_have_code_and_the_readme_links_every_page():
     readme = (ROOT / 'README.md').read_text()
     for page in PAGES[1:]:
