@@ -217,7 +217,8 @@ class VitMinimalPreTrainedModel(PreTrainedModel):
     def _input_size(self, pixel_values: torch.Tensor, interpolate_pos_encoding: Optional[bool]):
         """transformers' ``interpolate_pos_encoding=True``, as ``ViTModel`` takes it: another input size for this
         call, the position embedding resampled to its patch grid (what ``dynamic_img_size=True`` in the config does
-        for every call). Without it, another size is refused by name, as ``ViTModel`` refuses it."""
+        for every call). Without it, another size is refused by name, as ``ViTModel`` refuses it. The wrapped model is
+        switched for the call and back after it, so one model must not serve such a call and another at once."""
         vit = self.vit_minimal
         size, own = tuple(pixel_values.shape[-2:]), tuple(vit.patch_embed.img_size)
         if vit.dynamic_img_size or size == own or pixel_values.dim() != 4 or pixel_values.shape[1] != vit.in_chans:
