@@ -267,6 +267,19 @@ def test_interpolate_pos_encoding_takes_another_size_for_one_call(pos_embed):
     assert not model.dynamic_img_size and model.patch_embed.strict_img_size and hf.config.dynamic_img_size is False
 
 
+def test_the_base_model_takes_add_pooling_layer_as_vit_model_does(checkpoints):
+    """AutoModel.from_pretrained(..., add_pooling_layer=False), as feature extractors load ViTModel: the same tokens,
+    no pooler_output."""
+    folder, _ = checkpoints['vit_minimal_sym_6x4.cifar10']
+    pooled, tokens_only = (AutoModel.from_pretrained(folder, **kw).eval() for kw in ({}, {'add_pooling_layer': False}))
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        a, b = pooled(x), tokens_only(x)
+        torch.testing.assert_close(b.last_hidden_state, a.last_hidden_state, rtol=0, atol=0)
+        assert a.pooler_output.shape == (2, 60) and b.pooler_output is None
+        assert len(tokens_only(x, return_dict=False)) == 1
+
+
 def test_attention_is_computed_once_and_only_when_asked_for(monkeypatch):
     """output_attentions: one q/k/v computation per block, not two; output_hidden_states alone: no attention
     weights at all (the fused kernel); the logits are those of the plain forward every time."""

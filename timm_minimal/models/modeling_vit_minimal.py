@@ -263,15 +263,17 @@ class VitMinimalModel(VitMinimalPreTrainedModel):
     ``pooler_output`` (B, N) is the pooled representation the classifier would see. ``hidden_states``
     holds the embedding output and every block's output (depth + 1 tensors), ``attentions`` the
     softmax attention of every block, (B, heads, T, T). ``interpolate_pos_encoding=True`` takes images of another
-    size (sides that are multiples of the patch size), as ``ViTModel`` does.
+    size (sides that are multiples of the patch size), and ``add_pooling_layer=False`` (at construction, or through
+    ``from_pretrained``) leaves ``pooler_output`` out, as in ``ViTModel``; the pooling has no weights of its own.
     """
 
     _auto_class = 'AutoModel'
     _unused_checkpoint_keys = _HEADS  # a classification checkpoint loads into the base model
     _keys_to_ignore_on_load_unexpected = [f'^{re.escape(head)}' for head in _HEADS]
 
-    def __init__(self, config: VitMinimalConfig) -> None:
+    def __init__(self, config: VitMinimalConfig, add_pooling_layer: bool = True) -> None:
         super().__init__(config)
+        self.add_pooling_layer = add_pooling_layer  # ViTModel's switch: False leaves pooler_output None
         self.vit_minimal = self._build_vit_minimal(config, num_classes=0)
         self.post_init()
 
@@ -287,9 +289,10 @@ class VitMinimalModel(VitMinimalPreTrainedModel):
         self._check_kwargs(kwargs)
         features, hidden_states, attentions = self._run(
             pixel_values, output_attentions, output_hidden_states, interpolate_pos_encoding)
+        pooled = self.vit_minimal.forward_head(features, pre_logits=True) if self.add_pooling_layer else None
         output = BaseModelOutputWithPooling(
             last_hidden_state=features,
-            pooler_output=self.vit_minimal.forward_head(features, pre_logits=True),
+            pooler_output=pooled,
             hidden_states=hidden_states,
             attentions=attentions,
         )
