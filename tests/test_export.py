@@ -82,14 +82,14 @@ def test_int8_export_of_a_small_model_keeps_its_accuracy(mnist_dir, tmp_path, ca
 
 def test_the_int8_batch_script_reads_the_split_of_a_recipe_tag(tmp_path, monkeypatch):
     """scripts/int8_batch.py (docs/export.md's int8 batch table) reads an export's test split as the export's check
-    does: the dataset of its tag, a recipe tag's (``.cifar10_kd2``) included, its classes by the export's label names."""
+    does: the dataset of its tag, a recipe tag's (``.kd2_cifar10``) included, its classes by the export's label names."""
     import importlib.util
     from timm_minimal.tools import evaluate
     spec = importlib.util.spec_from_file_location('int8_batch', Path(__file__).resolve().parents[1] / 'scripts' /
                                                   'int8_batch.py')
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
-    model = timm.create_model('vit_minimal_sym_6x4.cifar10_kd2', depth=1).eval()
+    model = timm.create_model('vit_minimal_sym_6x4.kd2_cifar10', depth=1).eval()
     (tmp_path / 'preprocessing.json').write_text(json.dumps(ex.preprocessing_config(model)))
     asked = {}
 

@@ -36,32 +36,46 @@ def test_a_tag_has_weights_exactly_where_a_file_ships():
 
 
 def test_a_recipe_tag_is_its_datasets_geometry_and_preprocessing_and_exists_only_with_weights():
-    """``.cifar10_mixup``: CIFAR-10's inputs and classes, weights of another recipe; an architecture without such
+    """``.mixup_cifar10``: CIFAR-10's inputs and classes, weights of another recipe; an architecture without such
     weights has no such tag (timm refuses the name), and the tools name every tag."""
     from timm_minimal.models.pretrained import RECIPE_TAGS, tag_dataset
     from timm_minimal.tools.common import create_named_model
-    assert tag_dataset('cifar10_mixup') == 'cifar10' and tag_dataset('cifar10') == 'cifar10'
+    assert tag_dataset('mixup_cifar10') == 'cifar10' and tag_dataset('cifar10') == 'cifar10'
     assert tag_dataset('imagenet') is None and set(RECIPE_TAGS.values()) <= {'mnist', 'cifar10', 'in1k'}
-    mixup = timm.create_model('vit_minimal_std_mlp_6x4.cifar10_mixup', pretrained=True)
+    mixup = timm.create_model('vit_minimal_std_mlp_6x4.mixup_cifar10', pretrained=True)
     plain = timm.create_model('vit_minimal_std_mlp_6x4.cifar10')
     same = ('input_size', 'mean', 'std', 'crop_pct', 'interpolation', 'num_classes')
     assert {k: mixup.pretrained_cfg.get(k) for k in same} == {k: plain.pretrained_cfg.get(k) for k in same}
-    assert mixup.pretrained_cfg['tag'] == 'cifar10_mixup' and mixup.num_classes == 10
+    assert mixup.pretrained_cfg['tag'] == 'mixup_cifar10' and mixup.num_classes == 10
     assert any((a != b).any() for a, b in zip(mixup.state_dict().values(), plain.state_dict().values()))
-    with pytest.raises(RuntimeError, match=r'Invalid pretrained tag \(cifar10_mixup\)'):
-        timm.create_model('vit_minimal_sym_6x4.cifar10_mixup')  # no sym_6x4 weights of that recipe
-    with pytest.raises(ValueError, match=r'the tags are .mnist, .cifar10, .in1k, .cifar10_mixup'):
+    with pytest.raises(RuntimeError, match=r'Invalid pretrained tag \(mixup_cifar10\)'):
+        timm.create_model('vit_minimal_sym_6x4.mixup_cifar10')  # no sym_6x4 weights of that recipe
+    with pytest.raises(ValueError, match=r'the tags are .mnist, .cifar10, .in1k, .mixup_cifar10'):
         create_named_model('vit_minimal_sym_6x4.cifar100', pretrained=False)
-    with pytest.raises(ValueError, match=r'.cifar10_mixup weights exist for .*vit_minimal_std_mlp_6x4.cifar10_mixup'):
-        create_named_model('vit_minimal_sym_6x4.cifar10_mixup', pretrained=True)
-    kd = timm.create_model('vit_minimal_sym_6x1.cifar10_kd', pretrained=True)  # mimetic start, distilled
-    assert kd.pretrained_cfg['tag'] == 'cifar10_kd' and kd.num_classes == 10
-    with pytest.raises(RuntimeError, match=r'Invalid pretrained tag \(cifar10_kd\)'):
-        timm.create_model('vit_minimal_sym_6x4.cifar10_kd')
-    kd2 = timm.create_model('vit_minimal_sym_6x4.cifar10_kd2', pretrained=True)  # the stronger teacher
-    assert kd2.pretrained_cfg['tag'] == 'cifar10_kd2' and kd2.pretrained_cfg['num_classes'] == 10
-    with pytest.raises(RuntimeError, match=r'Invalid pretrained tag \(cifar10_kd2\)'):
-        timm.create_model('vit_minimal_sym_6x1.cifar10_kd2')
+    with pytest.raises(ValueError, match=r'.mixup_cifar10 weights exist for .*vit_minimal_std_mlp_6x4.mixup_cifar10'):
+        create_named_model('vit_minimal_sym_6x4.mixup_cifar10', pretrained=True)
+    kd = timm.create_model('vit_minimal_sym_6x1.kd_cifar10', pretrained=True)  # mimetic start, distilled
+    assert kd.pretrained_cfg['tag'] == 'kd_cifar10' and kd.num_classes == 10
+    with pytest.raises(RuntimeError, match=r'Invalid pretrained tag \(kd_cifar10\)'):
+        timm.create_model('vit_minimal_sym_6x4.kd_cifar10')
+    kd2 = timm.create_model('vit_minimal_sym_6x4.kd2_cifar10', pretrained=True)  # the stronger teacher
+    assert kd2.pretrained_cfg['tag'] == 'kd2_cifar10' and kd2.pretrained_cfg['num_classes'] == 10
+    with pytest.raises(RuntimeError, match=r'Invalid pretrained tag \(kd2_cifar10\)'):
+        timm.create_model('vit_minimal_sym_6x1.kd2_cifar10')
+
+
+@pytest.mark.parametrize('old, new', [('cifar10_mixup', 'mixup_cifar10'), ('cifar10_kd', 'kd_cifar10'),
+                                      ('cifar10_kd2', 'kd2_cifar10')])
+def test_a_recipe_tags_earlier_spelling_is_refused_in_one_line_that_names_the_new_one(old, new, capsys):
+    """The recipe tags take timm's order (the recipe first, the dataset last); the earlier spelling is refused by
+    timm's factory and by the tools, each naming the tag it now is."""
+    from timm_minimal.tools.evaluate import main as evaluate
+    arch = next(n for n in SHIPPED if n.endswith('.' + new)).split('.')[0]
+    with pytest.raises(ValueError, match=rf"^the tag \.{old} is now \.{new} \(timm's order"):
+        timm.create_model(f'{arch}.{old}', pretrained=True)
+    assert evaluate(['--model', f'{arch}.{old}', '--dataset', 'cifar10']) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f'.{old} is now .{new}' in err and 'Traceback' not in err
 
 
 @pytest.mark.parametrize('name', [n for n in SHIPPED if n.split('.')[1] not in ('mnist', 'cifar10', 'in1k')])

@@ -194,11 +194,11 @@ def test_shipping_weights_writes_the_named_folder_never_the_installed_package(mn
 
 def test_a_recipe_tag_names_the_card_and_the_shipped_file_and_must_be_of_the_runs_dataset(mnist_run, tmp_path,
                                                                                           monkeypatch):
-    """--tag: the tag a run's weights ship under where it is not the run's own (``.cifar10_mixup``); only a tag of the
+    """--tag: the tag a run's weights ship under where it is not the run's own (``.mixup_cifar10``); only a tag of the
     run's dataset."""
     from timm_minimal.models import pretrained
-    with pytest.raises(publish.PublishError, match="--tag cifar10_mixup: a run on .* ships under its dataset's tags"):
-        publish.export_run(mnist_run, tmp_path / 'no', 'x/y', tag='cifar10_mixup')
+    with pytest.raises(publish.PublishError, match="--tag mixup_cifar10: a run on .* ships under its dataset's tags"):
+        publish.export_run(mnist_run, tmp_path / 'no', 'x/y', tag='mixup_cifar10')
     assert not (tmp_path / 'no').exists()
     monkeypatch.setitem(pretrained.RECIPE_TAGS, 'mnist_longer', 'mnist')  # an MNIST recipe tag, for this run
     weights = tmp_path / 'weights'
@@ -210,7 +210,7 @@ def test_a_recipe_tag_names_the_card_and_the_shipped_file_and_must_be_of_the_run
 
 
 def test_a_run_from_another_starting_point_ships_as_the_registered_architecture(mnist_dir, tmp_path):
-    """``weight_init`` sets only where training starts (``.cifar10_kd`` starts from the mimetic initialisation): such
+    """``weight_init`` sets only where training starts (``.kd_cifar10`` starts from the mimetic initialisation): such
     a run ships under the architecture's tag, where a keyword that changes the architecture is refused."""
     run = _train(tmp_path / 'run', '--model', 'vit_minimal_sym_6x1.mnist', '--dataset', 'mnist', '--data-dir',
                  str(mnist_dir), '--train-subset', '128', '--eval-subset', '64', '--batch-size', '64',

@@ -12,20 +12,29 @@ from timm.layers import to_2tuple
 from .datasets import DATASETS
 from .paper import PAPER_ARXIV, PAPER_TITLE
 
-__all__ = ['WEIGHTS_DIR', 'HUB_ORG', 'RECIPE_TAGS', 'TAGS', 'tag_dataset', 'weights_file_name', 'tag_geometry',
+__all__ = ['WEIGHTS_DIR', 'HUB_ORG', 'RECIPE_TAGS', 'TAGS', 'RENAMED_TAGS', 'check_tag_spelling', 'tag_dataset', 'weights_file_name', 'tag_geometry',
            'tag_for_geometry', 'dataset_label_names', 'describe_pretrained_cfg', 'pretrained_cfg_for', 'jsonable']
 
 
-# A dataset's name is its tag (``.mnist``, ``.cifar10``): the paper's recipe. A recipe tag, in timm's style (compare
-# ``augreg_in21k``), names weights trained on the same data at the same geometry with another recipe:
-# ``<dataset>_<recipe>``. It maps to its dataset, and it is registered only for the architectures whose weights ship
-# under it (the recipes: results/beyond_gpu.md).
+# A dataset's name is its tag (``.mnist``, ``.cifar10``): the paper's recipe. A recipe tag, in timm's order (the recipe
+# first, the dataset last: ``augreg_in21k``, ``a1_in1k``), names weights trained on the same data at the same geometry
+# with another recipe: ``<recipe>_<dataset>``. It maps to its dataset, and it is registered only for the architectures
+# whose weights ship under it (the recipes: results/beyond_gpu.md).
 RECIPE_TAGS: Dict[str, str] = {
-    'cifar10_mixup': 'cifar10',  # the cifar10 recipe with mixup 0.8, cutmix 1.0 and random erasing 0.25
-    'cifar10_kd': 'cifar10',  # mimetic initialisation, distilled from std_mlp_6x4.cifar10, no label smoothing
-    'cifar10_kd2': 'cifar10',  # the same, distilled from the stronger std_mlp_6x4.cifar10_mixup (compare timm's augreg2)
+    'mixup_cifar10': 'cifar10',  # the cifar10 recipe with mixup 0.8, cutmix 1.0 and random erasing 0.25
+    'kd_cifar10': 'cifar10',  # mimetic initialisation, distilled from std_mlp_6x4.cifar10, no label smoothing
+    'kd2_cifar10': 'cifar10',  # the same, distilled from the stronger std_mlp_6x4.mixup_cifar10 (compare timm's augreg2)
 }
 TAGS = tuple(DATASETS) + tuple(RECIPE_TAGS)
+# The spellings of the recipe tags before they took timm's order, each refused with its new name.
+RENAMED_TAGS: Dict[str, str] = {'cifar10_mixup': 'mixup_cifar10', 'cifar10_kd': 'kd_cifar10', 'cifar10_kd2': 'kd2_cifar10'}
+
+
+def check_tag_spelling(tag: Optional[str]) -> None:
+    """Refuse a recipe tag's earlier spelling (``.cifar10_kd2``) in one line that names the tag it now is."""
+    if tag in RENAMED_TAGS:
+        raise ValueError(f"the tag .{tag} is now .{RENAMED_TAGS[tag]} (timm's order: the recipe first, the dataset "
+                         f"last); the weights are the same")
 
 
 def tag_dataset(tag: Optional[str]) -> Optional[str]:

@@ -38,7 +38,8 @@ from .layers import Block, CholAttention, MimeticInit, MinimalAttention, get_att
 from .model_args import GlobalPoolType, PosEmbedType, WeightInitType, _check_choice, check_input, check_model_args
 from .model_size import check_model_size
 from .pretrained import (  # noqa: F401  (HUB_ORG, WEIGHTS_DIR: where the weights are, also reachable here)
-    HUB_ORG, TAGS, WEIGHTS_DIR, RECIPE_TAGS, _cfg, _weights, tag_dataset, tag_geometry, weights_file_name,
+    HUB_ORG, TAGS, WEIGHTS_DIR, RECIPE_TAGS, _cfg, _weights, check_tag_spelling, tag_dataset, tag_geometry,
+    weights_file_name,
 )
 from .weights_check import check_weights_fit, head_classes, weights_file
 
@@ -491,6 +492,7 @@ def _resolve_tag(variant: str, pretrained_cfg: Any) -> Optional[str]:
     if isinstance(pretrained_cfg, dict):
         return pretrained_cfg.get('tag')
     if isinstance(pretrained_cfg, str):
+        check_tag_spelling(pretrained_cfg)
         return pretrained_cfg
     default = get_pretrained_cfg(variant, allow_unregistered=True)
     return default.tag if default is not None else None

@@ -37,13 +37,17 @@ def create_named_model(name: str, pretrained: bool, error: Type[Exception] = Val
     (always with its weights). Anything else raises ``error`` with what is allowed; a tag without weights adds
     ``no_weights_hint``."""
     import timm
-    from ..models.pretrained import RECIPE_TAGS, TAGS
+    from ..models.pretrained import RECIPE_TAGS, TAGS, check_tag_spelling
     from ..models.vit_minimal import ARCHITECTURES, NoPretrainedWeights, VisionTransformerMinimal
     checkpoint = name.startswith(('local-dir:', 'hf-hub:'))
     if not checkpoint:
         arch, _, tag = name.partition('.')
         if arch not in ARCHITECTURES:
             raise error(f"unknown model '{name}': expected {allowed_models()}")
+        try:
+            check_tag_spelling(tag)
+        except ValueError as e:
+            raise error(f"unknown model '{name}': {e}") from None
         if tag and tag not in TAGS:
             raise error(f"unknown model '{name}': the tags are {', '.join('.' + t for t in TAGS)}")
         with_tag = timm.list_pretrained(f'*.{tag}') if tag in RECIPE_TAGS else ()

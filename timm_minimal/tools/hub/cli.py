@@ -24,7 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help='maintainers: also copy the weights into DIR (default timm_minimal/models/weights, of the '
                              'checkout in the current folder), where the package build picks them up')
     parser.add_argument('--tag', help="the tag the card names and the weights ship under (default: the run's own): "
-                        "a recipe tag of the run's dataset, e.g. cifar10_mixup")
+                        "a recipe tag of the run's dataset, e.g. mixup_cifar10")
     parser.add_argument('--note', default='', help='a sentence on how the run was made, for the card '
                         '(e.g. that it shared its GPU with other runs)')
     parser.add_argument('--push', action='store_true', help='upload the folder to the Hub (HF_ENDPOINT, HF_TOKEN)')

@@ -47,7 +47,7 @@ from ..figures import pyplot
 __all__ = ['Variant', 'PILOTS', 'variant_command', 'collect', 'cpu_threads', 'write_report', 'write_plot', 'main']
 
 TEACHER = 'vit_minimal_std_mlp_6x4.cifar10'  # the paper recipe's best CIFAR-10 model (79.34%, its card)
-STRONG_TEACHER = 'vit_minimal_std_mlp_6x4.cifar10_mixup'  # the zoo's best CIFAR-10 model (82.41%, its card)
+STRONG_TEACHER = 'vit_minimal_std_mlp_6x4.mixup_cifar10'  # the zoo's best CIFAR-10 model (82.41%, its card)
 MIMETIC = ('--model-kwargs', 'weight_init=mimetic')
 DISTILLED = ('--teacher', TEACHER, '--smoothing', '0')
 DISTILLED_STRONG = ('--teacher', STRONG_TEACHER, '--smoothing', '0')
