@@ -50,7 +50,8 @@ def test_export_folder_and_card_numbers_come_from_the_run(mnist_run, tmp_path):
     last = _metrics(mnist_run)[-1]
     card = ModelCard.load(out / 'README.md')
     data = card.data.to_dict()
-    assert data['library_name'] == 'timm' and data['license'] == 'apache-2.0'
+    assert data['library_name'] == 'transformers' and 'custom_code' in data['tags']  # the Hub's snippet: remote code
+    assert data['license'] == 'apache-2.0' and (out / 'LICENSE').is_file()
     assert data['datasets'] == ['ylecun/mnist']
     result = data['model-index'][0]['results'][0]
     assert result['metrics'][0]['type'] == 'accuracy'
@@ -61,6 +62,7 @@ def test_export_folder_and_card_numbers_come_from_the_run(mnist_run, tmp_path):
     assert 'timm-minimal-train --output' in text  # the exact command of the run
     assert '97.80' in text  # the paper's Table 2 validation accuracy for 1-head symmetry
     assert 'hf-hub:testuser/vit_minimal_sym_6x1.mnist' in text
+    assert "'testuser/vit_minimal_sym_6x1.mnist', trust_remote_code=True)" in text and 'pretrained_folder' not in text
     assert (tmp_path / 'cards' / 'sym.md').read_text() == (out / 'README.md').read_text()
     assert 'autocast' not in text  # an fp32 run's card states no precision
 

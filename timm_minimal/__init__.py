@@ -12,6 +12,10 @@ timm-only program never imports transformers)::
 
     from transformers import AutoModelForImageClassification
     model = AutoModelForImageClassification.from_pretrained('path/to/checkpoint')
+
+A shipped checkpoint loads in transformers offline by its name, from the folder its Hub repository holds::
+
+    model = AutoModelForImageClassification.from_pretrained(timm_minimal.pretrained_folder('vit_minimal_sym_6x4.mnist'))
 """
 import time
 
@@ -40,7 +44,9 @@ _TRANSFORMERS_CLASSES = {
     'models.modeling_vit_minimal': ('VitMinimalModel', 'VitMinimalForImageClassification',
                                     'VitMinimalPreTrainedModel'),
 }
-_NAMES = LazyNames(__name__, {**_MODELS, **_TRANSFORMERS_CLASSES}, globals())
+# A folder that transformers loads a shipped checkpoint from, offline (``from_pretrained(pretrained_folder(name))``).
+_ZOO = {'tools.hub.zoo': ('pretrained_folder',)}
+_NAMES = LazyNames(__name__, {**_MODELS, **_TRANSFORMERS_CLASSES, **_ZOO}, globals())
 __getattr__, __dir__ = _NAMES.getattr, _NAMES.dir
 
 

@@ -5,17 +5,35 @@ from pathlib import Path
 
 from ...cli import OneLineParser
 
-__all__ = ['DESCRIPTION', 'build_parser']
+__all__ = ['DESCRIPTION', 'RUN_OPTIONS', 'build_parser']
 
-DESCRIPTION = 'Turn a finished training run into a Hugging Face Hub repository, and upload it.'
+DESCRIPTION = ('Turn a finished training run into a Hugging Face Hub repository, and upload it; or, with --zoo, every '
+               'checkpoint that ships with the package into its own repository.')
+# The options that describe one run; --zoo publishes what ships, so it takes none of them.
+RUN_OPTIONS = ('repo_id', 'card_copy', 'ship_weights', 'tag', 'revision', 'commit_message')
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog='timm-minimal-publish', description=DESCRIPTION)
-    parser.add_argument('run', type=Path, help='a finished training run folder (timm-minimal-train --output)')
-    parser.add_argument('--repo-id', required=True, help='Hub repository, e.g. my-org/vit_minimal_sym_6x4.mnist')
-    parser.add_argument('--output', type=Path, help='repository folder to write (default: <run>/hub)')
+    parser.add_argument('run', type=Path, nargs='?',
+                        help='a finished training run folder (timm-minimal-train --output); not with --zoo')
+    parser.add_argument('--repo-id', help='Hub repository of the run, e.g. my-org/vit_minimal_sym_6x4.mnist (required '
+                        'with a run)')
+    parser.add_argument('--output', type=Path, help='repository folder to write (default: <run>/hub); with --zoo the '
+                        'folder that gets one repository folder per checkpoint (required)')
+    zoo = parser.add_argument_group('the zoo', 'every checkpoint that ships with the package, each into its own '
+                                    'repository <namespace>/<architecture>.<tag>, from its weights in the package and its '
+                                    'card in --cards')
+    zoo.add_argument('--zoo', action='store_true', help='publish the shipped checkpoints instead of a run')
+    zoo.add_argument('--only', nargs='+', metavar='PATTERN',
+                     help="only the checkpoints whose name matches one of these patterns (fnmatch: '*.mnist', "
+                          "'vit_minimal_sym_*')")
+    zoo.add_argument('--cards', type=Path, default=Path('model_cards'),
+                     help="the model cards, <architecture>.<tag>.md (default: the checkout's model_cards)")
+    zoo.add_argument('--namespace', default='timm-minimal',
+                     help="the user or organisation the repositories are pushed to (the pretrained cfgs' hf_hub_id "
+                          "name timm-minimal)")
     parser.add_renamed('--out', '--output')  # the earlier spelling, for one release
     parser.add_argument('--checkpoint', choices=('last', 'best'), default='last',
                         help="weights to publish: the last epoch's (default, as the paper reports) or the best")

@@ -27,7 +27,9 @@ from ...training.checkpoint import CONFIG_FILE, MODEL_FILE, write_file_atomic
 from ...training.run_folder import RunFolder
 from ...training.run_record import Launch, RunRecord
 from ...cli import Failure, UsageError, command
-from .cli import build_parser
+from .cli import RUN_OPTIONS, build_parser
+from .cards import CARD_LIBRARY, CARD_TAGS, card_template
+from .zoo import ZooError, push_zoo, repo_files, select_names, write_zoo
 from ..staging import staged_folder
 from ..common import portable_command
 from ...models.datasets import DatasetInfo, dataset_for_kind
@@ -158,10 +160,10 @@ def _card_data(info: RunInfo, repo_id: str, attn_type: str):
 
     dataset_name, last = info.dataset_name, info.last
     return ModelCardData(
-        library_name='timm',
+        library_name=CARD_LIBRARY,
         pipeline_tag='image-classification',
         license='apache-2.0',
-        tags=['image-classification', 'timm', 'transformers', 'vit_minimal', f'attn-{attn_type}'],
+        tags=[*CARD_TAGS, f'attn-{attn_type}'],
         datasets=[info.dataset_info.hub_id] if info.dataset_info else None,
         model_name=repo_id,
         eval_results=[EvalResult(
@@ -195,13 +197,11 @@ def render_card(info: RunInfo, repo_id: str, model, template: Optional[Path] = N
     paper_rows = _paper_rows(arch, kind)
     comparison = _comparison(paper_rows, last)
     versions = info.run.versions
-    # model_cards/template.md, shipped in the package as model_card_template.md (a link to it)
-    template = Path(template) if template else resources.files('timm_minimal.tools.hub').joinpath('model_card_template.md')
     input_size = model.pretrained_cfg['input_size']
     patch = model.patch_embed.patch_size[0]
     return ModelCard.from_template(
         card_data,
-        template_str=template.read_text(),
+        template_str=card_template(template),
         repo_id=repo_id,
         architecture=arch,
         dataset_name=dataset_name,
@@ -291,25 +291,11 @@ def export_run(run_dir: Path, out_dir: Path, repo_id: str, checkpoint: str = 'la
 
 
 def _write_repo_folder(info: RunInfo, model, folder: Path, repo_id: str, note: str) -> None:
-    """The Hub repository files of a run's model in ``folder``, checked: both libraries must read back its logits."""
-    import timm
-    from ...models.image_processing_vit_minimal import VitMinimalImageProcessor
-    from ...models.modeling_vit_minimal import VitMinimalForImageClassification
+    """The Hub repository files of a run's model in ``folder`` (``zoo.repo_files``), its card rendered from the run."""
     classes = info.run.dataset.get('classes')
     if classes and len(classes) == model.num_classes:
         model.pretrained_cfg = dict(model.pretrained_cfg, label_names=list(classes))
-    hf_model = VitMinimalForImageClassification.from_timm(model).eval()
-    hf_model.save_pretrained(folder)
-    VitMinimalImageProcessor.from_pretrained_cfg(model.pretrained_cfg).save_pretrained(folder)
-    render_card(info, repo_id, model, note=note).save(folder / 'README.md')
-    x = torch.randn(2, *model.pretrained_cfg['input_size'], generator=torch.Generator().manual_seed(0))
-    with torch.no_grad():
-        ref = model(x)
-        via_timm = timm.create_model(f'local-dir:{folder}', pretrained=True).eval()(x)
-        via_hf = VitMinimalForImageClassification.from_pretrained(folder).eval()(pixel_values=x).logits
-    for name, logits in (('timm', via_timm), ('transformers', via_hf)):
-        if not torch.allclose(logits, ref, atol=1e-5, rtol=1e-5):
-            raise RuntimeError(f'the exported folder gives other logits in {name} than the run checkpoint.')
+    repo_files(model, folder, str(render_card(info, repo_id, model, note=note)))
 
 
 def push_folder(folder: Path, repo_id: str, private: bool = False, revision: Optional[str] = None,
@@ -345,11 +331,54 @@ def written_from(out: Path, run_dir: Path, checkpoint: str) -> bool:
     return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
+def _check_arguments(args) -> None:
+    """A run or --zoo, with the options that go with it; else a one-line usage error."""
+    if args.zoo:
+        given = [f'--{k.replace("_", "-")}' for k in RUN_OPTIONS if getattr(args, k) not in (None, False)]
+        if args.run is not None or given:
+            raise UsageError(f'--zoo publishes the checkpoints that ship with the package; it takes no run folder and '
+                             f'none of {", ".join(given) or args.run}')
+        if args.output is None:
+            raise UsageError('--zoo needs --output DIR, the folder that gets one repository folder per checkpoint')
+        return
+    if args.run is None:
+        raise UsageError('name a finished training run folder, or pass --zoo to publish the shipped checkpoints')
+    if args.repo_id is None:
+        raise UsageError('--repo-id is required with a run folder (e.g. my-org/vit_minimal_sym_6x4.mnist)')
+    if args.only or args.namespace != 'timm-minimal' or args.cards != Path('model_cards'):
+        raise UsageError('--only, --namespace and --cards go with --zoo; a run is published to its --repo-id')
+
+
+def publish_zoo(args) -> int:
+    """--zoo: every selected checkpoint's repository folder, refused whole before anything is written; pushed with
+    --push."""
+    try:
+        names = select_names(args.cards, args.only)
+        folders = write_zoo(args.output, names, args.cards)
+    except ZooError as e:
+        raise UsageError(str(e)) from None
+    print(f'{len(folders)} repository folder{"s" if len(folders) != 1 else ""} in {args.output}')
+    if args.push:
+        from huggingface_hub import constants
+        try:
+            done = push_zoo(folders, args.namespace, args.private, args.token)
+        except Exception as e:  # noqa: BLE001 (the Hub client raises HTTP, connection and validation errors alike)
+            cause = ' '.join(str(e).split())[:300] or type(e).__name__
+            raise Failure(f'the push to {args.namespace} at {constants.ENDPOINT} failed ({type(e).__name__}: {cause}); '
+                          f'the folders are written, and the same command pushes what is still missing') from None
+        counts = {k: list(done.values()).count(k) for k in ('created', 'updated', 'unchanged')}
+        print(', '.join(f'{n} {k}' for k, n in counts.items()) + f' at {constants.ENDPOINT}')
+    return 0
+
+
 @command('timm-minimal-publish')
 def main(argv: Optional[Sequence[str]] = None) -> int:
     from transformers.utils import logging as hf_logging
     args = build_parser().parse_args(argv)
+    _check_arguments(args)
     hf_logging.disable_progress_bar()  # save_pretrained's shard bar: the tool prints its own lines
+    if args.zoo:
+        return publish_zoo(args)
     out = Path(args.output) if args.output else args.run / 'hub'
     if args.push and written_from(out, args.run, args.checkpoint):  # a push that failed before: the folder stands
         print(f'{out} already holds this run\'s {args.checkpoint} weights: pushing it as it is')

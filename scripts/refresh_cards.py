@@ -1,0 +1,37 @@
+#!/usr/bin/env python
+"""Give the shipped model cards (model_cards/<architecture>.<tag>.md) the template's library, tags and Usage section,
+leaving their numbers and every other line as they are.
+
+    python scripts/refresh_cards.py            # rewrite the cards that differ
+    python scripts/refresh_cards.py --check    # exit 1 if a card differs
+"""
+import argparse
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the package of this checkout
+
+from timm_minimal.models.pretrained import HUB_ORG  # noqa: E402
+from timm_minimal.tools.hub.cards import refreshed_card  # noqa: E402
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument('--check', action='store_true', help='only compare, write nothing')
+    args = parser.parse_args()
+    stale = []
+    for path in sorted((ROOT / 'model_cards').glob('vit_minimal_*.md')):
+        name = path.name[:-len('.md')]
+        text = path.read_text(encoding='utf-8')
+        new = refreshed_card(text, f'{HUB_ORG}/{name}', name)
+        if new != text:
+            stale.append(path.name)
+            if not args.check:
+                path.write_text(new, encoding='utf-8')
+    print(f'{len(stale)} card(s) {"differ" if args.check else "rewritten"}: {", ".join(stale) or "none"}')
+    return 1 if args.check and stale else 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,205 @@
+"""The zoo as Hub repositories: one folder per shipped checkpoint, written from what ships, and pushed.
+
+    timm-minimal-publish --zoo --output hub-zoo                     # 37 repository folders, offline
+    timm-minimal-publish --zoo --output hub-zoo --only '*cifar10*'  # those whose name matches
+    timm-minimal-publish --zoo --output hub-zoo --push              # and upload them, one line each
+
+A shipped checkpoint is a pretrained tag whose weights ship inside the package
+(``timm_minimal/models/weights/<architecture>.<tag>.safetensors``) with its card in ``model_cards/<architecture>.<tag>.md``;
+its repository ``timm-minimal/<architecture>.<tag>`` is what its pretrained cfg's ``hf_hub_id`` names. Each folder holds
+what ``repo_files`` writes for any published model: the weights, ``config.json`` (timm's ``hf-hub:`` and transformers),
+the remote code, ``preprocessor_config.json``, the card as ``README.md`` and the license. A push uploads a folder only
+where the repository's files differ from it, so a second push of an unchanged zoo uploads nothing and an interrupted
+push resumes where it stopped.
+
+``pretrained_folder(name)`` writes the same folder (without the card) into the user's cache, so that transformers loads
+a shipped checkpoint by its name offline: ``AutoModelForImageClassification.from_pretrained(pretrained_folder(name))``.
+"""
+import fnmatch
+import hashlib
+import shutil
+from importlib import resources
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Optional, Sequence
+
+__all__ = ['ZooError', 'ZOO_MARKER', 'shipped_names', 'select_names', 'write_zoo', 'repo_files', 'pretrained_folder',
+           'remote_differences', 'push_zoo', 'hub_snippets', 'LICENSE_FILE']
+
+ZOO_MARKER = '.timm-minimal-zoo.json'  # lists the files the zoo wrote into a folder: a rerun replaces only such a folder
+LICENSE_FILE = 'LICENSE'
+
+
+class ZooError(ValueError):
+    """A zoo that cannot be written as asked, with what is wrong and what is allowed."""
+
+
+def shipped_names() -> List[str]:
+    """``<architecture>.<tag>`` of every checkpoint whose weights ship inside the package, sorted."""
+    import timm
+    from timm.models import get_pretrained_cfg
+    import timm_minimal  # noqa: F401  (registers the architectures and their pretrained cfgs)
+    names = []
+    for name in timm.list_pretrained('vit_minimal_*'):
+        cfg = get_pretrained_cfg(name)
+        if cfg is not None and cfg.file and Path(cfg.file).is_file():
+            names.append(name)
+    return sorted(names)
+
+
+def select_names(cards_dir: Path, only: Optional[Sequence[str]] = None) -> List[str]:
+    """The checkpoints to publish: those with weights or a card, matching one of ``only`` (fnmatch patterns, default
+    all); a checkpoint with weights and no card, or a card and no weights, is refused by name."""
+    cards_dir = Path(cards_dir)
+    if not cards_dir.is_dir():
+        raise ZooError(f'--cards {cards_dir}: no such folder; run from the root of a checkout of this repository '
+                       f'(model_cards/) or name the folder of the model cards')
+    cards = {p.name[:-len('.md')] for p in cards_dir.glob('vit_minimal_*.md')}
+    weights = set(shipped_names())
+    names = sorted(weights | cards)
+    if only:
+        for pattern in only:
+            if not fnmatch.filter(names, pattern):
+                raise ZooError(f"--only {pattern}: matches no checkpoint; the zoo's are {', '.join(names)}")
+        names = [n for n in names if any(fnmatch.fnmatchcase(n, p) for p in only)]
+    no_card = [n for n in names if n not in cards]
+    no_weights = [n for n in names if n not in weights]
+    if no_card or no_weights:
+        why = ([f'no card in {cards_dir} for {", ".join(no_card)}'] if no_card else []) + \
+              ([f'no weights in the package for {", ".join(no_weights)}'] if no_weights else [])
+        raise ZooError(f'{"; ".join(why)}: a checkpoint is published with both; nothing was written')
+    return names
+
+
+def repo_files(model: Any, folder: Path, card: Optional[str] = None) -> None:
+    """The files of a Hub repository of a timm ``model`` in ``folder``: ``model.safetensors``, ``config.json``, the
+    remote code, ``preprocessor_config.json``, the license and, given, the card as ``README.md``; checked: timm
+    (``local-dir:``) and transformers must read back the model's logits."""
+    import timm
+    import torch
+    from ...models.modeling_vit_minimal import VitMinimalForImageClassification
+    folder = Path(folder)
+    VitMinimalForImageClassification.from_timm(model).eval().save_pretrained(folder)  # the processor config too
+    with resources.as_file(resources.files(__package__).joinpath(LICENSE_FILE)) as license_file:
+        shutil.copyfile(license_file, folder / LICENSE_FILE)
+    if card is not None:
+        (folder / 'README.md').write_text(card, encoding='utf-8')
+    x = torch.randn(2, *model.pretrained_cfg['input_size'], generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        ref = model.eval()(x)
+        via_timm = timm.create_model(f'local-dir:{folder}', pretrained=True).eval()(x)
+        via_hf = VitMinimalForImageClassification.from_pretrained(folder).eval()(pixel_values=x).logits
+    for library, logits in (('timm', via_timm), ('transformers', via_hf)):
+        if not torch.allclose(logits, ref, atol=1e-5, rtol=1e-5):
+            raise RuntimeError(f'the repository folder {folder} gives other logits in {library} than the model.')
+
+
+def write_zoo(out_dir: Path, names: Iterable[str], cards_dir: Path) -> List[Path]:
+    """``out_dir/<name>`` for each name: a complete Hub repository folder, written whole or not at all. A folder an
+    earlier run of the zoo wrote is replaced; any other folder of that name is refused, left as it was."""
+    import timm
+    from ..staging import staged_folder
+    folders = []
+    for name in names:
+        out = Path(out_dir) / name
+        card = (Path(cards_dir) / f'{name}.md').read_text(encoding='utf-8')
+        with staged_folder(out, overwrite=True, marker=ZOO_MARKER, error=ZooError) as stage:
+            repo_files(timm.create_model(name, pretrained=True), stage, card)
+        print(f'wrote {out}', flush=True)
+        folders.append(out)
+    return folders
+
+
+def pretrained_folder(name: str) -> Path:
+    """A folder that transformers loads ``name``, a shipped checkpoint (``vit_minimal_sym_6x4.kd2_cifar10``), from,
+    offline: its Hub repository's files without the card, made on first use in the user's cache and kept there
+    under the digest of the weights it holds."""
+    import timm
+    from timm.models import get_pretrained_cfg
+    from ..staging import staged_folder
+    from ...training.data import default_cache_dir
+    cfg = get_pretrained_cfg(name) if name in shipped_names() else None
+    if cfg is None:
+        raise ValueError(f"no shipped checkpoint is named '{name}'; the shipped ones: {', '.join(shipped_names())}")
+    digest = hashlib.sha256(Path(cfg.file).read_bytes()).hexdigest()[:16]
+    out = default_cache_dir() / 'pretrained' / f'{name}-{digest}'
+    if not (out / 'config.json').is_file():  # written whole or not at all; a second writer replaces the same files
+        with staged_folder(out, overwrite=True, marker=ZOO_MARKER) as stage:
+            repo_files(timm.create_model(name, pretrained=True), stage)
+    return out
+
+
+def _git_blob_id(data: bytes) -> str:
+    return hashlib.sha1(b'blob %d\0' % len(data) + data).hexdigest()
+
+
+def remote_differences(api: Any, repo_id: str, folder: Path, ignore: Sequence[str] = (ZOO_MARKER,)) -> Optional[List[str]]:
+    """The files of ``folder`` that the repository lacks or holds with other content (None: no such repository).
+    A regular file is compared by its git blob id, an LFS file by the SHA-256 of its content."""
+    from huggingface_hub.errors import RepositoryNotFoundError
+    try:
+        remote = {f.path: (f.blob_id, f.lfs.sha256 if f.lfs else None)  # RepoFile; folders have no blob_id
+                  for f in api.list_repo_tree(repo_id, recursive=True) if hasattr(f, 'blob_id')}
+    except RepositoryNotFoundError:
+        return None
+    changed = []
+    for path in sorted(p for p in Path(folder).rglob('*') if p.is_file()):
+        name = path.relative_to(folder).as_posix()
+        if name in ignore:
+            continue
+        data, (blob_id, lfs_sha256) = path.read_bytes(), remote.get(name, (None, None))
+        same = hashlib.sha256(data).hexdigest() == lfs_sha256 if lfs_sha256 else _git_blob_id(data) == blob_id
+        if not same:
+            changed.append(name)
+    return changed
+
+
+def push_zoo(folders: Iterable[Path], namespace: str, private: bool = False, token: Optional[str] = None,
+             endpoint: Optional[str] = None) -> Dict[str, str]:
+    """Upload each folder to ``<namespace>/<folder name>`` where the repository differs from it; one line each.
+    What happened to each repository: 'created', 'updated' or 'unchanged'."""
+    from huggingface_hub import HfApi, constants
+    api = HfApi(endpoint=endpoint or constants.ENDPOINT, token=token)
+    done = {}
+    for folder in folders:
+        repo_id = f'{namespace}/{Path(folder).name}'
+        changed = remote_differences(api, repo_id, folder)
+        if changed == []:
+            print(f'unchanged {repo_id}', flush=True)
+            done[repo_id] = 'unchanged'
+            continue
+        api.create_repo(repo_id, private=private, exist_ok=True, repo_type='model')
+        info = api.upload_folder(folder_path=str(folder), repo_id=repo_id, ignore_patterns=[ZOO_MARKER],
+                                 commit_message=f'Upload {Path(folder).name}')
+        done[repo_id] = 'created' if changed is None else 'updated'
+        what = 'all files' if changed is None else ', '.join(changed)
+        print(f'pushed {repo_id} ({what}): {info.commit_url}', flush=True)
+    return done
+
+
+def hub_snippets(repo_id: str, library_name: Optional[str], tags: Sequence[str], pipeline_tag: Optional[str],
+                 files: Sequence[str], config: Dict[str, Any]) -> List[str]:
+    """The code the Hub's "Use this model" button shows for a repository, by the rule of the Hub's own snippets
+    (huggingface.js, ``model-libraries-snippets.ts``) for the libraries a card here can name: ``timm`` gives
+    ``timm.create_model("hf_hub:<id>")``; ``transformers`` gives a pipeline and the Auto classes its config maps
+    (``auto_map``), with ``trust_remote_code=True`` where the tags hold ``custom_code``."""
+    if library_name == 'timm':
+        return [f'import timm\n\nmodel = timm.create_model("hf_hub:{repo_id}", pretrained=True)']
+    if library_name != 'transformers':
+        raise ValueError(f'no snippet is known for library_name {library_name!r}')
+    remote = ', trust_remote_code=True' if 'custom_code' in tags else ''
+    auto_map = config.get('auto_map') or {}
+    auto_model = next((k for k in auto_map if k.startswith('AutoModelFor')), 'AutoModel')
+    processor = 'AutoImageProcessor' if 'preprocessor_config.json' in files else None
+    if processor:
+        auto = (f'# Load model directly\nfrom transformers import {processor}, {auto_model}\n\n'
+                f'processor = {processor}.from_pretrained("{repo_id}"{remote})\n'
+                f'model = {auto_model}.from_pretrained("{repo_id}"{remote})')
+    else:
+        auto = (f'# Load model directly\nfrom transformers import {auto_model}\n'
+                f'model = {auto_model}.from_pretrained("{repo_id}"{remote}, dtype="auto")')
+    if pipeline_tag != 'image-classification':
+        return [auto]
+    pipe = (f'# Use a pipeline as a high-level helper\nfrom transformers import pipeline\n\n'
+            f'pipe = pipeline("{pipeline_tag}", model="{repo_id}"{remote})\n'
+            f'pipe("https://huggingface.co/datasets/huggingface/documentation-images/resolve/main/hub/parrots.png")')
+    return [pipe, auto]
