@@ -1,9 +1,9 @@
 #!/usr/bin/env python
 """Give the shipped model cards (model_cards/<architecture>.<tag>.md) the template's library, tags and Usage section,
-leaving their numbers and every other line as they are.
+leaving their numbers and every other line as they are; then write the README's "which model?" table from them.
 
-    python scripts/refresh_cards.py            # rewrite the cards that differ
-    python scripts/refresh_cards.py --check    # exit 1 if a card differs
+    python scripts/refresh_cards.py            # rewrite what differs
+    python scripts/refresh_cards.py --check    # exit 1 if a card or the README's table differs
 """
 import argparse
 import sys
@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the package of this checkout
 
 from timm_minimal.models.pretrained import HUB_ORG  # noqa: E402
-from timm_minimal.tools.hub.cards import refreshed_card  # noqa: E402
+from timm_minimal.tools.hub.cards import readme_with_which_model, refreshed_card  # noqa: E402
 
 
 def main() -> int:
@@ -29,7 +29,14 @@ def main() -> int:
             stale.append(path.name)
             if not args.check:
                 path.write_text(new, encoding='utf-8')
-    print(f'{len(stale)} card(s) {"differ" if args.check else "rewritten"}: {", ".join(stale) or "none"}')
+    readme = ROOT / 'README.md'
+    text = readme.read_text(encoding='utf-8')
+    new = readme_with_which_model(text, ROOT / 'model_cards')
+    if new != text:
+        stale.append(readme.name)
+        if not args.check:
+            readme.write_text(new, encoding='utf-8')
+    print(f'{len(stale)} file(s) {"differ" if args.check else "rewritten"}: {", ".join(stale) or "none"}')
     return 1 if args.check and stale else 0
 
 

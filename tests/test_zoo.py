@@ -231,3 +231,15 @@ def test_each_shipped_card_has_the_templates_library_tags_and_usage(name):
     card = ModelCard(text)
     assert card.data.library_name == CARD_LIBRARY and set(CARD_TAGS) <= set(card.data.tags)
     assert card_usage(f'{HUB_ORG}/{name}', name) in text and 'revision=' in text and 'import timm_minimal' in text
+
+
+def test_the_readmes_which_model_table_is_read_from_the_cards():
+    """Per dataset the most accurate checkpoint, the smallest within a point of it and the paper's flagship, and the
+    architectures without weights (``python scripts/refresh_cards.py`` rewrites it)."""
+    from timm_minimal.tools.hub.cards import readme_with_which_model, which_model
+    readme = (ROOT / 'README.md').read_text()
+    assert readme_with_which_model(readme, CARDS) == readme
+    table = which_model(CARDS)
+    assert '| MNIST | [`vit_minimal_std_mlp_6x4.mnist`]' in table  # 99.52%, the most accurate card
+    assert '[`vit_minimal_sym_6x4.mnist`](model_cards/vit_minimal_sym_6x4.mnist.md): 99.21%, 70,930 parameters |' in table
+    assert '14 of the 28 architectures ship without weights' in table and '`vit_minimal_chol_6x1`' in table

@@ -11,7 +11,7 @@ from typing import Any, Dict, List, Optional
 from .datasets import DATASETS
 
 __all__ = ['PAPER', 'PAPER_TITLE', 'PAPER_ARXIV', 'PAPER_EPOCHS', 'NUM_CLASSES', 'MODIFICATIONS', 'VARIANTS', 'PaperRow',
-           'TABLE1', 'TABLE2', 'TABLE2_CIFAR10', 'BASELINE', 'arch_name', 'is_minimal', 'parse_arch']
+           'TABLE1', 'TABLE2', 'TABLE2_CIFAR10', 'BASELINE', 'FLAGSHIP', 'arch_name', 'is_minimal', 'parse_arch']
 
 PAPER_TITLE = 'Reducing the Transformer Architecture to a Minimum'
 PAPER_ARXIV = 'arXiv:2410.13732'
@@ -152,6 +152,9 @@ def arch_name(attn: str, mlp: bool, depth: int, heads: int) -> str:
 
 # The paper's baseline: the unchanged transformer with its MLP, 6 layers, one head (Table 1's first row).
 BASELINE = arch_name('std', True, 6, 1)
+# The paper's point in one model: no MLP and symmetric attention (W_K := W_Q) with four heads, the smallest model of
+# Table 2 within 0.2 points of the baseline (98.24% against 98.38% with a quarter of its parameters)
+FLAGSHIP = arch_name('sym', False, 6, 4)
 
 
 def parse_arch(name: str) -> Dict[str, Any]:

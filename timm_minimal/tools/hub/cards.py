@@ -5,7 +5,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Optional
 
-__all__ = ['CARD_LIBRARY', 'CARD_TAGS', 'card_template', 'card_usage', 'refreshed_card']
+__all__ = ['CARD_LIBRARY', 'CARD_TAGS', 'card_template', 'card_usage', 'refreshed_card', 'which_model',
+           'readme_with_which_model']
 
 # The card's library and tags decide the snippet of the Hub's "Use this model" button (zoo.hub_snippets): transformers
 # with custom_code is the one that runs where only torch, timm and transformers are installed (timm's needs this package).
@@ -41,3 +42,65 @@ def refreshed_card(text: str, repo_id: str, shipped: Optional[str]) -> str:
     text = str(card)
     where = _section(text, '## Usage')
     return text[:where.start] + card_usage(repo_id, shipped) + text[where.stop:]
+
+
+# -- the README's "which model?" table, from the cards --------------------------------------------------------------
+
+WITHIN_POINTS = 1.0  # the smallest checkpoint whose accuracy is this close to the most accurate one's
+
+
+def _card_facts(path: Path) -> dict:
+    """A shipped card's name, dataset, test accuracy (its eval result) and parameter count (its architecture table)."""
+    import re
+    from huggingface_hub import ModelCard
+    card = ModelCard.load(path)
+    result = card.data.eval_results[0]
+    params = re.search(r'^\| parameters \| ([\d,]+) \|$', card.text, re.M)
+    if params is None:
+        raise ValueError(f'{path} gives no parameter count ("| parameters | N |")')
+    return dict(name=path.name[:-len('.md')], dataset=result.dataset_name, acc=float(result.metric_value),
+                params=int(params.group(1).replace(',', '')))
+
+
+def _cell(fact: dict, link_base: str) -> str:
+    return (f'[`{fact["name"]}`]({link_base}/{fact["name"]}.md): {fact["acc"]:.2f}%, '
+            f'{fact["params"]:,} parameters')
+
+
+def which_model(cards_dir: Path, link_base: str = 'model_cards') -> str:
+    """Markdown: per dataset, the most accurate shipped checkpoint, the smallest one within ``WITHIN_POINTS`` of it and
+    the paper's flagship (its most accurate tag), all read from the cards; then the architectures without weights."""
+    from ...models.datasets import DATASETS
+    from ...models.paper import FLAGSHIP, TABLE1, TABLE2
+    from ...models.vit_minimal import ARCHITECTURES
+    facts = [_card_facts(p) for p in sorted(Path(cards_dir).glob('vit_minimal_*.md'))]
+    lines = [f'| data | the most accurate | the smallest within {WITHIN_POINTS:g} point of it | the paper\'s flagship '
+             f'(`{FLAGSHIP}`: no MLP, symmetric attention) |', '|---|---|---|---|']
+    order = [d.display_name for d in DATASETS.values()]
+    for dataset in sorted(dict.fromkeys(f['dataset'] for f in facts), key=order.index):
+        mine = [f for f in facts if f['dataset'] == dataset]
+        best = max(mine, key=lambda f: f['acc'])
+        small = min((f for f in mine if f['acc'] >= best['acc'] - WITHIN_POINTS), key=lambda f: (f['params'], -f['acc']))
+        flagship = max((f for f in mine if f['name'].split('.')[0] == FLAGSHIP), key=lambda f: f['acc'])
+        small_cell = 'the same: no smaller one is that close' if small is best else _cell(small, link_base)
+        lines.append(f'| {dataset} | {_cell(best, link_base)} | {small_cell} | {_cell(flagship, link_base)} |')
+    shipped = {f['name'].split('.')[0] for f in facts}
+    without = [a for a in ARCHITECTURES if a not in shipped]
+    in_tables = [a for a in without if any(row.arch == a for row in TABLE1 + TABLE2)]
+    if in_tables:
+        raise ValueError(f'{", ".join(in_tables)} ship without weights though the paper reports them')
+    return '\n'.join(lines) + (
+        f'\n\n{len(without)} of the {len(ARCHITECTURES)} architectures ship without weights: the paper reports no result '
+        f'for any of them, and the zoo trains the models of its Tables 1 and 2. Table 2, the matrix variants, has 6 '
+        f'layers only and no symmetric model with an MLP, and the Cholesky variant `chol` is named in the paper\'s text alone: '
+        f'{", ".join(f"`{a}`" for a in without)}.\n')
+
+
+WHICH_MODEL_MARKERS = ('<!-- which-model: start -->\n', '<!-- which-model: end -->\n')
+
+
+def readme_with_which_model(readme: str, cards_dir: Path) -> str:
+    """The README's text with ``which_model`` between its markers."""
+    start, end = WHICH_MODEL_MARKERS
+    a, b = readme.index(start) + len(start), readme.index(end)
+    return readme[:a] + which_model(cards_dir) + readme[b:]
