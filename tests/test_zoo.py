@@ -243,3 +243,31 @@ def test_the_readmes_which_model_table_is_read_from_the_cards():
     assert '| MNIST | [`vit_minimal_std_mlp_6x4.mnist`]' in table  # 99.52%, the most accurate card
     assert '[`vit_minimal_sym_6x4.mnist`](model_cards/vit_minimal_sym_6x4.mnist.md): 99.21%, 70,930 parameters |' in table
     assert '14 of the 28 architectures ship without weights' in table and '`vit_minimal_chol_6x1`' in table
+
+
+@pytest.mark.slow
+def test_the_whole_zoo_pushes_and_a_second_push_uploads_nothing(tmp_path, hub_server, capsys):
+    """What the organisation's token holder runs, against the test server: every shipped checkpoint into its own
+    repository, each loadable in timm; then the same command again, which commits nothing."""
+    import time
+    start = time.perf_counter()
+    assert _zoo(tmp_path, '--push', '--namespace', 'testorg') == 0
+    first = time.perf_counter() - start
+    out = capsys.readouterr().out
+    names = shipped_names()
+    assert f'{len(names)} created, 0 updated, 0 unchanged' in out
+    for name in names:
+        assert 'model.safetensors' in HfApi().list_repo_files(f'testorg/{name}')
+    for name in names[::15]:
+        x = torch.randn(1, *timm.create_model(name).pretrained_cfg['input_size'])
+        with torch.no_grad():
+            assert torch.equal(timm.create_model(f'hf-hub:testorg/{name}', pretrained=True).eval()(x),
+                               timm.create_model(name, pretrained=True).eval()(x))
+    commits = sum('/commit/' in r for r in hub_server.requests)
+    start = time.perf_counter()
+    assert _zoo(tmp_path, '--push', '--namespace', 'testorg') == 0
+    second = time.perf_counter() - start
+    assert f'0 created, 0 updated, {len(names)} unchanged' in capsys.readouterr().out
+    assert sum('/commit/' in r for r in hub_server.requests) == commits == len(names)
+    print(f'\nthe zoo: {len(names)} repositories pushed in {first:.1f} s (written and checked first); '
+          f'the second run pushed nothing in {second:.1f} s')
