@@ -12,7 +12,7 @@ from hub_server import HubServer, configure_client
 @pytest.fixture(scope='session', autouse=True)
 def _own_cache():
     """The suite's cache folder (``TIMM_MINIMAL_CACHE``: CPU-mode decisions, decoded archives and images,
-    locks, the staging key) is a temporary one of its own, removed at the end, never the user's
+    locks, the records of outputs) is a temporary one of its own, removed at the end, never the user's
     ``~/.cache/timm_minimal``: a decision measured beside the other tests would steer the user's later runs."""
     with tempfile.TemporaryDirectory(prefix='timm-minimal-cache-', ignore_cleanup_errors=True) as cache, \
             pytest.MonkeyPatch.context() as mp:

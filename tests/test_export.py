@@ -160,7 +160,7 @@ def test_failed_verification_leaves_nothing_and_an_earlier_export_is_kept(tmp_pa
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
     monkeypatch.undo()
     ex.export_model(model, out, overwrite=True)
-    assert sorted(p.name for p in out.iterdir()) == [ex.MARKER_FILE, 'model.onnx', 'preprocessing.json']
+    assert sorted(p.name for p in out.iterdir()) == ['model.onnx', 'preprocessing.json']
     assert [p.name for p in tmp_path.iterdir()] == ['out']
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from timm_minimal.cli import Failure
-from timm_minimal.tools.staging import signing_key, staged_folder
+from timm_minimal.tools.staging import recorded_files, recover, staged_folder
 
 
 class Refused(ValueError):
@@ -15,61 +15,48 @@ class Refused(ValueError):
 
 @pytest.fixture(autouse=True)
 def own_cache(tmp_path, monkeypatch):
-    """This test's own cache folder, and so its own signing key."""
+    """This test's own cache folder, and so its own records of outputs."""
     monkeypatch.setenv('TIMM_MINIMAL_CACHE', str(tmp_path / 'cache'))
 
 
 def _write(out, overwrite=False, files=('a.txt',)):
-    with staged_folder(out, overwrite, marker='.mark.json', error=Refused) as stage:
+    with staged_folder(out, overwrite, record=True, error=Refused) as stage:
         for name in files:
             (stage / name).write_text(name)
 
 
-def test_the_folder_appears_whole_with_its_marker(tmp_path):
+def test_the_folder_appears_whole_and_is_recorded_in_the_cache_not_in_it(tmp_path):
+    import hashlib
     _write(tmp_path / 'out', files=('a.txt', 'b.txt'))
-    assert sorted(p.name for p in (tmp_path / 'out').iterdir()) == ['.mark.json', 'a.txt', 'b.txt']
-    import hashlib
-    import hmac
-    manifest = json.loads((tmp_path / 'out' / '.mark.json').read_text())
-    files = {n: hashlib.sha256(n.encode()).hexdigest() for n in ('a.txt', 'b.txt')}
-    signature = hmac.new(signing_key(), json.dumps(files, sort_keys=True).encode(), hashlib.sha256).hexdigest()
-    assert manifest == {'format': 'timm-minimal-files/1', 'files': files, 'signature': signature}
+    assert sorted(p.name for p in (tmp_path / 'out').iterdir()) == ['a.txt', 'b.txt']
+    assert recorded_files(tmp_path / 'out') == {n: hashlib.sha256(n.encode()).hexdigest() for n in ('a.txt', 'b.txt')}
     assert sorted(p.name for p in tmp_path.iterdir()) == ['cache', 'out']
-    key = tmp_path / 'cache' / 'staging.key'
-    assert key.stat().st_mode & 0o777 == 0o600 and len(key.read_bytes()) == 32
+    assert [p.name for p in (tmp_path / 'cache' / 'outputs').iterdir() if 'swap' in p.name] == []  # no swap under way
 
 
-def test_a_marker_with_the_right_digests_but_not_this_users_signature_proves_nothing(tmp_path, monkeypatch):
-    """The digests prove the content, not who listed it: a hand-made marker listing a user's own files with their
-    correct digests (unsigned, or signed with another key) gets nothing replaced by --overwrite."""
-    import hashlib
-    import hmac
-    out = tmp_path / 'thesis'
-    out.mkdir()
-    (out / 'thesis.tex').write_text('keep')
-    files = {'thesis.tex': hashlib.sha256(b'keep').hexdigest()}
-    other = hmac.new(b'x' * 32, json.dumps(files, sort_keys=True).encode(), hashlib.sha256).hexdigest()
-    for forged in ({'format': 'timm-minimal-files/1', 'files': files},
-                   {'format': 'timm-minimal-files/1', 'files': files, 'signature': other}):
-        (out / '.mark.json').write_text(json.dumps(forged))
-        with pytest.raises(Refused, match='did not write .*signed with this user'):
-            _write(out, overwrite=True)
-        assert (out / 'thesis.tex').read_text() == 'keep'
-    _write(tmp_path / 'mine')  # the tool's own output, signed: replaced
-    _write(tmp_path / 'mine', overwrite=True, files=('c.txt',))
+def test_a_copy_of_an_output_or_another_users_cache_proves_nothing(tmp_path, monkeypatch):
+    """The record names the folder the tool wrote: a copy of it elsewhere is the user's, and so is the output itself
+    for a tool with another cache (another user, another machine)."""
+    import shutil
+    _write(tmp_path / 'mine')
+    shutil.copytree(tmp_path / 'mine', tmp_path / 'copy')
+    with pytest.raises(Refused, match=r'did not write \(a.txt\)'):
+        _write(tmp_path / 'copy', overwrite=True)
+    _write(tmp_path / 'mine', overwrite=True, files=('c.txt',))  # the tool's own output: replaced
     monkeypatch.setenv('TIMM_MINIMAL_CACHE', str(tmp_path / 'another-user'))
-    with pytest.raises(Refused, match='did not write'):  # another user's key: not proven
+    with pytest.raises(Refused, match='did not write'):
         _write(tmp_path / 'mine', overwrite=True)
+    assert (tmp_path / 'copy' / 'a.txt').read_text() == 'a.txt' and (tmp_path / 'mine' / 'c.txt').is_file()
 
 
 def test_a_failure_leaves_nothing_and_keeps_the_earlier_output(tmp_path):
     out = tmp_path / 'out'
     _write(out)
     with pytest.raises(KeyError):
-        with staged_folder(out, True, marker='.mark.json', error=Refused) as stage:
+        with staged_folder(out, True, record=True, error=Refused) as stage:
             (stage / 'half.txt').write_text('x')
             raise KeyError('boom')
-    assert sorted(p.name for p in out.iterdir()) == ['.mark.json', 'a.txt']
+    assert sorted(p.name for p in out.iterdir()) == ['a.txt']
     assert [p.name for p in tmp_path.iterdir() if p.name != 'cache'] == ['out']
 
 
@@ -77,7 +64,7 @@ def test_overwrite_replaces_its_own_output_and_empty_folders_only(tmp_path):
     out = tmp_path / 'out'
     _write(out)
     _write(out, overwrite=True, files=('c.txt',))
-    assert sorted(p.name for p in out.iterdir()) == ['.mark.json', 'c.txt']
+    assert sorted(p.name for p in out.iterdir()) == ['c.txt']
     (tmp_path / 'empty').mkdir()
     _write(tmp_path / 'empty')
     mine = tmp_path / 'mine'
@@ -109,7 +96,7 @@ def test_the_working_folder_and_its_ancestors_are_never_replaced(tmp_path, monke
 def test_a_full_disk_is_named_and_nothing_is_left(tmp_path):
     out = tmp_path / 'out'
     with pytest.raises(Failure, match='no space left on the device'):
-        with staged_folder(out, marker='.mark.json', error=Refused):
+        with staged_folder(out, record=True, error=Refused):
             raise OSError(errno.ENOSPC, 'No space left on device')
     assert [p.name for p in tmp_path.iterdir() if p.name != 'cache'] == []
 
@@ -128,25 +115,6 @@ def test_a_read_only_file_system_is_named_as_such_not_as_a_full_disk(small_disk)
     assert list(disk.iterdir()) == []
 
 
-def test_a_forged_or_malformed_marker_proves_nothing(tmp_path):
-    """The marker is a claim; only files whose digest it lists are the tool's, so a hand-written marker that names
-    a user's files (or is not a listing at all) gets nothing deleted."""
-    out = tmp_path / 'out'
-    out.mkdir()
-    (out / 'thesis.tex').write_text('keep')
-    (out / 'src').mkdir()
-    (out / 'src' / 'main.c').write_text('keep')
-    (out / 'a').write_text('keep')
-    for forged in ({'files': ['thesis.tex', 'src', 'a']}, {'files': 'a'},
-                   {'format': 'timm-minimal-files/1', 'files': {'thesis.tex': '0' * 64, 'src/main.c': '1' * 64}},
-                   {'format': 'timm-minimal-files/1', 'files': {'a': 'not a digest'}}):
-        (out / '.mark.json').write_text(json.dumps(forged))
-        with pytest.raises(Refused, match='did not write'):
-            _write(out, overwrite=True)
-    assert (out / 'thesis.tex').read_text() == 'keep' and (out / 'src' / 'main.c').read_text() == 'keep'
-    assert (out / 'a').read_text() == 'keep'
-
-
 def test_a_file_added_to_the_output_while_writing_is_kept(tmp_path):
     """The check runs again at the swap: a file that appears in --output while the tool writes is never replaced,
     with or without overwrite."""
@@ -155,7 +123,7 @@ def test_a_file_added_to_the_output_while_writing_is_kept(tmp_path):
         if overwrite:
             _write(out)
         with pytest.raises(Refused, match='not empty' if not overwrite else r'did not write \(notes.txt\)'):
-            with staged_folder(out, overwrite, marker='.mark.json', error=Refused) as stage:
+            with staged_folder(out, overwrite, record=True, error=Refused) as stage:
                 (stage / 'a.txt').write_text('new')
                 out.mkdir(exist_ok=True)
                 (out / 'notes.txt').write_text('keep')
@@ -166,10 +134,10 @@ def test_a_file_added_to_the_output_while_writing_is_kept(tmp_path):
 def test_two_writers_to_one_new_folder_do_not_both_succeed(tmp_path):
     out = tmp_path / 'out'
     with pytest.raises(Refused, match='exists and is not empty'):
-        with staged_folder(out, marker='.mark.json', error=Refused) as first:
+        with staged_folder(out, record=True, error=Refused) as first:
             (first / 'a.txt').write_text('first')
             _write(out, files=('b.txt',))  # the second writer finishes while the first is still writing
-    assert sorted(p.name for p in out.iterdir()) == ['.mark.json', 'b.txt']
+    assert sorted(p.name for p in out.iterdir()) == ['b.txt']
 
 
 @pytest.mark.parametrize('step', ['moved_aside', 'renamed_in', 'before_removal'])
@@ -207,19 +175,59 @@ def test_a_crash_at_any_step_of_the_swap_leaves_the_output_recoverable(step, tmp
     else:
         assert (out / 'new.txt').is_file()
     _write(tmp_path / 'out', overwrite=True, files=('newer.txt',))  # the next run of the tool
-    assert sorted(p.name for p in out.iterdir()) == ['.mark.json', 'newer.txt']
+    assert sorted(p.name for p in out.iterdir()) == ['newer.txt']
     assert not list(tmp_path.glob('.out.old-*'))
     if step == 'moved_aside':
         assert 'put back the earlier out' in capsys.readouterr().out
 
 
-def test_a_folder_moved_aside_that_is_not_the_tools_stays(tmp_path):
-    """Where the output is in place, a folder of the aside name that the marker does not prove the tool's is left."""
-    from timm_minimal.tools.staging import recover
+def test_a_folder_named_like_a_swap_is_never_moved_or_deleted(tmp_path, capsys):
+    """Recovery reads the swap log this tool wrote, never a folder's name: a user's copy of an output named
+    .out.old-pristine stays through a refused write, an overwrite and a write where the output is missing, and a
+    hidden backup is never moved into the output."""
+    import shutil
     out = tmp_path / 'out'
     _write(out)
-    stranger = tmp_path / '.out.old-abc'
-    stranger.mkdir()
-    (stranger / 'thesis.tex').write_text('keep')
-    assert recover(out, '.mark.json') is None
-    assert (stranger / 'thesis.tex').read_text() == 'keep'
+    for name in ('.out.old-pristine', '.out.old-2024', '.out.tmp-mine'):
+        shutil.copytree(out, tmp_path / name)  # the tool's own files, copied by the user
+    with pytest.raises(Refused, match='not empty'):
+        _write(out)  # refused: no --overwrite
+    _write(out, overwrite=True, files=('b.txt',))
+    shutil.rmtree(out)
+    _write(out, files=('c.txt',))  # the output is missing: nothing is put back in its place
+    assert sorted(p.name for p in out.iterdir()) == ['c.txt'] and 'note:' not in capsys.readouterr().out
+    for name in ('.out.old-pristine', '.out.old-2024', '.out.tmp-mine'):
+        assert sorted(p.name for p in (tmp_path / name).iterdir()) == ['a.txt']
+    assert recover(out) is None
+
+
+@pytest.mark.parametrize('log', ['[]', 'null', '7', '"text"', '[' * 100000 + ']' * 100000, '{"format": 1}', ''])
+def test_a_swap_log_that_is_not_one_is_ignored(tmp_path, log):
+    from timm_minimal.tools.staging import _record_file
+    out = tmp_path / 'out'
+    _write(out)
+    _record_file(out.resolve(), '.swap.json').write_text(log)
+    _write(out, overwrite=True, files=('b.txt',))
+    assert sorted(p.name for p in out.iterdir()) == ['b.txt']
+
+
+def test_a_crash_after_a_new_output_is_in_place_but_not_yet_recorded_is_finished_by_the_next_write(tmp_path,
+                                                                                                     monkeypatch):
+    from timm_minimal.tools import staging
+    out = tmp_path / 'out'
+
+    class Killed(BaseException):
+        pass
+
+    real = staging._write_json
+
+    def write_json(path, data):  # the swap log is written; the process dies before the record is
+        if 'swap' not in path.name:
+            raise Killed
+        real(path, data)
+    with monkeypatch.context() as patched, pytest.raises(Killed):
+        patched.setattr(staging, '_write_json', write_json)
+        _write(out, files=('new.txt',))
+    assert (out / 'new.txt').is_file() and recorded_files(out) is None
+    _write(out, overwrite=True, files=('newer.txt',))  # the swap log proves the output this tool's
+    assert sorted(p.name for p in out.iterdir()) == ['newer.txt']

@@ -17,7 +17,7 @@ import timm_minimal
 from timm_minimal.models.pretrained import HUB_ORG
 from timm_minimal.tools.hub import publish
 from timm_minimal.tools.hub.cards import CARD_LIBRARY, CARD_TAGS, card_usage, refreshed_card
-from timm_minimal.tools.hub.zoo import ZOO_MARKER, hub_snippets, pretrained_folder, shipped_names
+from timm_minimal.tools.hub.zoo import hub_snippets, pretrained_folder, shipped_names
 
 ROOT = Path(__file__).resolve().parents[1]
 CARDS = ROOT / 'model_cards'
@@ -212,7 +212,7 @@ def test_transformers_loads_a_shipped_checkpoint_offline_by_its_name(monkeypatch
     monkeypatch.setenv('HF_HUB_OFFLINE', '1')
     name = SAMPLE[1]
     folder = timm_minimal.pretrained_folder(name)
-    assert pretrained_folder(name) == folder and (folder / ZOO_MARKER).is_file()
+    assert pretrained_folder(name) == folder and not [p for p in folder.iterdir() if p.name.startswith('.')]
     model = AutoModelForImageClassification.from_pretrained(folder).eval()
     processor = AutoImageProcessor.from_pretrained(folder)
     ref = timm.create_model(name, pretrained=True).eval()

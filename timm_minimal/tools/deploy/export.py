@@ -51,7 +51,6 @@ EXPORT_PACKAGES = ('onnx', 'onnxscript', 'onnxruntime')
 INSTALL_HINT = 'pip install -e ".[export]" (or: pip install onnx onnxscript onnxruntime)'
 INPUT_NAME, OUTPUT_NAME = 'pixel_values', 'logits'
 FP32_FILE, INT8_FILE, PREPROCESSING_FILE = 'model.onnx', 'model.int8.onnx', 'preprocessing.json'
-MARKER_FILE = '.timm-minimal-export.json'  # lists the files an export wrote: --overwrite replaces only such a folder
 # the ops whose weights dynamic quantisation stores as int8: the attention and MLP maps and the classifier;
 # the patch embedding (a Conv on the raw pixels) stays fp32
 INT8_OP_TYPES = ('MatMul', 'Gemm')
@@ -287,7 +286,7 @@ def export_model(model: Union[str, nn.Module], out_dir: Union[str, Path], int8: 
     if verify_data_dir is not None:
         evaluate = _test_split_evaluator(model, dataset, verify_data_dir, batch_size)
     preprocessing = preprocessing_config(model, name)
-    with staged_folder(Path(out_dir), overwrite, marker=MARKER_FILE, error=ExportError) as stage:
+    with staged_folder(Path(out_dir), overwrite, record=True, error=ExportError) as stage:
         result = _write_and_verify(model, stage, int8, preprocessing, atol, opset, evaluate, max_int8_drop)
     result.out_dir = Path(out_dir)
     return result

@@ -22,10 +22,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence
 
-__all__ = ['ZooError', 'ZOO_MARKER', 'shipped_names', 'select_names', 'write_zoo', 'repo_files', 'pretrained_folder',
+__all__ = ['ZooError', 'shipped_names', 'select_names', 'write_zoo', 'repo_files', 'pretrained_folder',
            'remote_differences', 'push_zoo', 'hub_snippets', 'LICENSE_FILE']
 
-ZOO_MARKER = '.timm-minimal-zoo.json'  # lists the files the zoo wrote into a folder: a rerun replaces only such a folder
 LICENSE_FILE = 'LICENSE'
 
 
@@ -102,7 +101,7 @@ def write_zoo(out_dir: Path, names: Iterable[str], cards_dir: Path) -> List[Path
     for name in names:
         out = Path(out_dir) / name
         card = (Path(cards_dir) / f'{name}.md').read_text(encoding='utf-8')
-        with staged_folder(out, overwrite=True, marker=ZOO_MARKER, error=ZooError) as stage:
+        with staged_folder(out, overwrite=True, record=True, error=ZooError) as stage:
             repo_files(timm.create_model(name, pretrained=True), stage, card)
         print(f'wrote {out}', flush=True)
         folders.append(out)
@@ -123,7 +122,7 @@ def pretrained_folder(name: str) -> Path:
     digest = hashlib.sha256(Path(cfg.file).read_bytes()).hexdigest()[:16]
     out = default_cache_dir() / 'pretrained' / f'{name}-{digest}'
     if not (out / 'config.json').is_file():  # written whole or not at all; a second writer replaces the same files
-        with staged_folder(out, overwrite=True, marker=ZOO_MARKER) as stage:
+        with staged_folder(out, overwrite=True, record=True) as stage:
             repo_files(timm.create_model(name, pretrained=True), stage)
     return out
 
@@ -132,7 +131,7 @@ def _git_blob_id(data: bytes) -> str:
     return hashlib.sha1(b'blob %d\0' % len(data) + data).hexdigest()
 
 
-def remote_differences(api: Any, repo_id: str, folder: Path, ignore: Sequence[str] = (ZOO_MARKER,)) -> Optional[List[str]]:
+def remote_differences(api: Any, repo_id: str, folder: Path) -> Optional[List[str]]:
     """The files of ``folder`` that the repository lacks or holds with other content (None: no such repository).
     A regular file is compared by its git blob id, an LFS file by the SHA-256 of its content."""
     from huggingface_hub.errors import RepositoryNotFoundError
@@ -144,8 +143,6 @@ def remote_differences(api: Any, repo_id: str, folder: Path, ignore: Sequence[st
     changed = []
     for path in sorted(p for p in Path(folder).rglob('*') if p.is_file()):
         name = path.relative_to(folder).as_posix()
-        if name in ignore:
-            continue
         data, (blob_id, lfs_sha256) = path.read_bytes(), remote.get(name, (None, None))
         same = hashlib.sha256(data).hexdigest() == lfs_sha256 if lfs_sha256 else _git_blob_id(data) == blob_id
         if not same:
@@ -168,8 +165,7 @@ def push_zoo(folders: Iterable[Path], namespace: str, private: bool = False, tok
             done[repo_id] = 'unchanged'
             continue
         api.create_repo(repo_id, private=private, exist_ok=True, repo_type='model')
-        info = api.upload_folder(folder_path=str(folder), repo_id=repo_id, ignore_patterns=[ZOO_MARKER],
-                                 commit_message=f'Upload {Path(folder).name}')
+        info = api.upload_folder(folder_path=str(folder), repo_id=repo_id, commit_message=f'Upload {Path(folder).name}')
         done[repo_id] = 'created' if changed is None else 'updated'
         what = 'all files' if changed is None else ', '.join(changed)
         print(f'pushed {repo_id} ({what}): {info.commit_url}', flush=True)
