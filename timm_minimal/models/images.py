@@ -59,24 +59,31 @@ def convert_image(image: Image.Image, mode: str) -> Image.Image:
     (PIL's own conversion clips them, which turns a 16-bit image white)."""
     if image.mode == mode:
         return image
-    if image.mode.startswith('I') or image.mode == 'F':
+    if image.mode == 'F':  # the float rule of arrays and tensors
+        image = Image.fromarray(_float_to_uint8(np.asarray(image, dtype=np.float64)), 'L')
+    elif image.mode.startswith('I'):
         values = np.asarray(image, dtype=np.float64)
-        top = 1.0 if image.mode == 'F' and values.max(initial=0) <= 1.0 else (
-            255.0 if values.max(initial=0) <= 255 else 65535.0 if values.max(initial=0) <= 65535 else values.max())
+        top = 255.0 if values.max(initial=0) <= 255 else 65535.0 if values.max(initial=0) <= 65535 else values.max()
         image = Image.fromarray(np.clip(np.rint(values * (255.0 / top)), 0, 255).astype(np.uint8), 'L')
     return image.convert(mode)
 
 
+# A float image whose values stay below this is a [0, 1] image: an interpolation's overshoot (a bicubic resize) or
+# arithmetic can take a value a little past 1, while a [0, 255] image reaching no further is black to the eye.
+UNIT_RANGE_LIMIT = 1.5
+_HALF_STEP = 0.5 / 255  # within this of [0, 1], a value rounds to the same 8-bit level as the clipped one
+
+
 def _float_to_uint8(array: np.ndarray) -> np.ndarray:
-    """A float image as uint8. Its range is read from the bulk of its values: [0, 1] when 99.9% of them lie in it
-    (values a little outside, from arithmetic, are clipped with a warning), else [0, 255]; values beyond 255, or a
-    [0, 1] image with values far outside, are refused rather than guessed."""
+    """A float image as uint8: a [0, 1] image where every value lies in [-0.5, ``UNIT_RANGE_LIMIT``] (clipped to
+    [0, 1], with a warning where a value lies further outside than rounding), a [0, 255] image where a value lies
+    beyond that and none beyond [-0.5, 255.5]; anything else is refused rather than guessed."""
     import warnings
     if not np.isfinite(array).all():
         raise ValueError('The image holds non-finite values.')
-    low, high = float(array.min()), float(array.max())
-    if float(np.quantile(array, 0.999)) <= 1.0 and low >= -0.5 and high <= 1.5:
-        outside = int(((array < 0) | (array > 1)).sum())
+    low, high = float(array.min(initial=0)), float(array.max(initial=0))
+    if low >= -0.5 and high <= UNIT_RANGE_LIMIT:
+        outside = int(((array < -_HALF_STEP) | (array > 1 + _HALF_STEP)).sum())
         if outside:
             warnings.warn(f'A float image in [0, 1] holds {outside} value(s) outside it (from {low:g} to {high:g}); '
                           f'they are clipped to [0, 1].', stacklevel=3)
