@@ -247,3 +247,55 @@ def test_a_distilled_run_trains_as_two_cpu_processes(distill_type, data, tmp_pat
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     run = json.loads((out / 'run.json').read_text())
     assert run['teacher']['name'] == 'vit_minimal_std_mlp_6x1.mnist' and run['launches'][-1]['num_processes'] == 2
+
+
+def _teacher_with_labels(tmp_path, labels):
+    """An MNIST zoo teacher saved with other label names (as a model trained on differently named folders has)."""
+    from timm.models import save_for_hf
+    model = timm.create_model('vit_minimal_std_mlp_6x1.mnist', pretrained=True)
+    model.pretrained_cfg = dict(model.pretrained_cfg, label_names=list(labels))
+    save_for_hf(model, tmp_path / 'teacher')
+    return f'local-dir:{tmp_path / "teacher"}'
+
+
+def test_a_teacher_whose_labels_are_not_the_datas_in_order_is_refused_by_name(data, tmp_path, capsys):
+    """The class count is not enough: a teacher of the same classes in another order gives every image another
+    class's targets (a CIFAR-10 image folder sorted otherwise scored 12%). --teacher-labels-by-order takes them in
+    order, and the run's record and card say so."""
+    teacher = _teacher_with_labels(tmp_path, '9876543210')
+    argv = BASE + data + ['--model', 'vit_minimal_sym_6x1', '--model-kwargs', 'depth=1', '--eval-subset', '64',
+                          '--teacher', teacher, '--epochs', '1']
+    assert run_inprocess(argv + ['--output', tmp_path / 'refused']) == 2
+    err = capsys.readouterr().err
+    assert 'predicts 9, 8, 7, 6, 5, 4, 3, 2, 1, 0 in that order, the data\'s classes are 0, 1, 2' in err
+    assert '--teacher-labels-by-order' in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / 'refused').exists()
+    out = tmp_path / 'run'
+    assert run_inprocess(argv + ['--output', out, '--teacher-labels-by-order']) == 0
+    assert json.loads((out / 'run.json').read_text())['teacher']['labels_by_order'] is True
+    from timm_minimal.tools.hub.publish import export_run
+    card = (export_run(out, tmp_path / 'hub', 'me/vit_minimal_sym_6x1.mnist') / 'README.md').read_text()
+    assert "The teacher's classes were taken as the data's in their order, not matched by name" in card
+
+
+def test_a_resumed_run_keeps_its_teacher_and_an_empty_teacher_is_refused(data, tmp_path, capsys):
+    """run.json and the card state one teacher for the whole run: a resume with another teacher, or another
+    distillation, is refused, as is ``--teacher ''``, which trained without one."""
+    out = tmp_path / 'run'
+    argv = BASE + data + ['--model', 'vit_minimal_sym_6x1', '--model-kwargs', 'depth=1', '--eval-subset', '64',
+                          '--teacher', 'vit_minimal_std_mlp_6x1', '--epochs', '1', '--output', out]
+    assert run_inprocess(argv) == 0
+    capsys.readouterr()
+    for extra, says in ((['--teacher', 'vit_minimal_std_6x1'], "--teacher cannot change when resuming (the run used "
+                                                                "'vit_minimal_std_mlp_6x1'"),
+                        (['--distill-temperature', '4'], '--distill-temperature cannot change when resuming')):
+        assert run_inprocess(['--resume', out, '--epochs', '2'] + extra) == 2
+        err = capsys.readouterr().err
+        assert says in err and len(err.strip().splitlines()) == 1, err
+    for argv in (['--resume', out, '--epochs', '2', '--teacher', ''],
+                 BASE + data + ['--model', 'vit_minimal_sym_6x1', '--teacher', ' ', '--output', tmp_path / 'none']):
+        with pytest.raises(SystemExit) as refused:  # the parser's one line
+            run_inprocess(argv)
+        assert refused.value.code == 2 and 'argument --teacher: needs a model name' in capsys.readouterr().err
+    assert not (tmp_path / 'none').exists()
+    assert json.loads((out / 'run.json').read_text())['teacher']['name'] == 'vit_minimal_std_mlp_6x1.mnist'

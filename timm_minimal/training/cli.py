@@ -148,12 +148,23 @@ def _model_options(g: argparse._ArgumentGroup, d: _DefaultOf) -> None:
     g.add_argument('--crop-pct', type=number(float, MIN_CROP_PCT, 1), **d(None), help='evaluation crop fraction (default: the model\'s)')
 
 
+def _teacher_name(text: str) -> str:
+    """``--teacher``: a model name; an empty one would train without a teacher, silently."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError('needs a model name: a timm name, a zoo tag, local-dir:PATH or hf-hub:ORG/NAME '
+                                         '(leave --teacher out to train without one)')
+    return text
+
+
 def _distillation_options(g: argparse._ArgumentGroup, d: _DefaultOf) -> None:
     """The teacher and how its predictions enter the loss (timm.task)."""
-    g.add_argument('--teacher', **d(None), metavar='NAME',
+    g.add_argument('--teacher', type=_teacher_name, **d(None), metavar='NAME',
                    help='distil from this pretrained model: a timm name, a zoo tag (vit_minimal_std_mlp_6x4.cifar10; '
                         'untagged: the dataset\'s), local-dir:PATH or hf-hub:ORG/NAME; it must have the student\'s '
                         'classes and input size')
+    g.add_argument('--teacher-labels-by-order', action='store_true',
+                   help="take the teacher's classes as the data's in order, where their names differ (by default a "
+                        "teacher whose label names are not the data's class names, in their order, is refused)")
     g.add_argument('--distill-type', choices=DISTILL_TYPES, **d('soft'),
                    help='soft: KL divergence of the softened logits (timm\'s LogitDistillationTask); hard: '
                         'cross-entropy with the teacher\'s top class (DeiT); token, hard-token: the same, soft or '

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from ..cli import UsageError
 from .cli import TOKEN_DISTILL_TYPES
 
-__all__ = ['TeacherInfo', 'HardLogitDistillation', 'build_teacher', 'build_distillation']
+__all__ = ['TeacherInfo', 'HardLogitDistillation', 'build_teacher', 'build_distillation', 'check_teacher_labels']
 
 @dataclass(frozen=True)
 class TeacherInfo:
@@ -40,6 +40,7 @@ class TeacherInfo:
     task_weight: float
     num_params: int
     test_acc: Optional[float] = None  # on the run's evaluation split, measured at the start of the run
+    labels_by_order: bool = False  # --teacher-labels-by-order: its classes taken as the data's in order, not by name
 
     def to_dict(self) -> Dict[str, Any]:
         return dict(self.__dict__)
@@ -94,10 +95,24 @@ class Bf16Teacher(nn.Module):
             return self.model(x).float()
 
 
+def check_teacher_labels(name: str, label_names: Optional[Sequence[Any]], classes: Optional[Sequence[Any]]) -> None:
+    """A teacher predicts the data's classes in their order: its label names, where it has them, must be the data's
+    class names (``UsageError`` in one line naming both, else the targets it gives would be another class's)."""
+    if not label_names or not classes or [str(c) for c in label_names] == [str(c) for c in classes]:
+        return
+
+    def shown(names: Sequence[Any]) -> str:
+        return ', '.join(map(str, names[:10])) + (', ...' if len(names) > 10 else '')
+    raise UsageError(f'--teacher {name} predicts {shown(label_names)} in that order, the data\'s classes are '
+                     f'{shown(classes)}: its targets would be other classes\'; name the data\'s class folders after '
+                     f'the teacher\'s labels, or pass --teacher-labels-by-order to take them as the same classes in order')
+
+
 def build_teacher(name: str, num_classes: int, input_size: Sequence[int], device: torch.device,
-                  bf16: bool = False) -> nn.Module:
+                  bf16: bool = False, classes: Optional[Sequence[Any]] = None) -> nn.Module:
     """The teacher model (pretrained, eval mode, frozen, on ``device``, in bf16 autocast with ``bf16``);
-    ``UsageError`` in one line where it cannot be built or does not fit the student's classes and input geometry."""
+    ``UsageError`` in one line where it cannot be built or does not fit the student's classes (their number and,
+    given ``classes``, their names in order) and input geometry."""
     import timm
     try:
         model = timm.create_model(name, pretrained=True)
@@ -114,6 +129,7 @@ def build_teacher(name: str, num_classes: int, input_size: Sequence[int], device
     if teacher_size and teacher_size != tuple(input_size):
         raise UsageError(f'--teacher {name} takes inputs of {"x".join(map(str, teacher_size))}, the student '
                          f'{"x".join(map(str, input_size))}: a teacher must see the student\'s batch as it is.')
+    check_teacher_labels(name, cfg.get('label_names'), classes)
     for p in model.parameters():
         p.requires_grad_(False)
     model = model.to(device).eval()

@@ -13,10 +13,13 @@ from . import checkpoint as ckpt
 from .cli import UsageError
 from .engine import Run, TrainState, set_rng_state
 
-__all__ = ['restore', 'FIXED_ON_RESUME', 'SCHEDULE_OPTIONS']
+__all__ = ['restore', 'FIXED_ON_RESUME', 'FIXED_TEACHER', 'SCHEDULE_OPTIONS']
 
 FIXED_ON_RESUME = ('opt', 'seed', 'grad_accum_steps', 'train_subset', 'model_kwargs', 'weight_init', 'drop_path', 'drop')
 SCHEDULE_OPTIONS = ('epochs', 'lr', 'sched', 'warmup_epochs', 'warmup_lr', 'min_lr')
+# The teacher and how it enters the loss: run.json and the run's card state one for every epoch of the run
+FIXED_TEACHER = ('teacher', 'teacher_labels_by_order', 'distill_type', 'distill_temperature', 'distill_weight',
+                 'distill_task_weight')
 
 
 def restore(run: Run, state: TrainState, last_dir: Path) -> None:
@@ -29,6 +32,12 @@ def restore(run: Run, state: TrainState, last_dir: Path) -> None:
                              f'command line asks for {getattr(args, key)}): the checkpoint\'s optimizer state and data '
                              f'order belong to it. Start a new run, e.g. with --pretrained-path '
                              f'{last_dir / ckpt.MODEL_FILE} to begin from these weights.')
+    for key in FIXED_TEACHER:
+        if key in saved and saved[key] != getattr(args, key):
+            raise UsageError(f'--{key.replace("_", "-")} cannot change when resuming (the run used {saved[key]!r}, the '
+                             f'command line asks for {getattr(args, key)!r}): the run\'s record states one teacher for '
+                             f'all its epochs. Start a new run, e.g. with --pretrained-path {last_dir / ckpt.MODEL_FILE} '
+                             f'to distil these weights further.')
     try:
         training_state = torch.load(last_dir / ckpt.STATE_FILE, map_location='cpu', weights_only=True)
         weights = ckpt.load_weights(last_dir / ckpt.MODEL_FILE)

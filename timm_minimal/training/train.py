@@ -265,7 +265,7 @@ def _assemble(plan: RunPlan, accelerator: Any, folder: RunFolder, last_dir: Opti
     data_path = build_data_path(args, data, data_cfg, accelerator, batches_per_epoch)
     optimizer, scheduler = build_optimization(args, model, updates_per_epoch, accelerator.device)
     loss_fn, mixup_fn = build_loss(args, data.num_classes, args.batch_size // world)
-    teacher_name, teacher = _teacher(plan, data.num_classes, data_cfg['input_size'], accelerator)
+    teacher_name, teacher = _teacher(plan, data.num_classes, data_cfg['input_size'], accelerator, data.classes)
     prepared, optimizer = accelerator.prepare(model, optimizer)
     unwrapped = accelerator.unwrap_model(prepared)
     compiled = plan.compile
@@ -297,15 +297,16 @@ def _assemble(plan: RunPlan, accelerator: Any, folder: RunFolder, last_dir: Opti
     return run, state, info, last_dir
 
 
-def _teacher(plan: RunPlan, num_classes: int, input_size: Sequence[int],
-             accelerator: Any) -> Tuple[Optional[str], Optional[nn.Module]]:
+def _teacher(plan: RunPlan, num_classes: int, input_size: Sequence[int], accelerator: Any,
+             classes: Sequence[str]) -> Tuple[Optional[str], Optional[nn.Module]]:
     """The name and the model of ``--teacher`` (None, None without one), built, and refused where it does not fit
-    the data, before the student trains a step."""
+    the data (its classes by name, unless ``--teacher-labels-by-order``), before the student trains a step."""
     args = plan.options
     if not args.teacher:
         return None, None
     name = args.teacher if ':' in args.teacher else resolve_model_name(args.teacher, plan.dataset_kind)
-    return name, build_teacher(name, num_classes, input_size, accelerator.device, bf16=teacher_bf16(name, accelerator))
+    return name, build_teacher(name, num_classes, input_size, accelerator.device, bf16=teacher_bf16(name, accelerator),
+                               classes=None if args.teacher_labels_by_order else classes)
 
 
 def _data_info(args: argparse.Namespace, data: Any, n_train: int) -> Dict[str, Any]:
@@ -325,7 +326,8 @@ def teacher_info(run: Run, distill: nn.Module, name: str, teacher: nn.Module) ->
     return TeacherInfo(name=name, precision='bf16' if isinstance(teacher, Bf16Teacher) else 'fp32',
                        distill_type=run.args.distill_type, temperature=task.temperature,
                        distill_weight=task.distill_loss_weight, task_weight=task.task_loss_weight,
-                       num_params=sum(p.numel() for p in teacher.parameters()), test_acc=acc).to_dict()
+                       num_params=sum(p.numel() for p in teacher.parameters()), test_acc=acc,
+                       labels_by_order=run.args.teacher_labels_by_order).to_dict()
 
 
 def teacher_bf16(name: str, accelerator: Any) -> bool:
