@@ -299,3 +299,25 @@ def test_a_resumed_run_keeps_its_teacher_and_an_empty_teacher_is_refused(data, t
         assert refused.value.code == 2 and 'argument --teacher: needs a model name' in capsys.readouterr().err
     assert not (tmp_path / 'none').exists()
     assert json.loads((out / 'run.json').read_text())['teacher']['name'] == 'vit_minimal_std_mlp_6x1.mnist'
+
+
+def test_a_teacher_over_the_parameter_limit_is_refused_before_it_is_built(data, tmp_path, capsys, monkeypatch):
+    """A config.json may name any timm architecture at any size: the teacher's parameters are counted on the meta
+    device first (a forged 8e9-parameter teacher was built whole)."""
+    import json as js
+    folder = tmp_path / 'big'
+    folder.mkdir()
+    (folder / 'config.json').write_text(js.dumps({'architecture': 'vit_base_patch16_224', 'num_classes': 10,
+                                                  'model_args': {'embed_dim': 8192, 'depth': 12, 'num_heads': 16,
+                                                                 'img_size': 28, 'patch_size': 7, 'in_chans': 1},
+                                                  'pretrained_cfg': {'input_size': [1, 28, 28]}}))
+    argv = BASE + data + ['--model', 'vit_minimal_sym_6x1', '--teacher', f'local-dir:{folder}', '--output',
+                          tmp_path / 'run']
+    assert run_inprocess(argv) == 2
+    err = capsys.readouterr().err
+    assert 'parameters, over the limit of 1,000,000,000' in err and len(err.strip().splitlines()) == 1
+    monkeypatch.setenv('TIMM_MINIMAL_MAX_PARAMS', '200000')  # the student (70,930) fits, its teacher (279,106) not
+    assert run_inprocess(BASE + data + ['--model', 'vit_minimal_sym_6x1', '--teacher', 'vit_minimal_std_mlp_6x1',
+                                        '--output', tmp_path / 'small']) == 2
+    err = capsys.readouterr().err
+    assert err.startswith('timm-minimal-train: error: --teacher vit_minimal_std_mlp_6x1') and 'over the limit' in err

@@ -13,7 +13,7 @@ import math
 import os
 from typing import Any, Dict, Tuple, Union
 
-__all__ = ['MAX_PARAMS', 'MAX_ACTIVATIONS', 'MAX_DEPTH', 'size_terms', 'check_model_size']
+__all__ = ['MAX_PARAMS', 'MAX_ACTIVATIONS', 'MAX_DEPTH', 'size_terms', 'param_limit', 'check_model_size']
 
 MAX_PARAMS = 1_000_000_000  # 4 GB of float32 weights; ViT-H has 632 million
 MAX_DEPTH = 1024  # blocks: ViT-g has 40, the deepest ViTs trained a few hundred
@@ -68,6 +68,11 @@ def _limit(name: str, default: int) -> int:
         raise ValueError(f'the environment variable {name}={text[:40]!r} must be a positive whole number of values '
                          f'(e.g. 2e9); unset it for the default {default:,}.')
     return value
+
+
+def param_limit() -> int:
+    """The most parameters a model may have: ``MAX_PARAMS``, or ``TIMM_MINIMAL_MAX_PARAMS``."""
+    return _limit('TIMM_MINIMAL_MAX_PARAMS', MAX_PARAMS)
 
 
 def check_model_size(**kwargs: Any) -> None:

@@ -108,12 +108,29 @@ def check_teacher_labels(name: str, label_names: Optional[Sequence[Any]], classe
                      f'the teacher\'s labels, or pass --teacher-labels-by-order to take them as the same classes in order')
 
 
+def _check_teacher_size(name: str) -> None:
+    """Refuse a teacher of more than ``models.model_size.param_limit()`` parameters before it is built: its
+    architecture is built first on the meta device, which allocates nothing (a config.json naming a plain timm
+    architecture of 8e9 parameters was built whole). A teacher that cannot be built there is left to the real build."""
+    import timm
+    from ..models.model_size import param_limit
+    try:
+        with torch.device('meta'):
+            params = sum(p.numel() for p in timm.create_model(name).parameters())
+    except Exception:  # noqa: BLE001 (the real build below names what is wrong)
+        return
+    if params > param_limit():
+        raise UsageError(f'--teacher {name} has {params:,} parameters, over the limit of {param_limit():,}; check its '
+                         f'config (set TIMM_MINIMAL_MAX_PARAMS to raise the limit).')
+
+
 def build_teacher(name: str, num_classes: int, input_size: Sequence[int], device: torch.device,
                   bf16: bool = False, classes: Optional[Sequence[Any]] = None) -> nn.Module:
     """The teacher model (pretrained, eval mode, frozen, on ``device``, in bf16 autocast with ``bf16``);
     ``UsageError`` in one line where it cannot be built or does not fit the student's classes (their number and,
     given ``classes``, their names in order) and input geometry."""
     import timm
+    _check_teacher_size(name)
     try:
         model = timm.create_model(name, pretrained=True)
     except Exception as e:  # noqa: BLE001 (an unknown name, no weights, an unreadable file or Hub repository)
