@@ -8,7 +8,7 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
-TESTED = ('torch', 'torchvision', 'timm')
+TESTED = ('torch', 'torchvision', 'timm', 'transformers')
 
 with open('pyproject.toml', 'rb') as f:
     dependencies = tomllib.load(f)['project']['dependencies']

@@ -764,3 +764,20 @@ def test_a_float_image_a_little_over_1_is_a_0_1_image():
     assert torch.allclose(processor(image * 255)['pixel_values'], reference, atol=1e-6)
     with pytest.raises(ValueError, match=r'values in \[0, 1\] or \[0, 255\]'):
         processor(image * 1000)
+
+
+def test_an_input_of_another_size_is_bounded_by_the_activation_limit(monkeypatch):
+    """``interpolate_pos_encoding=True`` (and ``dynamic_img_size``) took any size: 1400 x 1400 ran for 124 s. An
+    input that makes more patches than the activation limit allows the model is refused before it is read."""
+    import time
+    hf = VitMinimalForImageClassification.from_timm('vit_minimal_sym_6x4.mnist').eval()
+    start = time.perf_counter()
+    with pytest.raises(ValueError, match=r'at most 8192 patches .* got 1400x1400: 40000 patches'):
+        hf(torch.zeros(1, 1, 1400, 1400), interpolate_pos_encoding=True)
+    assert time.perf_counter() - start < 5
+    dynamic = timm.create_model('vit_minimal_sym_6x4.mnist', dynamic_img_size=True).eval()
+    with pytest.raises(ValueError, match='TIMM_MINIMAL_MAX_ACTIVATIONS'):
+        dynamic(torch.zeros(1, 1, 1400, 1400))
+    assert hf(torch.zeros(1, 1, 280, 280), interpolate_pos_encoding=True).logits.shape == (1, 10)  # 1,600 patches
+    monkeypatch.setenv('TIMM_MINIMAL_MAX_ACTIVATIONS', str(4 * 1000 ** 2))  # the limit is the environment's, at build
+    assert timm.create_model('vit_minimal_sym_6x4.mnist').max_tokens == 1000

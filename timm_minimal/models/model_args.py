@@ -69,9 +69,10 @@ def check_model_args(
 
 @register_notrace_function  # a leaf for torch.fx: its checks read shapes, which tracing cannot branch on
 def check_input(x: torch.Tensor, in_chans: int, img_size: Optional[Tuple[int, int]], patch_size: Tuple[int, int],
-                dynamic_img_size: bool, hint: str = '') -> None:
+                dynamic_img_size: bool, hint: str = '', max_tokens: int = 0) -> None:
     """The input a model takes, checked before it is read: a shape error deep inside would not say what fits
-    (``hint``: how to build the model for the geometry of its checkpoint, where it was built for another)."""
+    (``hint``: how to build the model for the geometry of its checkpoint, where it was built for another), nor would
+    an input of another size that makes more than ``max_tokens`` patches (the activation limit; 0: no bound)."""
     if x.dim() != 4 or x.shape[1] != in_chans:
         raise ValueError(
             f'VisionTransformerMinimal expects images of shape (B, {in_chans}, H, W) '
@@ -81,6 +82,10 @@ def check_input(x: torch.Tensor, in_chans: int, img_size: Optional[Tuple[int, in
         if H % patch_size[0] or W % patch_size[1]:
             raise ValueError(f'VisionTransformerMinimal takes images whose height and width are multiples of its patch '
                              f'size {patch_size[0]}x{patch_size[1]}, got {H}x{W}.')
+        patches = (H // patch_size[0]) * (W // patch_size[1])
+        if max_tokens and patches > max_tokens:
+            raise ValueError(f'VisionTransformerMinimal takes at most {max_tokens} patches an image within its activation '
+                             f'limit (TIMM_MINIMAL_MAX_ACTIVATIONS), got {H}x{W}: {patches} patches; resize the image.')
     elif img_size is not None and (H != img_size[0] or W != img_size[1]):
         raise ValueError(
             f'VisionTransformerMinimal expects images of size {img_size[0]}x{img_size[1]}, '

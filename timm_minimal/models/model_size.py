@@ -13,7 +13,7 @@ import math
 import os
 from typing import Any, Dict, Tuple, Union
 
-__all__ = ['MAX_PARAMS', 'MAX_ACTIVATIONS', 'MAX_DEPTH', 'size_terms', 'param_limit', 'check_model_size']
+__all__ = ['MAX_PARAMS', 'MAX_ACTIVATIONS', 'MAX_DEPTH', 'size_terms', 'max_tokens', 'param_limit', 'check_model_size']
 
 MAX_PARAMS = 1_000_000_000  # 4 GB of float32 weights; ViT-H has 632 million
 MAX_DEPTH = 1024  # blocks: ViT-g has 40, the deepest ViTs trained a few hundred
@@ -68,6 +68,16 @@ def _limit(name: str, default: int) -> int:
         raise ValueError(f'the environment variable {name}={text[:40]!r} must be a positive whole number of values '
                          f'(e.g. 2e9); unset it for the default {default:,}.')
     return value
+
+
+def max_tokens(embed_dim: int, num_heads: int, use_mlp: bool, mlp_hidden_dim: int, distill_token: bool = False,
+               **_: Any) -> int:
+    """The most tokens an input may make within ``MAX_ACTIVATIONS`` (or ``TIMM_MINIMAL_MAX_ACTIVATIONS``) values per
+    image in one layer, as ``size_terms`` counts them: the bound of an input of another size (``dynamic_img_size``)."""
+    limit = _limit('TIMM_MINIMAL_MAX_ACTIVATIONS', MAX_ACTIVATIONS)
+    width = max(embed_dim, mlp_hidden_dim if use_mlp else embed_dim, 3 * embed_dim)
+    heads = num_heads + int(bool(distill_token))
+    return int(min(limit // width, math.isqrt(limit // max(1, heads))))
 
 
 def param_limit() -> int:

@@ -36,7 +36,7 @@ from .checkpoint_filter import checkpoint_filter_fn
 from .datasets import DATASETS
 from .layers import Block, CholAttention, MimeticInit, MinimalAttention, get_attn_layer, sincos_2d_pos_embed
 from .model_args import GlobalPoolType, PosEmbedType, WeightInitType, _check_choice, check_input, check_model_args
-from .model_size import check_model_size
+from .model_size import check_model_size, max_tokens
 from .pretrained import (  # noqa: F401  (HUB_ORG, WEIGHTS_DIR: where the weights are, also reachable here)
     HUB_ORG, TAGS, WEIGHTS_DIR, RECIPE_TAGS, _cfg, _weights, check_tag_spelling, tag_dataset, tag_geometry,
     weights_file_name,
@@ -157,6 +157,7 @@ class VisionTransformerMinimal(nn.Module):
         args = locals()
         self.init_kwargs: Dict[str, Any] = {k: args[k] for k in (*MODEL_KEYWORDS, 'norm_layer', 'act_layer')}
         check_model_args(**self.init_kwargs)
+        self.max_tokens = max_tokens(**self.init_kwargs)  # an input of another size is bounded by this (check_input)
         attn_layer = get_attn_layer(attn_type)
 
         self.num_classes = num_classes
@@ -311,7 +312,7 @@ class VisionTransformerMinimal(nn.Module):
 
     def _check_input(self, x: torch.Tensor) -> None:
         check_input(x, self.in_chans, self.patch_embed.img_size, self.patch_embed.patch_size, self.dynamic_img_size,
-                    self.input_hint)
+                    self.input_hint, self.max_tokens)
 
     def _pos_embed(self, x: torch.Tensor) -> torch.Tensor:
         if self.dynamic_img_size:
