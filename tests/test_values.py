@@ -105,6 +105,7 @@ def _one_line(capsys, *words):
 @pytest.mark.parametrize('option, value, named', [
     ('--epochs', HUGE, 'argument --epochs'), ('--batch-size', HUGE, 'argument --batch-size'),
     ('--eval-subset', HUGE, 'argument --eval-subset'), ('--device-data-limit', '1e400', 'infinite'),
+    ('--device-data-limit', '1e308', 'at most 1,048,576'), ('--model-kwargs', 'depth', 'takes key=value pairs'),
     ('--lr', 'nan', 'NaN'), ('--cpu-processes', '1000000', 'more than the'), ('--recount', '1000000000', 'at most 64'),
     ('--crop-pct', '1e-6', 'at least 0.1')], ids=lambda v: str(v)[:20])
 def test_train_refuses_numbers_at_the_far_ends_in_one_line(option, value, named, data, tmp_path, capsys):

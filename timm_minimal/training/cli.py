@@ -47,6 +47,10 @@ class ModelKwargs(argparse.Action):
 
     def __call__(self, parser, namespace, values, option_string=None):
         from timm.utils import ParseKwargs
+        bare = [v for v in values if '=' not in v]
+        if bare:  # timm's parser ends in a traceback ("not enough values to unpack")
+            parser.error(f'argument {option_string}: takes key=value pairs (depth=2 weight_init=mimetic), got '
+                         f'{", ".join(map(repr, bare))}')
         ParseKwargs.__call__(self, parser, namespace, values, option_string)
 
 
@@ -204,7 +208,7 @@ def _data_path_options(g: argparse._ArgumentGroup, d: _DefaultOf) -> None:
                         '(MNIST, CIFAR-10, small image folders); loader: a DataLoader with per-image timm transforms '
                         '(ImageNet, streaming datasets, RandAugment, colour jitter); auto: device wherever the data '
                         'fit and the augmentation allows it')
-    g.add_argument('--device-data-limit', type=POSITIVE, **d(4.0), metavar='GB',
+    g.add_argument('--device-data-limit', type=number(float, 0, 2 ** 20, above=True), **d(4.0), metavar='GB',
                    help='largest dataset (train + evaluation, uint8 at the input size) the device path holds; '
                         'on a GPU also at most half its free memory')
 
