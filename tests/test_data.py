@@ -58,6 +58,19 @@ def test_a_damaged_mnist_file_is_named_in_one_error(tmp_path, mnist_dir, spoil):
         load_mnist(tmp_path, download=False)
 
 
+def test_mnist_labels_outside_the_ten_classes_are_named_in_one_error(tmp_path, mnist_dir):
+    """A label file with an 11 ended in an IndexError in the loss (a device-side assert on a GPU)."""
+    for f in mnist_dir.iterdir():
+        shutil.copy(f, tmp_path / f.name)
+    labels = tmp_path / 't10k-labels-idx1-ubyte'
+    data = bytearray(labels.read_bytes())
+    data[8 + 3] = 11  # the fourth test digit's label
+    labels.write_bytes(bytes(data))
+    with pytest.raises(DatasetError, match=rf'^{re.escape(str(labels))}: 1 label\(s\) lie outside the 10 classes 0..9 '
+                                           r'\(e.g. 11\)'):
+        load_mnist(tmp_path, download=False)
+
+
 def test_timm_transforms_one_channel(mnist):
     """timm's create_transform on 'L' images gives 1x28x28 uint8; normalised with the MNIST stats on the batch."""
     train_tf, eval_tf = build_transforms((1, 28, 28), **MNIST_CFG, scale=(0.85, 1.0), ratio=(0.9, 1.1), hflip=0.,

@@ -69,6 +69,11 @@ class ArrayImageDataset(Dataset):
             raise ValueError(f'{len(images)} images but {len(labels)} labels')
         self.images = images
         self.labels = np.asarray(labels, dtype=np.int64)
+        outside = (self.labels < 0) | (self.labels >= len(classes))
+        if outside.any():  # the loss would end in an IndexError (or a device-side assert on a GPU)
+            raise DatasetError(f'{int(outside.sum()):,} label(s) lie outside the {len(classes)} classes 0..'
+                               f'{len(classes) - 1} (e.g. {int(self.labels[outside][0])}): the labels do not belong '
+                               f'to these images\' classes')
         self.classes = list(classes)
 
     def __len__(self) -> int:
@@ -219,7 +224,10 @@ def load_mnist(root: Union[str, Path], download: bool = True, download_hint: str
         for n in _MNIST_FILES[split]:
             p = raw / n
             paths.append(p if p.is_file() else raw / (n + '.gz'))
-        return ArrayImageDataset(_read_idx(paths[0]), _read_idx(paths[1]), list(MNIST_CLASSES))
+        try:
+            return ArrayImageDataset(_read_idx(paths[0]), _read_idx(paths[1]), list(MNIST_CLASSES))
+        except DatasetError as e:
+            raise DatasetError(f'{paths[1]}: {e}') from None
 
     train, test = read('train'), read('test')
     return ImageData(
