@@ -194,6 +194,10 @@ def test_resume_with_a_teacher_is_bit_exact(distill_type, data, tmp_path):
     (['--teacher', 'vit_minimal_std_mlp_6x1', '--distill-type', 'token', '--model-kwargs', 'distill_token=False'],
      'needs a student with a distillation token'),
     (['--teacher', 'no_such_model'], "Unknown model 'no_such_model'"),
+    (['--teacher', 'vit_minimal_std_mlp_6x1', '--distill-weight', '0', '--distill-task-weight', '0'],
+     'the distillation loss weight is 0: the teacher would not enter the loss'),
+    (['--teacher', 'vit_minimal_std_mlp_6x1', '--distill-task-weight', '1'],
+     'timm takes 1 - --distill-task-weight 1 where --distill-weight is not given'),
 ])
 def test_a_teacher_that_does_not_fit_is_refused_in_one_line(extra, message, data, tmp_path, capsys):
     argv = BASE + data + ['--model', 'vit_minimal_sym_6x1', '--output', tmp_path / 'run'] + extra

@@ -600,3 +600,10 @@ def test_a_run_in_this_process_leaves_the_thread_count_it_found(tmp_path, data):
                                             '--epochs', '1', '--eval-subset', '64', '--output', out]) == 0
         assert torch.get_num_threads() == 2
     assert json.loads((out / 'run.json').read_text())['launches'][0]['torch_threads'] == 1
+
+
+def test_fp16_on_a_cpu_is_refused_where_it_trained_in_fp32(data, tmp_path, capsys):
+    assert run_inprocess(DDP_ARGS + data + ['--mixed-precision', 'fp16', '--output', tmp_path / 'run']) == 2
+    err = capsys.readouterr().err
+    assert '--mixed-precision fp16 does not run on a CPU' in err and err.count('\n') == 1, err
+    assert not (tmp_path / 'run').exists()

@@ -173,6 +173,11 @@ def build_distillation(student: nn.Module, teacher: nn.Module, criterion: nn.Mod
                              f'(a vit_minimal student: --model-kwargs distill_token=True).') from None
     else:
         task = LogitDistillationTask(student, teacher, **weights)
+    if not task.distill_loss_weight:  # timm's rule: 1 - --distill-task-weight where only that is given
+        how = (f' (timm takes 1 - --distill-task-weight {task_weight:g} where --distill-weight is not given)'
+               if distill_weight is None else '')
+        raise UsageError(f'the distillation loss weight is 0{how}: the teacher would not enter the loss; leave --teacher '
+                         f'out to train without one, or give the distillation a weight above 0.')
     # the student's batch is normalised by the run's data config (which --mean/--std can change), not by the
     # student's pretrained cfg, which timm's task reads
     task.student_mean = torch.tensor(mean, device=device).view(1, -1, 1, 1)

@@ -101,6 +101,8 @@ def _precision(args: argparse.Namespace, device: str) -> str:
     """``--mixed-precision``, else accelerate's environment, else bf16 on a GPU that has it, and on the CPU where it
     pays (``cpu_policy.cpu_precision``); 'no' elsewhere."""
     given = args.mixed_precision or os.environ.get('ACCELERATE_MIXED_PRECISION')
+    if given == 'fp16' and device == 'cpu':  # accelerate would train in fp32, saying nothing
+        raise UsageError('--mixed-precision fp16 does not run on a CPU (the run would train in fp32); use bf16 or no.')
     if given:
         return given
     if device == 'cuda':
