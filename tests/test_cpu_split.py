@@ -404,16 +404,9 @@ def test_a_split_run_without_its_data_is_one_line_and_exit_2(tmp_path, capsys, m
     assert rc == 2 and err.count('\n') == 1 and 'CIFAR-10 not found' in err and not (tmp_path / 'run').exists()
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize('sig, status', [(signal.SIGINT, 130), (signal.SIGTERM, 128 + signal.SIGTERM)])
-def test_a_signal_to_the_launcher_ends_every_process_of_the_run_and_frees_its_lock(sig, status, data, tmp_path):
-    """Ctrl-C or kill to timm-minimal-train during a 2-process CPU run: both workers end with it, the run's lock is
-    free, and nothing is left in the temp folder; while it trained, every socket of the run listened on the loopback
-    address alone (the rendezvous store included)."""
+def _split_run(data, run, tmp):
+    """A 2-process CPU run in a subprocess, once its workers train: the launcher and the pids of its family."""
     import psutil
-    from timm_minimal.training.run_folder import RunFolder
-    run, tmp = tmp_path / 'run', tmp_path / 'tmp'
-    tmp.mkdir()
     env = dict(os.environ, OMP_NUM_THREADS='2', TMPDIR=str(tmp))
     proc = subprocess.Popen([sys.executable, '-m', 'timm_minimal.training.train', *map(str, DDP_ARGS + data),
                              '--epochs', '100', '--output', str(run), '--cpu-processes', '2'], env=env,
@@ -424,18 +417,59 @@ def test_a_signal_to_the_launcher_ends_every_process_of_the_run_and_frees_its_lo
     assert proc.poll() is None, proc.stdout.read()[-3000:]
     family = [proc.pid] + [c.pid for c in psutil.Process(proc.pid).children(recursive=True)]
     assert len(family) >= 3  # the launcher and two workers
+    return proc, family
+
+
+def _all_ended(family, seconds=60):
+    import psutil
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        alive = [p for p in family if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+        if not alive:
+            return []
+        time.sleep(0.2)
+    return [psutil.Process(p).cmdline() for p in alive]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('sig, status', [(signal.SIGINT, 130), (signal.SIGTERM, 128 + signal.SIGTERM),
+                                         (signal.SIGHUP, 128 + signal.SIGHUP), (signal.SIGKILL, -signal.SIGKILL)])
+def test_a_signal_to_the_launcher_ends_every_process_of_the_run_and_frees_its_lock(sig, status, data, tmp_path):
+    """Ctrl-C, kill, a closed terminal (SIGHUP) or SIGKILL to timm-minimal-train during a 2-process CPU run: both
+    workers end with it (after SIGKILL through the kernel's parent-death signal), the run's lock is free, and nothing
+    is left in the temp folder; while it trained, every socket of the run listened on the loopback address alone (the
+    rendezvous store included)."""
+    import psutil
+    from timm_minimal.training.run_folder import RunFolder
+    run, tmp = tmp_path / 'run', tmp_path / 'tmp'
+    tmp.mkdir()
+    proc, family = _split_run(data, run, tmp)
     listening = [c.laddr for pid in family for c in psutil.Process(pid).net_connections(kind='tcp')
                  if c.status == psutil.CONN_LISTEN]
     assert listening and all(addr.ip == '127.0.0.1' for addr in listening), listening  # the store, gloo: loopback
     proc.send_signal(sig)
     assert proc.wait(timeout=60) == status
-    time.sleep(1)
-    alive = [p for p in family if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
-    assert not alive, [psutil.Process(p).cmdline() for p in alive]
+    assert _all_ended(family) == []
     folder = RunFolder(run)
     folder.lock()  # free
     folder.unlock()
     assert not [p for p in tmp.iterdir() if p.name.startswith(('torchelastic_', 'timm-minimal-split-'))]
+
+
+@pytest.mark.slow
+def test_a_worker_that_dies_ends_the_run_with_one_line_and_the_resume_command(data, tmp_path):
+    import psutil
+    run, tmp = tmp_path / 'run', tmp_path / 'tmp'
+    tmp.mkdir()
+    proc, family = _split_run(data, run, tmp)
+    worker = next(p for p in family[1:] if psutil.Process(p).environ().get('RANK') == '1')
+    os.kill(worker, signal.SIGKILL)
+    assert proc.wait(timeout=120) == 1
+    lines = proc.stdout.read().strip().splitlines()
+    assert lines[-1] == (f'timm-minimal-train: error: process 1 of the 2 of this run was ended by signal 9 (SIGKILL); '
+                         f'the others were stopped. Resume it from its last checkpoint: timm-minimal-train --resume '
+                         f'{run}')
+    assert _all_ended(family) == []
 
 
 def test_a_one_process_run_takes_the_cores_other_work_leaves_free(monkeypatch, capsys):
@@ -473,7 +507,8 @@ def test_a_splits_processes_count_elapsed_time_from_their_launcher(monkeypatch):
     plan = _plan(['--model', 'vit_minimal_sym_6x4', '--dataset', 'mnist-sample', '--epochs', '30', '--cpu'])
     assert plan.starts_split
     seen = {}
-    monkeypatch.setattr(cpu_split, 'run_split_processes', lambda argv, n, env, compiled, padded: seen.update(env) or 0)
+    monkeypatch.setattr(cpu_split, 'run_split_processes',
+                        lambda argv, n, env, compiled, padded, main_fds: seen.update(env) or (0, 0))
     assert cpu_policy.run_split(plan, ['--model', 'vit_minimal_sym_6x4']) == 0
     started = float(seen[recording.LAUNCHED_AT_ENV])
     assert time.time() - 600 < started <= recording.launched_at() + 1e-3
@@ -488,3 +523,22 @@ def test_a_splits_processes_count_elapsed_time_from_their_launcher(monkeypatch):
         monkeypatch.setenv(cpu_policy.SPLIT_RATES_ENV, bad)
         assert resolve_plan(train_mod.parse_args(['--model', 'vit_minimal_sym_6x4', '--dataset', 'mnist-sample',
                                                   '--cpu'])[0]).cpu_rates is None
+
+
+@pytest.mark.skipif(not sys.platform.startswith('linux'), reason="the parent-death signal is Linux's")
+def test_a_probe_or_worker_ends_when_the_process_that_started_it_is_killed(tmp_path):
+    """The CPU decision's probes and a split run's processes are started with ``die_with_parent``: SIGKILL to their
+    parent (no handler runs) ends them too, where a probe kept running after its launcher was ended."""
+    import psutil
+    code = ('import functools, os, subprocess, sys, time\n'
+            'from timm_minimal.training.cpu_split import die_with_parent\n'
+            'child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"],\n'
+            '                         preexec_fn=functools.partial(die_with_parent, os.getpid()))\n'
+            'print(child.pid, flush=True)\n'
+            'time.sleep(120)\n')
+    parent = subprocess.Popen([sys.executable, '-c', code], stdout=subprocess.PIPE, text=True)
+    child = int(parent.stdout.readline())
+    assert psutil.pid_exists(child)
+    parent.kill()
+    parent.wait(timeout=30)
+    assert _all_ended([child], seconds=30) == []

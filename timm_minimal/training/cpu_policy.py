@@ -4,7 +4,8 @@ applies them once per run, and ``args.yaml`` keeps the process count and the thr
 import argparse
 import json
 import os
-import tempfile
+import signal
+import sys
 from pathlib import Path
 from typing import Any, Dict, Optional, Sequence
 
@@ -125,21 +126,35 @@ def find_data(args: argparse.Namespace, processes: int = 1) -> None:
 
 def run_split(plan: Any, argv: Sequence[str]) -> int:
     """The run of ``plan`` (a ``plan.RunPlan``) as ``plan.processes`` processes of ``cores / processes`` threads each
-    (``cpu_split``); its exit status, the main process's (2 bad input, 3 diverged), which it leaves in a file."""
+    (``cpu_split``); its exit status, the main process's (2 bad input, 3 diverged), which that process writes into a
+    pipe that it alone inherits (nothing on disk outlives a launcher that is killed). A process that ends otherwise,
+    killed or without a status, is named in one line with the command that resumes the run."""
     from .cpu_split import core_budget, run_split_processes
     args, processes = plan.options, plan.processes
     threads = max(1, core_budget() // processes)
     find_data(args, processes)  # a missing dataset is one line, not one per process
     print(f'Training as {processes} processes x {threads} thread(s) on the CPU (--cpu-processes 1 for one).',
           flush=True)
-    with tempfile.TemporaryDirectory(prefix='timm-minimal-split-') as tmp:
-        status_file = Path(tmp) / 'status'
-        env = dict(os.environ, OMP_NUM_THREADS=str(threads), **{SPLIT_STATUS_ENV: str(status_file),
+    read_end, write_end = os.pipe()
+    with os.fdopen(read_end, 'r') as status:
+        env = dict(os.environ, OMP_NUM_THREADS=str(threads), **{SPLIT_STATUS_ENV: str(write_end),
                                                                 SPLIT_RATES_ENV: json.dumps(plan.cpu_rates),
                                                                 LAUNCHED_AT_ENV: repr(launched_at())})
-        rc = run_split_processes(argv, processes, env, compiled=plan.compile, padded=plan.pad_heads)
-        text = status_file.read_text().strip() if status_file.is_file() else ''
-    return int(text) if text.isdigit() else (EXIT_FAILURE if rc else 0)
+        try:
+            rank, rc = run_split_processes(argv, processes, env, compiled=plan.compile, padded=plan.pad_heads,
+                                           main_fds=(write_end,))
+        finally:
+            os.close(write_end)  # the processes have ended: the read below meets the end of the pipe
+        text = status.read().strip()
+    if text.isdigit():
+        return int(text)
+    if rc:
+        how = f'was ended by signal {-rc} ({signal.Signals(-rc).name})' if rc < 0 else f'exited with status {rc}'
+        print(f'timm-minimal-train: error: process {rank} of the {processes} of this run {how}; the others were '
+              f'stopped. Resume it from its last checkpoint: timm-minimal-train --resume {args.output}', file=sys.stderr,
+              flush=True)
+        return EXIT_FAILURE
+    return 0
 
 
 SPLIT_STATUS_ENV = 'TIMM_MINIMAL_SPLIT_STATUS'

@@ -231,7 +231,8 @@ def _run_probes(model: str, batch: int, processes: int, threads: int, seconds: f
                     f'{model!r}, {max(1, batch // processes)}, {threads}, {seconds}, group={group!r}, **{step!r}), '
                     f'flush=True); os._exit(0)')  # os._exit: see _NEVER_FREED
             procs.append(subprocess.Popen([sys.executable, '-c', code], stdout=subprocess.PIPE,
-                                          stderr=errors[rank], text=True, env=env))
+                                          stderr=errors[rank], text=True, env=env,
+                                          preexec_fn=functools.partial(die_with_parent, os.getpid())))
         deadline = time.monotonic() + timeout
         outputs = [p.communicate(timeout=max(1.0, deadline - time.monotonic()))[0] for p in procs]
         for p, err in zip(procs, errors):
@@ -406,6 +407,24 @@ def decide(model: str, batch: int, cache_dir: Path, budget: Optional[int] = None
     return Decision(*best, labelled)
 
 
+def die_with_parent(parent: int) -> None:
+    """In a child between fork and exec: the kernel ends it (SIGTERM) when its parent ends, by any signal, SIGKILL
+    included (Linux's ``PR_SET_PDEATHSIG``, kept across exec); a parent already gone ends it at once. The probes and
+    the processes of a split run never outlive the process that started them. Elsewhere than on Linux, nothing."""
+    if not sys.platform.startswith('linux'):
+        return
+    import ctypes
+    ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM))  # 1: PR_SET_PDEATHSIG
+    if os.getppid() != parent:
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _worker_setup(leader: int, parent: int) -> None:
+    """A split run's process: in the process group led by ``leader`` (its own, for the first), ended with ``parent``."""
+    os.setpgid(0, leader)
+    die_with_parent(parent)
+
+
 def worker_command(argv: Sequence[str], processes: int, compiled: bool, padded: bool = True) -> List[str]:
     """The command of one process of a split run: the same training run, which records ``--cpu-processes``, the
     compilation and the head padding the decision chose (and so a resume keeps them)."""
@@ -414,14 +433,15 @@ def worker_command(argv: Sequence[str], processes: int, compiled: bool, padded: 
 
 
 def run_split_processes(argv: Sequence[str], processes: int, env: Dict[str, str], grace: float = 30.0,
-                        compiled: bool = False, padded: bool = True) -> int:
+                        compiled: bool = False, padded: bool = True, main_fds: Sequence[int] = ()) -> Tuple[int, int]:
     """Run ``processes`` processes of this training run on this machine (``compiled`` or eager, ``padded`` heads or
-    not), gloo through
-    accelerate, and return the exit status of the first that failed (0 when none did).
+    not), gloo through accelerate; the rank and exit status of the first that failed ((0, 0) when none did).
+    ``main_fds``: file descriptors the first process (rank 0) inherits.
 
     The processes meet at a store this process serves on the loopback address alone (``_loopback_store``), and they
-    form a process group of their own: Ctrl-C or SIGTERM to this process, or the failure of any one of them, ends them
-    all (SIGTERM, then SIGKILL after ``grace`` seconds) before this function returns."""
+    form a process group of their own: Ctrl-C, SIGTERM or SIGHUP to this process, or the failure of any one of them,
+    ends them all (SIGTERM, then SIGKILL after ``grace`` seconds) before this function returns; SIGKILL to this
+    process ends them through the kernel (``die_with_parent``)."""
     with _loopback_store(processes, timedelta(minutes=10)) as port:
         group: List[subprocess.Popen] = []
 
@@ -429,7 +449,7 @@ def run_split_processes(argv: Sequence[str], processes: int, env: Dict[str, str]
             if signum == signal.SIGINT:
                 raise KeyboardInterrupt
             raise SystemExit(128 + signum)
-        previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
+        previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
         try:
             for rank in range(processes):
                 worker_env = dict(env, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(processes),
@@ -437,7 +457,8 @@ def run_split_processes(argv: Sequence[str], processes: int, env: Dict[str, str]
                                   TORCHELASTIC_USE_AGENT_STORE='True')  # the ranks join this store, none serves one
                 leader = group[0].pid if group else 0  # a process group of their own, led by the first
                 group.append(subprocess.Popen(worker_command(argv, processes, compiled, padded), env=worker_env,
-                                              preexec_fn=functools.partial(os.setpgid, 0, leader)))
+                                              pass_fds=tuple(main_fds) if rank == 0 else (),
+                                              preexec_fn=functools.partial(_worker_setup, leader, os.getpid())))
             return _wait_all(group)
         finally:
             for sig, handler in previous.items():
@@ -446,15 +467,16 @@ def run_split_processes(argv: Sequence[str], processes: int, env: Dict[str, str]
                 end_process_group(group, grace)
 
 
-def _wait_all(group: List[subprocess.Popen]) -> int:
-    """The first non-zero exit status of ``group`` as soon as one process fails, else 0 once all ended."""
+def _wait_all(group: List[subprocess.Popen]) -> Tuple[int, int]:
+    """The rank and non-zero exit status of the first process of ``group`` that fails, as soon as one does, else
+    (0, 0) once all ended."""
     while True:
         codes = [p.poll() for p in group]
-        failed = [c for c in codes if c not in (None, 0)]
+        failed = [(rank, c) for rank, c in enumerate(codes) if c not in (None, 0)]
         if failed:
             return failed[0]
         if all(c == 0 for c in codes):
-            return 0
+            return 0, 0
         time.sleep(0.2)
 
 

@@ -37,13 +37,14 @@ Exit status: 0 when training finished, 2 for a bad command line or dataset, 3 wh
 gradients or the weights became NaN or infinite (the last good checkpoint is kept).
 """
 import argparse
+import contextlib
 import logging
 import os
 import sys
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Dict, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
@@ -387,6 +388,8 @@ def _train(run: Run, state: TrainState, info: Dict[str, Any], last_dir: Optional
     summary = _finish(run, state, status, message, time.perf_counter() - t_launch) if run.is_main else {}
     acc.wait_for_everyone()
     acc.end_training()
+    if os.environ.get(SPLIT_STATUS_ENV):  # a split run's process: freeing its DDP model can hang (see _exit)
+        _KEPT_UNTIL_EXIT.append(run)
     if status == 'diverged':
         raise Diverged(message)
     if status == 'failed' and run.is_main:  # one line, the main process's: the others have nothing to add
@@ -429,11 +432,23 @@ def _finish(run: Run, state: TrainState, status: str, message: Optional[str], la
         return {}
 
 
+# A split run's process keeps its run (the DDP model) until it exits without the interpreter's cleanup: on torch
+# 2.13 freeing a DDP model over gloo hangs at random, its reducer freeing the process group, which joins its threads
+# with the GIL held (the CPU decision's probes have the same workaround: cpu_split._NEVER_FREED)
+_KEPT_UNTIL_EXIT: List[Any] = []
+
+
 def _exit(status: int) -> None:
-    """Exit with ``status``; the main process of a split run also leaves it where ``run_split`` reads it."""
-    path = os.environ.get(SPLIT_STATUS_ENV)
-    if path and os.environ.get('RANK', '0') == '0':  # set by the split's launcher; compared as text, never parsed
-        Path(path).write_text(f'{status}\n')
+    """Exit with ``status``; the main process of a split run also leaves it where ``run_split`` reads it, and a split
+    run's process exits without the interpreter's cleanup once its output is flushed (its files are closed)."""
+    fd = os.environ.get(SPLIT_STATUS_ENV, '')
+    if fd.isdigit() and os.environ.get('RANK', '0') == '0':  # the write end of the split launcher's pipe
+        with contextlib.suppress(OSError):  # a launcher that is gone reads nothing: its process ends with it
+            os.write(int(fd), f'{status}\n'.encode())
+    if fd:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
     sys.exit(status)
 
 
