@@ -255,6 +255,15 @@ def test_a_card_copy_to_a_folder_is_refused_before_anything_is_written(mnist_run
     assert not (tmp_path / 'repo').exists() and list((tmp_path / 'cards').iterdir()) == []
 
 
+def test_a_card_copy_under_a_file_is_refused_before_anything_is_written(mnist_run, tmp_path, capsys):
+    (tmp_path / 'notes').write_text('mine')
+    rc = publish.main([str(mnist_run), '--repo-id', 'me/x', '--output', str(tmp_path / 'hub'),
+                       '--card-copy', str(tmp_path / 'notes' / 'card.md')])
+    err = capsys.readouterr().err
+    assert rc == 2 and f'{tmp_path / "notes"} is a file, not a folder' in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / 'hub').exists() and (tmp_path / 'notes').read_text() == 'mine'
+
+
 def test_a_push_to_a_hub_that_does_not_answer_is_one_line(mnist_run, tmp_path, monkeypatch, capsys):
     """The Hub server is started, the client pointed at it, then the server stopped: its port refuses."""
     from hub_server import HubServer, configure_client

@@ -278,6 +278,9 @@ def export_run(run_dir: Path, out_dir: Path, repo_id: str, checkpoint: str = 'la
     if card_copy is not None and Path(card_copy).is_dir():
         raise PublishError(f'--card-copy {card_copy} is a folder; name the file to write, e.g. '
                            f'{Path(card_copy) / "README.md"}')
+    files_above = [p for p in Path(card_copy).parents if p.exists() and not p.is_dir()] if card_copy else []
+    if files_above:
+        raise PublishError(f'--card-copy {card_copy}: {files_above[0]} is a file, not a folder; name a file in a folder')
     model = _load_model(info)
     with staged_folder(out_dir, error=PublishError) as stage:
         _write_repo_folder(info, model, stage, repo_id, note)
