@@ -92,8 +92,15 @@ def make_accelerator(plan: RunPlan):
     """accelerate's Accelerator on the plan's device, in its precision (several processes without a GPU, from
     torchrun, accelerate launch or the CPU split, train as CPU data parallelism: gloo)."""
     from accelerate import Accelerator
-    return Accelerator(mixed_precision=plan.precision, gradient_accumulation_steps=plan.options.grad_accum_steps,
-                       cpu=plan.device == 'cpu', step_scheduler_with_optimizer=False)
+    try:
+        return Accelerator(mixed_precision=plan.precision, gradient_accumulation_steps=plan.options.grad_accum_steps,
+                           cpu=plan.device == 'cpu', step_scheduler_with_optimizer=False)
+    except ValueError as e:  # a launcher's environment that cannot start (WORLD_SIZE without MASTER_ADDR, ...)
+        launch = ', '.join(f'{k}={os.environ[k]}' for k in ('WORLD_SIZE', 'RANK', 'LOCAL_RANK', 'MASTER_ADDR',
+                                                             'MASTER_PORT') if k in os.environ)
+        raise UsageError(f'accelerate cannot start this process ({launch or "no launcher variables"}): '
+                         f'{" ".join(str(e).split())[:300]}; start several processes with accelerate launch or '
+                         f'torchrun, or unset these variables for one.') from None
 
 
 def prepare_folder(plan: RunPlan, accelerator: Any) -> Tuple[RunFolder, Optional[Path]]:
