@@ -126,3 +126,13 @@ def test_cli_misuse_exits_2_with_one_line(tmp_path, capsys, monkeypatch, argv, m
 def test_function_refuses_a_model_without_attention_maps():
     with pytest.raises(AttentionInputError, match='has no get_attention_maps'):
         render_attention(_image(), torch.nn.Linear(2, 2))
+
+
+def test_a_checkpoints_figure_is_titled_with_the_checkpoint_not_the_architecture_it_was_trained_as(tmp_path):
+    """A fine-tuned local-dir: checkpoint's config names vit_minimal_sym_6x4.mnist; its weights are another model's."""
+    import timm_minimal
+    from timm.models import save_for_hf
+    save_for_hf(timm.create_model('vit_minimal_sym_6x4.mnist', pretrained=True), tmp_path / 'mine')
+    maps = render_attention(timm_minimal.example_image('mnist_test0_digit7.png'), f'local-dir:{tmp_path / "mine"}')
+    assert maps.model_name == f'local-dir:{tmp_path / "mine"}'
+    assert maps.figure._suptitle.get_text().startswith(f'local-dir:{tmp_path / "mine"}: predicted')

@@ -62,6 +62,27 @@ class OneLineParser(argparse.ArgumentParser):
         self._required.append((action.dest, flags[0]))
         return action
 
+    def format_usage(self) -> str:
+        with self._required_shown():
+            return super().format_usage()
+
+    def format_help(self) -> str:
+        with self._required_shown():
+            return super().format_help()
+
+    @contextmanager
+    def _required_shown(self) -> Iterator[None]:
+        """The options of ``add_required`` shown as required (no brackets in the usage line) while help is formatted;
+        the parse itself checks them (``parse_known_args``)."""
+        actions = [a for a in self._actions if any(a.dest == dest for dest, _ in self._required)]
+        for action in actions:
+            action.required = True
+        try:
+            yield
+        finally:
+            for action in actions:
+                action.required = False
+
     def add_renamed(self, old: str, new: str) -> None:
         """``old`` (an option such as ``--out``, or a word such as ``model`` for what was positional) still sets the
         option ``new``, for one release; ``--help`` shows only ``new``. CHANGELOG.md lists the renames."""

@@ -21,6 +21,19 @@ def allowed_models() -> str:
             f'or local-dir:PATH / hf-hub:REPO')
 
 
+def model_label(model: nn.Module) -> str:
+    """The name a model goes by in titles and reports: ``local-dir:<folder>`` or ``hf-hub:<repo>`` for a checkpoint
+    loaded from there (its config names the architecture and tag it was trained as, not these weights), else
+    ``<architecture>.<tag>`` of a model built from the registry, else the architecture or the class."""
+    cfg = getattr(model, 'pretrained_cfg', None) or {}
+    source, arch, tag = cfg.get('source'), cfg.get('architecture'), cfg.get('tag')
+    if source == 'local-dir' and cfg.get('file'):
+        return f'local-dir:{cfg["file"]}'
+    if source == 'hf-hub' and cfg.get('hf_hub_id'):
+        return f'hf-hub:{cfg["hf_hub_id"]}'
+    return f'{arch}.{tag}' if arch and tag else (arch or type(model).__name__)
+
+
 def describe_load_error(name: str, e: BaseException) -> str:
     """One line for a model that could not be loaded; an invalid config.json of a ``local-dir:`` or ``hf-hub:``
     checkpoint is named by its path."""

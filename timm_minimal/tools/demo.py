@@ -1,4 +1,4 @@
-"""The paper's point in about a minute on a 2-core CPU, with nothing to download.
+"""The paper's point in a few minutes on a 2-core CPU, with nothing to download.
 
 1. The zoo: every shipped MNIST checkpoint on the 1,000 test digits that ship with the package, parameters
    against accuracy (the minimal variants keep most of the baseline's accuracy with a fraction of its weights).

@@ -37,13 +37,13 @@ import torch
 import torch.nn as nn
 
 from ...models.images import image_mode
-from ..common import create_named_model
+from ..common import create_named_model, model_label
 from ...cli import Failure, UsageError, command, number
 from .cli import MIN_OPSET, build_parser
 from ..staging import staged_folder
 
 __all__ = ['ExportResult', 'ExportError', 'VerificationError', 'MissingExtraError', 'EXPORT_PACKAGES',
-           'require_export_extra', 'resolve_model', 'model_label', 'preprocessing_config', 'export_onnx',
+           'require_export_extra', 'resolve_model', 'preprocessing_config', 'export_onnx',
            'quantize_int8', 'staged_folder', 'ort_session', 'ort_forward', 'max_abs_diff', 'export_model',
            'format_report', 'main']
 
@@ -98,13 +98,6 @@ def require_export_extra() -> None:
 def resolve_model(name: str, pretrained: bool = True) -> nn.Module:
     """The model ``name`` names, in eval mode (see ``common.create_named_model``)."""
     return create_named_model(name, pretrained, ExportError, ' (--random-init exports the untrained model)')
-
-
-def model_label(model: nn.Module) -> str:
-    """``<architecture>.<tag>`` of a model built from the registry (its pretrained cfg)."""
-    cfg = getattr(model, 'pretrained_cfg', None) or {}
-    arch, tag = cfg.get('architecture'), cfg.get('tag')
-    return f'{arch}.{tag}' if arch and tag else (arch or type(model).__name__)
 
 
 def _label_names(model: nn.Module) -> List[str]:

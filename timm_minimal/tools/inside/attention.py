@@ -31,7 +31,7 @@ import torch
 from PIL import Image, UnidentifiedImageError
 
 from ...models.images import ImageTooLarge, check_image_size, convert_image, image_mode
-from ..common import allowed_models, create_named_model
+from ..common import allowed_models, create_named_model, model_label
 from ...cli import UsageError, command
 from .cli import DEFAULT_MODEL, build_parser
 
@@ -162,12 +162,6 @@ def label_names(model: torch.nn.Module) -> List[str]:
     return [str(id2label[i]) for i in range(model.num_classes)]
 
 
-def _model_name(model: torch.nn.Module) -> str:
-    cfg = getattr(model, 'pretrained_cfg', None) or {}
-    arch, tag = cfg.get('architecture', type(model).__name__), cfg.get('tag')
-    return f'{arch}.{tag}' if tag else arch
-
-
 @torch.no_grad()
 def compute_attention(model: torch.nn.Module, image: Image.Image) -> AttentionMaps:
     """Prediction, per-layer attention and scores and their rollout for one image (no plotting).
@@ -182,7 +176,7 @@ def compute_attention(model: torch.nn.Module, image: Image.Image) -> AttentionMa
     skip = getattr(model, 'num_prefix_tokens', 0)
     attentions = [a[0, :, skip:, skip:] for a in attentions]
     scores = [s[0, :, skip:, skip:] for s in scores]
-    return AttentionMaps(_model_name(model), shown, tuple(model.patch_embed.grid_size), probabilities,
+    return AttentionMaps(model_label(model), shown, tuple(model.patch_embed.grid_size), probabilities,
                          label_names(model), attentions, scores, attention_rollout(attentions), notes=notes)
 
 
@@ -307,7 +301,8 @@ def render_attention(image: Union[str, Path, Image.Image], model: Union[str, tor
     also written there as a PNG. ``head`` picks the head whose score and attention matrices are shown.
     Raises ``AttentionInputError`` for an unknown model, an unreadable image or a head the model lacks.
     """
-    random_weights = isinstance(model, str) and not pretrained
+    # a local-dir: or hf-hub: checkpoint always loads its weights (create_named_model)
+    random_weights = isinstance(model, str) and not pretrained and not model.startswith(('local-dir:', 'hf-hub:'))
     if isinstance(model, str):
         model = create_attention_model(model, pretrained)
     elif not hasattr(model, 'get_attention_maps'):
