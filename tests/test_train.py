@@ -616,3 +616,16 @@ def test_a_launchers_environment_that_cannot_start_is_one_line(data, tmp_path, c
     err = capsys.readouterr().err
     assert 'accelerate cannot start this process (WORLD_SIZE=1000000' in err and err.count('\n') == 1, err
     assert not (tmp_path / 'run').exists()
+
+
+def test_a_finished_run_says_where_it_went_and_what_to_run_next(data, tmp_path, capsys):
+    out = tmp_path / 'run'
+    assert run_inprocess(DDP_ARGS + data + ['--output', out]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    final = json.loads((out / 'run.json').read_text())['final']
+    assert lines[-4].startswith(f'Finished vit_minimal_std_mlp_6x1.mnist in {out}: test accuracy '
+                                f'{final["test_acc"]:.2f}% at epoch 2')
+    assert lines[-3] == (f'  evaluate: timm-minimal-evaluate --model local-dir:{out / "checkpoints" / "last"} '
+                         f'--dataset mnist --data-dir {data[1]}')
+    assert lines[-2].startswith('  export:   timm-minimal-export --model local-dir:')
+    assert lines[-1] == f'  publish:  timm-minimal-publish {out} --repo-id <user>/run'

@@ -6,7 +6,7 @@ import shlex
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 import torch
@@ -17,7 +17,7 @@ from . import checkpoint as ckpt
 from .engine import Run, TrainState, weights_hash
 from .run_record import Launch, RunRecord
 
-__all__ = ['versions', 'device_name', 'launch_elapsed', 'write_run_record', 'finish_run', 'rank_report']
+__all__ = ['versions', 'device_name', 'launch_elapsed', 'write_run_record', 'finish_run', 'closing_lines', 'rank_report']
 
 
 def versions() -> Dict[str, str]:
@@ -118,6 +118,24 @@ def finish_run(run: Run, state: TrainState, status: str, message: Optional[str],
     folder.write_record(record)
     folder.plot_curves(state.history, title=f'{run.model_name} on {record.dataset.get("name")}')
     return record.to_dict()
+
+
+def closing_lines(run: Run, record: Dict[str, Any]) -> List[str]:
+    """What a finished run says last: where it went, its last and best test accuracy, and the commands that evaluate,
+    export and publish its last checkpoint."""
+    folder, args = run.folder.path, run.args
+    final, best = record.get('final') or {}, record.get('best') or {}
+    if 'test_acc' not in final:
+        return [f'Finished: {folder}']
+    scores = f'test accuracy {final["test_acc"]:.2f}% at epoch {final["epoch"]}'
+    if best.get('epoch') and best['epoch'] != final['epoch']:
+        scores += f' (best {best["test_acc"]:.2f}% at epoch {best["epoch"]})'
+    checkpoint = f'local-dir:{folder / "checkpoints" / "last"}'
+    data = f' --dataset {args.dataset}' + (f' --data-dir {args.data_dir}' if args.data_dir else '')
+    return [f'Finished {run.model_name} in {folder}: {scores}.',
+            f'  evaluate: timm-minimal-evaluate --model {checkpoint}{data}',
+            f'  export:   timm-minimal-export --model {checkpoint} --output {folder / "onnx"}',
+            f'  publish:  timm-minimal-publish {folder} --repo-id <user>/{Path(folder).name}']
 
 
 def rank_report(run: Run, status: str, samples: int) -> None:

@@ -62,7 +62,7 @@ from .engine import (
 from .distill import Bf16Teacher, TeacherInfo, build_distillation, build_teacher
 from .files import FolderBusy, describe_write_error, is_disk_full
 from .run_folder import RunFolder
-from .recording import finish_run, launch_elapsed, rank_report, write_run_record
+from .recording import closing_lines, finish_run, launch_elapsed, rank_report, write_run_record
 from .cli import (  # noqa: F401  (also reachable here)
     TOKEN_DISTILL_TYPES, UsageError, build_parser, check_numbers, load_recipe, parse_args,
 )
@@ -393,6 +393,8 @@ def _train(run: Run, state: TrainState, info: Dict[str, Any], last_dir: Optional
     if args.rank_report:
         rank_report(run, status, local_samples)
     summary = _finish(run, state, status, message, time.perf_counter() - t_launch) if run.is_main else {}
+    if status == 'finished' and summary:
+        acc.print('\n'.join(closing_lines(run, summary)))
     acc.wait_for_everyone()
     acc.end_training()
     if os.environ.get(SPLIT_STATUS_ENV):  # a split run's process: freeing its DDP model can hang (see _exit)
