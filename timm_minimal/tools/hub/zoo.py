@@ -1,6 +1,6 @@
 """The zoo as Hub repositories: one folder per shipped checkpoint, written from what ships, and pushed.
 
-    timm-minimal-publish --zoo --output hub-zoo                     # 37 repository folders, offline
+    timm-minimal-publish --zoo --output hub-zoo                     # a repository folder per checkpoint, offline
     timm-minimal-publish --zoo --output hub-zoo --only '*cifar10*'  # those whose name matches
     timm-minimal-publish --zoo --output hub-zoo --push              # and upload them, one line each
 
@@ -36,7 +36,7 @@ def shipped_names() -> List[str]:
     """``<architecture>.<tag>`` of every checkpoint whose weights ship inside the package, sorted."""
     import timm
     from timm.models import get_pretrained_cfg
-    import timm_minimal  # noqa: F401  (registers the architectures and their pretrained cfgs)
+    from ...models import vit_minimal  # noqa: F401  (registers the architectures and their pretrained cfgs)
     names = []
     for name in timm.list_pretrained('vit_minimal_*'):
         cfg = get_pretrained_cfg(name)
