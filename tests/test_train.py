@@ -631,3 +631,32 @@ def test_a_finished_run_says_where_it_went_and_what_to_run_next(data, tmp_path, 
                          f'--dataset mnist --data-dir {data[1]}')
     assert lines[-2].startswith('  export:   timm-minimal-export --model local-dir:')
     assert lines[-1] == f'  publish:  timm-minimal-publish {out} --repo-id <user>/run'
+
+
+def test_pretrained_weights_say_what_they_bring_and_a_head_of_other_classes_starts_anew(tmp_path, capsys):
+    """--pretrained onto another dataset of the same class count kept the old head silently (its first train loss was
+    above a fresh head's); the run says what it loaded, and the head starts anew where its classes are others'."""
+    import timm
+    folder = make_image_folder(tmp_path / 'pets', classes=[f'kind{i}' for i in range(10)], n_train=2, n_eval=1)
+    common = ['--dataset', folder, '--model', 'vit_minimal_sym_6x4.cifar10', '--batch-size', '8', '--epochs', '1',
+              '--no-progress', '--cpu', '--cache-dir', tmp_path / 'cache', '--pretrained']
+    assert run_inprocess(common + ['--output', tmp_path / 'other']) == 0
+    out = capsys.readouterr().out
+    assert ("Loaded the weights of vit_minimal_sym_6x4.cifar10; its head predicts airplane, automobile, bird, cat, "
+            "deer, ..., not the data's kind0, kind1, kind2, kind3, kind4, ...: the run trains a new 10-class head.") in out
+    zoo = timm.create_model('vit_minimal_sym_6x4.cifar10', pretrained=True)
+    blocks = {k: v for k, v in weights(tmp_path / 'other').items() if k.startswith('blocks.')}
+    assert blocks and all(v.shape == zoo.state_dict()[k].shape for k, v in blocks.items())
+    cifar = make_image_folder(tmp_path / 'cifar', classes=list(zoo.pretrained_cfg['label_names']), n_train=2,
+                              n_eval=1)
+    assert run_inprocess(common[:1] + [cifar] + common[2:] + ['--output', tmp_path / 'same']) == 0
+    assert ('Loaded the weights of vit_minimal_sym_6x4.cifar10, its head included (10 classes: airplane, '
+            'automobile, bird, cat, deer, ...).') in capsys.readouterr().out
+    kinds = [f'kind{i}' for i in range(10)]
+    for classes, kept in ((kinds, False), (list(zoo.pretrained_cfg['label_names']), True)):
+        model = timm.create_model('vit_minimal_sym_6x4.cifar10', pretrained=True)
+        train_mod._pretrained_head(model, 'x', classes)
+        assert torch.equal(model.head.weight, zoo.head.weight) is kept
+    three = timm.create_model('vit_minimal_sym_6x4.cifar10', pretrained=True, num_classes=3)  # timm's new head
+    assert train_mod._pretrained_head(three, 'x', ['cat', 'dog', 'owl']) == (
+        'Loaded the weights of x; its 10-class head is replaced by a new 3-class one.')

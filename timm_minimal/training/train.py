@@ -178,6 +178,24 @@ def build_model(plan: RunPlan, data: ImageData) -> Tuple[nn.Module, str, Dict[st
     return model, model_name, model_kwargs
 
 
+def _pretrained_head(model: nn.Module, source: Any, classes: Sequence[str]) -> str:
+    """What a run starting from pretrained weights took of them, in a line: the head too where it predicts the data's
+    classes; a new head where its label names are other classes' (timm keeps a head of the same count, whose
+    classes would then be misread) or their number differs (timm makes the new head itself)."""
+    cfg = getattr(model, 'pretrained_cfg', None) or {}
+    names, count = cfg.get('label_names'), cfg.get('num_classes')
+
+    def shown(values: Sequence[Any]) -> str:
+        return ', '.join(map(str, values[:5])) + (', ...' if len(values) > 5 else '')
+    if names and len(names) == len(classes) and [str(n) for n in names] != [str(c) for c in classes]:
+        model.reset_classifier(len(classes))
+        return (f'Loaded the weights of {source}; its head predicts {shown(names)}, not the data\'s {shown(classes)}: '
+                f'the run trains a new {len(classes)}-class head.')
+    if count is not None and count != len(classes):
+        return f'Loaded the weights of {source}; its {count}-class head is replaced by a new {len(classes)}-class one.'
+    return f'Loaded the weights of {source}, its head included ({len(classes)} classes: {shown(classes)}).'
+
+
 def model_config(model: nn.Module, model_name: str, model_kwargs: Dict[str, Any], data: ImageData,
                  data_cfg: Dict[str, Any]) -> Dict[str, Any]:
     """A checkpoint's config.json: timm's Hub layout (architecture, num_classes, model_args, pretrained_cfg)."""
@@ -268,6 +286,8 @@ def _assemble(plan: RunPlan, accelerator: Any, folder: RunFolder, last_dir: Opti
             train_split=args.train_split, eval_split=args.val_split, num_classes=args.num_classes, seed=args.seed,
             batch_size=args.batch_size // world, download_hint='drop --no-download')
     model, model_name, model_kwargs = build_model(plan, data)
+    if args.pretrained or args.pretrained_path:
+        accelerator.print(_pretrained_head(model, args.pretrained_path or model_name, data.classes))
     data_cfg = data_config(model, args)
     n_train, updates_per_epoch, batches_per_epoch = count_batches(args, data)
     data_path = build_data_path(args, data, data_cfg, accelerator, batches_per_epoch)
