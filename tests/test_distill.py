@@ -290,8 +290,9 @@ def test_a_resumed_run_keeps_its_teacher_and_an_empty_teacher_is_refused(data, t
                           '--teacher', 'vit_minimal_std_mlp_6x1', '--epochs', '1', '--output', out]
     assert run_inprocess(argv) == 0
     capsys.readouterr()
-    for extra, says in ((['--teacher', 'vit_minimal_std_6x1'], "--teacher cannot change when resuming (the run used "
-                                                                "'vit_minimal_std_mlp_6x1'"),
+    for extra, says in ((['--teacher', 'vit_minimal_std_6x1'], '--teacher cannot change when resuming (the run used '
+                                                                'vit_minimal_std_mlp_6x1, the command line asks for '
+                                                                'vit_minimal_std_6x1)'),
                         (['--distill-temperature', '4'], '--distill-temperature cannot change when resuming')):
         assert run_inprocess(['--resume', out, '--epochs', '2'] + extra) == 2
         err = capsys.readouterr().err

@@ -26,18 +26,15 @@ def restore(run: Run, state: TrainState, last_dir: Path) -> None:
     """Load a checkpoint's weights, optimizer, scheduler, scaler, EMA, RNG states and position."""
     args, acc = run.args, run.accelerator
     saved = run.folder.read_args()  # the options of the launch before this one
-    for key in FIXED_ON_RESUME:
-        if key in saved and saved[key] != getattr(args, key):
-            raise UsageError(f'--{key.replace("_", "-")} cannot change when resuming (the run used {saved[key]}, the '
-                             f'command line asks for {getattr(args, key)}): the checkpoint\'s optimizer state and data '
-                             f'order belong to it. Start a new run, e.g. with --pretrained-path '
-                             f'{last_dir / ckpt.MODEL_FILE} to begin from these weights.')
-    for key in FIXED_TEACHER:
-        if key in saved and saved[key] != getattr(args, key):
-            raise UsageError(f'--{key.replace("_", "-")} cannot change when resuming (the run used {saved[key]!r}, the '
-                             f'command line asks for {getattr(args, key)!r}): the run\'s record states one teacher for '
-                             f'all its epochs. Start a new run, e.g. with --pretrained-path {last_dir / ckpt.MODEL_FILE} '
-                             f'to distil these weights further.')
+    last_weights = last_dir / ckpt.MODEL_FILE
+    for keys, why in ((FIXED_ON_RESUME, f"the checkpoint's optimizer state and data order belong to it. Start a new run, "
+                                        f"e.g. with --pretrained-path {last_weights} to begin from these weights."),
+                      (FIXED_TEACHER, f"the run's record states one teacher for all its epochs. Start a new run, e.g. "
+                                      f"with --pretrained-path {last_weights} to distil these weights further.")):
+        changed = next((k for k in keys if k in saved and saved[k] != getattr(args, k)), None)
+        if changed:
+            raise UsageError(f'--{changed.replace("_", "-")} cannot change when resuming (the run used {saved[changed]}, '
+                             f'the command line asks for {getattr(args, changed)}): {why}')
     try:
         training_state = torch.load(last_dir / ckpt.STATE_FILE, map_location='cpu', weights_only=True)
         weights = ckpt.load_weights(last_dir / ckpt.MODEL_FILE)
