@@ -93,8 +93,9 @@ def test_a_checkpoint_without_a_card_or_weights_is_refused_by_name_before_anythi
 
 @pytest.mark.parametrize('argv, says', [
     (['--only', 'vit_minimal_nope*'], '--only vit_minimal_nope*: matches no checkpoint'),
-    (['runs/x'], '--zoo publishes the checkpoints that ship with the package; it takes no run folder'),
-    (['--repo-id', 'a/b'], 'none of --repo-id'),
+    (['runs/x'], '--zoo publishes the checkpoints that ship with the package; it takes no run folder (runs/x)'),
+    (['--repo-id', 'a/b'], '--repo-id goes with a run folder'),
+    (['--checkpoint', 'best', '--note', 'x'], '--checkpoint, --note go with a run folder'),
 ])
 def test_zoo_misuse_is_one_line_and_exit_2(tmp_path, capsys, argv, says):
     assert _zoo(tmp_path, *argv) == 2

@@ -10,7 +10,7 @@ __all__ = ['DESCRIPTION', 'RUN_OPTIONS', 'build_parser']
 DESCRIPTION = ('Turn a finished training run into a Hugging Face Hub repository, and upload it; or, with --zoo, every '
                'checkpoint that ships with the package into its own repository.')
 # The options that describe one run; --zoo publishes what ships, so it takes none of them.
-RUN_OPTIONS = ('repo_id', 'card_copy', 'ship_weights', 'tag', 'revision', 'commit_message')
+RUN_OPTIONS = ('repo_id', 'checkpoint', 'card_copy', 'ship_weights', 'tag', 'note', 'revision', 'commit_message')
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -337,10 +337,14 @@ def written_from(out: Path, run_dir: Path, checkpoint: str) -> bool:
 def _check_arguments(args) -> None:
     """A run or --zoo, with the options that go with it; else a one-line usage error."""
     if args.zoo:
-        given = [f'--{k.replace("_", "-")}' for k in RUN_OPTIONS if getattr(args, k) not in (None, False)]
-        if args.run is not None or given:
-            raise UsageError(f'--zoo publishes the checkpoints that ship with the package; it takes no run folder and '
-                             f'none of {", ".join(given) or args.run}')
+        defaults = build_parser()
+        given = [f'--{k.replace("_", "-")}' for k in RUN_OPTIONS if getattr(args, k) != defaults.get_default(k)]
+        if args.run is not None:
+            raise UsageError(f'--zoo publishes the checkpoints that ship with the package; it takes no run folder '
+                             f'({args.run})')
+        if given:
+            raise UsageError(f'--zoo publishes the checkpoints that ship with the package; {", ".join(given)} '
+                             f'{"goes" if len(given) == 1 else "go"} with a run folder')
         if args.output is None:
             raise UsageError('--zoo needs --output DIR, the folder that gets one repository folder per checkpoint')
         return
@@ -350,6 +354,13 @@ def _check_arguments(args) -> None:
         raise UsageError('--repo-id is required with a run folder (e.g. my-org/vit_minimal_sym_6x4.mnist)')
     if args.only or args.namespace != 'timm-minimal' or args.cards != Path('model_cards'):
         raise UsageError('--only, --namespace and --cards go with --zoo; a run is published to its --repo-id')
+
+
+def _push_failed(e: Exception, what: str, remedy: str) -> Failure:
+    """One line for a push that failed: where it went, the client's error, what stands and how to go on."""
+    from huggingface_hub import constants
+    cause = ' '.join(str(e).split())[:300] or type(e).__name__
+    return Failure(f'the push {what} at {constants.ENDPOINT} failed ({type(e).__name__}: {cause}); {remedy}')
 
 
 def publish_zoo(args) -> int:
@@ -366,9 +377,8 @@ def publish_zoo(args) -> int:
         try:
             done = push_zoo(folders, args.namespace, args.private, args.token)
         except Exception as e:  # noqa: BLE001 (the Hub client raises HTTP, connection and validation errors alike)
-            cause = ' '.join(str(e).split())[:300] or type(e).__name__
-            raise Failure(f'the push to {args.namespace} at {constants.ENDPOINT} failed ({type(e).__name__}: {cause}); '
-                          f'the folders are written, and the same command pushes what is still missing') from None
+            raise _push_failed(e, f'to {args.namespace}', 'the folders are written, and the same command pushes what '
+                                                          'is still missing') from None
         counts = {k: list(done.values()).count(k) for k in ('created', 'updated', 'unchanged')}
         print(', '.join(f'{n} {k}' for k, n in counts.items()) + f' at {constants.ENDPOINT}')
     return 0
@@ -393,13 +403,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             raise UsageError(str(e)) from None
         print(f'wrote {out}')
     if args.push:
-        from huggingface_hub import constants
         try:
             url = push_folder(out, args.repo_id, args.private, args.revision, args.token, args.commit_message)
         except Exception as e:  # noqa: BLE001 (the Hub client raises HTTP, connection and validation errors alike)
-            cause = ' '.join(str(e).split())[:300] or type(e).__name__
-            raise Failure(f'the push of {out} to {args.repo_id} at {constants.ENDPOINT} failed ({type(e).__name__}: '
-                          f'{cause}); the folder is written, and the same command tries the push again') from None
+            raise _push_failed(e, f'of {out} to {args.repo_id}', 'the folder is written, and the same command tries the '
+                                                                 'push again') from None
         print(f'pushed {args.repo_id}: {url}')
     return 0
 
