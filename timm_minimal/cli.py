@@ -21,7 +21,7 @@ from typing import Callable, Iterator, NoReturn, Optional, Sequence, Union
 
 __all__ = ['UsageError', 'Failure', 'OneLineParser', 'HelpFormatter', 'number', 'INT_LIMIT', 'env_number', 'usable_cores',
            'torch_threads', 'positive_int', 'positive_float', 'non_negative_int', 'non_negative_float', 'probability',
-           'is_disk_full', 'describe_os_error', 'command', 'EXIT_FAILURE', 'EXIT_USAGE', 'EXIT_DIVERGED']
+           'is_disk_full', 'describe_os_error', 'listed', 'command', 'EXIT_FAILURE', 'EXIT_USAGE', 'EXIT_DIVERGED']
 
 EXIT_FAILURE, EXIT_USAGE, EXIT_DIVERGED = 1, 2, 3
 # torch.save reports a short write without the OS error ("unexpected pos ..."): below this much free space a
@@ -127,6 +127,11 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
 
 
 INT_LIMIT = 2 ** 63 - 1  # the largest integer any option takes (torch's int64): far beyond every real count
+
+
+def listed(values: Sequence[object], limit: int) -> str:
+    """The first ``limit`` of ``values`` for a message, joined by commas, with ', ...' where there are more."""
+    return ', '.join(map(str, values[:limit])) + (', ...' if len(values) > limit else '')
 
 
 def _shown(text: object) -> str:

@@ -26,7 +26,7 @@ from ..models.datasets import DATASETS
 from ..models.pretrained import tag_dataset as pretrained_tag_dataset
 from ..models.images import image_mode
 from .common import describe_load_error
-from ..cli import UsageError, command
+from ..cli import UsageError, command, listed
 from .cli import EVAL_BATCH_SIZE, build_parser
 
 __all__ = ['evaluate_model', 'evaluate_forwards', 'load_eval_split', 'evaluate_split', 'EvalSplit', 'main']
@@ -42,9 +42,8 @@ def map_labels(data_classes: Sequence[str], label_names: Optional[Sequence[str]]
     index = {str(name): i for i, name in enumerate(label_names)}
     unknown = [c for c in data_classes if str(c) not in index]
     if unknown:
-        shown = ', '.join(unknown[:8]) + (', ...' if len(unknown) > 8 else '')
-        raise DatasetError(f'the classes of {where} ({shown}) are not among the model\'s label names '
-                           f'({", ".join(map(str, label_names[:10]))}{", ..." if len(label_names) > 10 else ""}): '
+        raise DatasetError(f'the classes of {where} ({listed(unknown, 8)}) are not among the model\'s label names '
+                           f'({listed(label_names, 10)}): '
                            f'name the folders after them, or pass --labels-by-order to take the folders in '
                            f'alphabetical order as class 0, 1, ...')
     return np.asarray([index[str(c)] for c in data_classes], dtype=np.int64)

@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Type
 
-from ..cli import Failure
+from ..cli import Failure, listed
 from ..training.files import describe_write_error, is_disk_full
 
 __all__ = ['staged_folder', 'recorded_files', 'unrecorded_entries', 'recover', 'RECORD_FORMAT']
@@ -126,17 +126,18 @@ def recover(out: Path) -> Optional[str]:
         return None
     done = []
     old, stage = Path(log['old']), Path(log['stage'])
+    new_in_place = out.is_dir() and not out.is_symlink() and _files(out) == log.get('files')
     if old.is_dir() and not old.is_symlink():
         if not out.exists() and not out.is_symlink():
             old.rename(out)
             done.append(f'put back the earlier {out.name} that an interrupted run had moved aside')
-        elif out.is_dir() and _files(out) == log.get('files'):
+        elif new_in_place:
             shutil.rmtree(old, ignore_errors=True)
             done.append(f'removed the earlier {out.name} that an interrupted run had already replaced')
         else:
             done.append(f'left the earlier {out.name} that an interrupted run had moved aside as {old}: {out} has '
                         f'changed since')
-    if out.is_dir() and log.get('record') and _files(out) == log.get('files'):
+    if new_in_place and log.get('record'):
         _write_json(_record_file(out), dict(format=RECORD_FORMAT, out=str(out), files=log['files']))
     if stage.is_dir() and not stage.is_symlink():
         shutil.rmtree(stage, ignore_errors=True)
@@ -161,8 +162,7 @@ def _refusal(out: Path, overwrite: bool, folder: Optional[Path] = None) -> Optio
         return f'{out} exists and is not empty: {remedy}'
     foreign = unrecorded_entries(folder, out)
     if foreign:
-        return (f'{out} holds files this tool did not write ({", ".join(foreign[:5])}'
-                f'{", ..." if len(foreign) > 5 else ""}); --overwrite replaces only an earlier output of this tool, '
+        return (f'{out} holds files this tool did not write ({listed(foreign, 5)}); --overwrite replaces only an earlier output of this tool, '
                 f'as recorded when it was written: choose another --output')
     return None
 

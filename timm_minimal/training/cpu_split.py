@@ -42,16 +42,17 @@ __all__ = ['Decision', 'SPLIT_MIN_IMAGES', 'core_budget', 'cpu_signature', 'kern
            'kernels_capped_below_bf16', 'bare_step_rate',
            'measure', 'decide',
            'worker_command', 'run_split_processes',
-           'end_process_group']
+           'end_process_group', 'NEVER_FREED']
 
 SPLIT_MIN_IMAGES = 500_000  # a shorter run (the tests, the demo) stays one process: a split costs seconds to start
 PROBE_SECONDS = 6.0  # timed, after PROBE_WARMUP steps: a 3 s probe measured one process at 0.6x its rate
 PROBE_WARMUP = 5
 PROBE_TIMEOUT = 120.0  # seconds for all the probes of one candidate together
-# The DDP models of a split's probe processes, freed only as the process ends without its interpreter's cleanup
-# (``_run_probes``): on torch 2.13 freeing one hung at random (3 probes in 30), its reducer freeing the gloo group,
-# which joins its worker threads with the GIL held while a worker waits for the GIL to free a tensor of its last work.
-_NEVER_FREED: List[Any] = []
+# What a split's processes never free (the DDP models of the probe processes, the run of a split run's process), left
+# to the process's end without its interpreter's cleanup (``_run_probes``, ``training.train._exit``): on torch 2.13
+# freeing one hung at random (3 probes in 30), its reducer freeing the gloo group, which joins its worker threads with
+# the GIL held while a worker waits for the GIL to free a tensor of its last work.
+NEVER_FREED: List[Any] = []
 PROBE = 'ddp'  # a split's processes are measured as one DDP group (``measure``), part of the cache key
 MARGIN = 1.05  # a split or a compilation must be measured this much faster: a tie keeps the simpler eager process
 
@@ -170,7 +171,7 @@ def bare_step_rate(model: str, batch: int, threads: int, seconds: float, warmup:
     finally:
         if group is not None:
             dist.destroy_process_group()
-            _NEVER_FREED.append(net)
+            NEVER_FREED.append(net)
 
 
 def _check_compiled(loss: float, eager: float) -> None:
@@ -229,7 +230,7 @@ def _run_probes(model: str, batch: int, processes: int, threads: int, seconds: f
             group = (port, rank, processes) if port is not None else None
             code = (f'import os; from timm_minimal.training.cpu_split import bare_step_rate; print(bare_step_rate('
                     f'{model!r}, {max(1, batch // processes)}, {threads}, {seconds}, group={group!r}, **{step!r}), '
-                    f'flush=True); os._exit(0)')  # os._exit: see _NEVER_FREED
+                    f'flush=True); os._exit(0)')  # os._exit: see NEVER_FREED
             procs.append(subprocess.Popen([sys.executable, '-c', code], stdout=subprocess.PIPE,
                                           stderr=errors[rank], text=True, env=env,
                                           preexec_fn=functools.partial(die_with_parent, os.getpid())))

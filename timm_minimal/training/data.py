@@ -37,6 +37,7 @@ import numpy as np
 from PIL import Image
 from torch.utils.data import Dataset, IterableDataset
 
+from ..cli import listed
 from ..models.datasets import CIFAR10_CLASSES, DATASETS, MNIST_CLASSES, SAMPLES, tag_for_kind
 from .files import missing_folders, remove_empty
 from .dataset_names import BUILTIN_DATASETS, TIMM_FACTORY_PREFIXES, DatasetError, damaged_file, dataset_kind
@@ -288,7 +289,7 @@ def scan_image_folder(root: Union[str, Path]) -> Tuple[List[str], str, FolderSca
     skipped = scans[0].skipped_links + scans[1].skipped_links
     if skipped:
         _logger.warning(f'Skipped {len(skipped)} folder link(s) that lead back into a folder being read (a loop): '
-                        + ', '.join(skipped[:5]) + (', ...' if len(skipped) > 5 else ''))
+                        + listed(skipped, 5))
     if not scans[1].samples:
         raise DatasetError(f'{eval_dir} holds no images.')
     return classes, eval_dir.name, scans[0], scans[1]

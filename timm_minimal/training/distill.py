@@ -24,7 +24,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..cli import UsageError
+from ..cli import UsageError, listed
 from .cli import TOKEN_DISTILL_TYPES
 
 __all__ = ['TeacherInfo', 'HardLogitDistillation', 'build_teacher', 'build_distillation', 'check_teacher_labels']
@@ -100,11 +100,8 @@ def check_teacher_labels(name: str, label_names: Optional[Sequence[Any]], classe
     class names (``UsageError`` in one line naming both, else the targets it gives would be another class's)."""
     if not label_names or not classes or [str(c) for c in label_names] == [str(c) for c in classes]:
         return
-
-    def shown(names: Sequence[Any]) -> str:
-        return ', '.join(map(str, names[:10])) + (', ...' if len(names) > 10 else '')
-    raise UsageError(f'--teacher {name} predicts {shown(label_names)} in that order, the data\'s classes are '
-                     f'{shown(classes)}: its targets would be other classes\'; name the data\'s class folders after '
+    raise UsageError(f'--teacher {name} predicts {listed(label_names, 10)} in that order, the data\'s classes are '
+                     f'{listed(classes, 10)}: its targets would be other classes\'; name the data\'s class folders after '
                      f'the teacher\'s labels, or pass --teacher-labels-by-order to take them as the same classes in order')
 
 

@@ -18,6 +18,7 @@ import numpy as np
 from PIL import Image
 from torch.utils.data import Dataset
 
+from ..cli import listed
 from ..models.images import check_image_size, convert_image
 from .dataset_names import DatasetError
 
@@ -75,8 +76,7 @@ def scan_split(split_dir: Path, classes: Sequence[str]) -> FolderScan:
             samples.append((path, label))
             digest.update(f'{os.path.relpath(path, split_dir)}|{label}|{st.st_size}|{st.st_mtime_ns}\n'.encode())
     if zero:
-        raise DatasetError(f'{len(zero)} image file(s) of zero bytes in {split_dir}: {", ".join(zero[:5])}'
-                          f'{", ..." if len(zero) > 5 else ""}; remove or replace them.')
+        raise DatasetError(f'{len(zero)} image file(s) of zero bytes in {split_dir}: {listed(zero, 5)}; remove or replace them.')
     if empty:
         raise DatasetError(f'class folder(s) without images in {split_dir}: {", ".join(empty[:5])}; every class needs '
                           f'images (extensions {", ".join(sorted(IMAGE_EXTENSIONS))}), or remove the folder.')

@@ -11,6 +11,7 @@ import torch
 
 from . import checkpoint as ckpt
 from .cli import UsageError
+from ..cli import listed
 from .engine import Run, TrainState, set_rng_state
 
 __all__ = ['restore', 'FIXED_ON_RESUME', 'FIXED_TEACHER', 'SCHEDULE_OPTIONS']
@@ -82,8 +83,7 @@ def _check_resumable(last_dir: Path, training_state: Any, weights: Dict[str, tor
                          f'(missing {", ".join(missing)}).')
     bad = [k for k, v in weights.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]
     if bad:
-        raise UsageError(f'Cannot resume from {last_dir}: its weights are not finite ({", ".join(bad[:3])}'
-                         f'{", ..." if len(bad) > 3 else ""}); start a new run.')
+        raise UsageError(f'Cannot resume from {last_dir}: its weights are not finite ({listed(bad, 3)}); start a new run.')
 
 
 def _apply_changed_options(run: Run, saved: Dict[str, Any]) -> None:

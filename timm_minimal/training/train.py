@@ -44,13 +44,13 @@ import sys
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
 from timm.models import split_model_name_tag
 
-from ..cli import EXIT_DIVERGED, EXIT_FAILURE, EXIT_USAGE, Failure, command, torch_threads
+from ..cli import EXIT_DIVERGED, EXIT_FAILURE, EXIT_USAGE, Failure, command, listed, torch_threads
 from ..models.layers import set_head_padding
 from ..models.paper import is_minimal
 from . import checkpoint as ckpt
@@ -184,16 +184,13 @@ def _pretrained_head(model: nn.Module, source: Any, classes: Sequence[str]) -> s
     classes would then be misread) or their number differs (timm makes the new head itself)."""
     cfg = getattr(model, 'pretrained_cfg', None) or {}
     names, count = cfg.get('label_names'), cfg.get('num_classes')
-
-    def shown(values: Sequence[Any]) -> str:
-        return ', '.join(map(str, values[:5])) + (', ...' if len(values) > 5 else '')
     if names and len(names) == len(classes) and [str(n) for n in names] != [str(c) for c in classes]:
         model.reset_classifier(len(classes))
-        return (f'Loaded the weights of {source}; its head predicts {shown(names)}, not the data\'s {shown(classes)}: '
+        return (f'Loaded the weights of {source}; its head predicts {listed(names, 5)}, not the data\'s {listed(classes, 5)}: '
                 f'the run trains a new {len(classes)}-class head.')
     if count is not None and count != len(classes):
         return f'Loaded the weights of {source}; its {count}-class head is replaced by a new {len(classes)}-class one.'
-    return f'Loaded the weights of {source}, its head included ({len(classes)} classes: {shown(classes)}).'
+    return f'Loaded the weights of {source}, its head included ({len(classes)} classes: {listed(classes, 5)}).'
 
 
 def model_config(model: nn.Module, model_name: str, model_kwargs: Dict[str, Any], data: ImageData,
@@ -417,8 +414,9 @@ def _train(run: Run, state: TrainState, info: Dict[str, Any], last_dir: Optional
         acc.print('\n'.join(closing_lines(run, summary)))
     acc.wait_for_everyone()
     acc.end_training()
-    if os.environ.get(SPLIT_STATUS_ENV):  # a split run's process: freeing its DDP model can hang (see _exit)
-        _KEPT_UNTIL_EXIT.append(run)
+    if os.environ.get(SPLIT_STATUS_ENV):  # a split run's process: freeing its DDP model can hang (cpu_split.NEVER_FREED)
+        from .cpu_split import NEVER_FREED
+        NEVER_FREED.append(run)
     if status == 'diverged':
         raise Diverged(message)
     if status == 'failed' and run.is_main:  # one line, the main process's: the others have nothing to add
@@ -459,12 +457,6 @@ def _finish(run: Run, state: TrainState, status: str, message: Optional[str], la
         if status == 'finished' or not is_disk_full(e, run.folder.path):
             raise
         return {}
-
-
-# A split run's process keeps its run (the DDP model) until it exits without the interpreter's cleanup: on torch
-# 2.13 freeing a DDP model over gloo hangs at random, its reducer freeing the process group, which joins its threads
-# with the GIL held (the CPU decision's probes have the same workaround: cpu_split._NEVER_FREED)
-_KEPT_UNTIL_EXIT: List[Any] = []
 
 
 def _exit(status: int) -> None:

@@ -5,12 +5,14 @@ from pathlib import Path
 
 from ...cli import OneLineParser
 
-__all__ = ['DESCRIPTION', 'RUN_OPTIONS', 'build_parser']
+__all__ = ['DESCRIPTION', 'RUN_OPTIONS', 'ZOO_OPTIONS', 'build_parser']
 
 DESCRIPTION = ('Turn a finished training run into a Hugging Face Hub repository, and upload it; or, with --zoo, every '
                'checkpoint that ships with the package into its own repository.')
 # The options that describe one run; --zoo publishes what ships, so it takes none of them.
 RUN_OPTIONS = ('repo_id', 'checkpoint', 'card_copy', 'ship_weights', 'tag', 'note', 'revision', 'commit_message')
+# The options of --zoo alone.
+ZOO_OPTIONS = ('only', 'cards', 'namespace')
 
 
 def build_parser() -> argparse.ArgumentParser:

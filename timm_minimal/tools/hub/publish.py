@@ -27,7 +27,7 @@ from ...training.checkpoint import CONFIG_FILE, MODEL_FILE, write_file_atomic
 from ...training.run_folder import RunFolder
 from ...training.run_record import Launch, RunRecord
 from ...cli import Failure, UsageError, command
-from .cli import RUN_OPTIONS, build_parser
+from .cli import RUN_OPTIONS, ZOO_OPTIONS, build_parser
 from .cards import CARD_LIBRARY, CARD_TAGS, card_template
 from .zoo import ZooError, push_zoo, repo_files, select_names, write_zoo
 from ..staging import staged_folder
@@ -336,15 +336,18 @@ def written_from(out: Path, run_dir: Path, checkpoint: str) -> bool:
 
 def _check_arguments(args) -> None:
     """A run or --zoo, with the options that go with it; else a one-line usage error."""
+    defaults = build_parser()
+
+    def given(options):
+        return [f'--{k.replace("_", "-")}' for k in options if getattr(args, k) != defaults.get_default(k)]
     if args.zoo:
-        defaults = build_parser()
-        given = [f'--{k.replace("_", "-")}' for k in RUN_OPTIONS if getattr(args, k) != defaults.get_default(k)]
         if args.run is not None:
             raise UsageError(f'--zoo publishes the checkpoints that ship with the package; it takes no run folder '
                              f'({args.run})')
-        if given:
-            raise UsageError(f'--zoo publishes the checkpoints that ship with the package; {", ".join(given)} '
-                             f'{"goes" if len(given) == 1 else "go"} with a run folder')
+        run_options = given(RUN_OPTIONS)
+        if run_options:
+            raise UsageError(f'--zoo publishes the checkpoints that ship with the package; {", ".join(run_options)} '
+                             f'{"goes" if len(run_options) == 1 else "go"} with a run folder')
         if args.output is None:
             raise UsageError('--zoo needs --output DIR, the folder that gets one repository folder per checkpoint')
         return
@@ -352,7 +355,7 @@ def _check_arguments(args) -> None:
         raise UsageError('name a finished training run folder, or pass --zoo to publish the shipped checkpoints')
     if args.repo_id is None:
         raise UsageError('--repo-id is required with a run folder (e.g. my-org/vit_minimal_sym_6x4.mnist)')
-    if args.only or args.namespace != 'timm-minimal' or args.cards != Path('model_cards'):
+    if given(ZOO_OPTIONS):
         raise UsageError('--only, --namespace and --cards go with --zoo; a run is published to its --repo-id')
 
 
