@@ -20,6 +20,7 @@ import yaml
 from PIL import Image
 from safetensors.torch import load_file
 
+from timm_minimal.models.weights_check import recorded_keywords
 from timm_minimal.training import cpu_policy, train as train_mod
 from timm_minimal.training.plan import resolve_plan
 
@@ -73,6 +74,7 @@ def test_run_folder_is_self_describing(reference):
     for name in ('last', 'best'):
         folder = reference / 'checkpoints' / name
         assert (folder / 'model.safetensors').is_file() and (folder / 'config.json').is_file()
+        assert recorded_keywords(folder / 'model.safetensors') == dict(num_heads=1, pos_embed='sincos', global_pool='avg')
     cfg = json.loads((reference / 'checkpoints' / 'last' / 'config.json').read_text())
     assert cfg['architecture'] == 'vit_minimal_std_mlp_6x1' and cfg['num_classes'] == 10
     assert cfg['pretrained_cfg']['input_size'] == [1, 28, 28] and cfg['model_args'] == {'depth': 2, 'drop_path_rate': 0.1}

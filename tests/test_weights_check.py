@@ -9,7 +9,12 @@ import torch
 from safetensors.torch import load_file, save_file
 
 import timm_minimal  # noqa: F401
+from timm_minimal import VitMinimalForImageClassification
+from timm_minimal.models.paper import FLAGSHIP
+from timm_minimal.models.pretrained import WEIGHTS_DIR
+from timm_minimal.models.weights_check import FUNCTION_KEYWORDS, RECORD_KEY, recorded_keywords
 from timm_minimal.tools.common import create_named_model
+from transformers import AutoModelForImageClassification
 
 torch.set_num_threads(1)
 
@@ -94,3 +99,62 @@ def test_a_tagged_model_built_for_other_channels_names_the_input_size():
     with pytest.raises(ValueError, match=r'\(B, 3, H, W\).*--input-size 1 28 28'):
         model(torch.randn(2, 1, 28, 28))
     assert timm.create_model('vit_minimal_sym_6x4.mnist').input_hint == ''
+
+
+# -- the keywords that change the function without changing a shape: recorded with the weights, checked at load --
+
+@pytest.mark.parametrize('file', sorted(WEIGHTS_DIR.glob('*.safetensors')), ids=lambda p: p.stem)
+def test_every_shipped_weights_file_records_its_function_keywords(file):
+    model = timm.create_model(file.stem)
+    assert recorded_keywords(file) == {k: model.init_kwargs[k] for k in FUNCTION_KEYWORDS}
+
+
+@pytest.fixture
+def saved(tmp_path):
+    """A transformers folder of the 4-head flagship, as save_pretrained writes it."""
+    model = VitMinimalForImageClassification.from_timm(f'{FLAGSHIP}.mnist', pretrained=True)
+    model.save_pretrained(tmp_path / 'saved')
+    return tmp_path / 'saved'
+
+
+def _edit_model_args(folder, **changes):
+    cfg = json.loads((folder / 'config.json').read_text())
+    cfg['model_args'].update(changes)
+    (folder / 'config.json').write_text(json.dumps(cfg))
+
+
+@pytest.mark.parametrize('change, message', [
+    (dict(num_heads=2), 'asks for num_heads=2 but the weights file .* was trained with num_heads=4'),
+    (dict(num_heads=1), 'num_heads=1 .* trained with num_heads=4'),
+    (dict(pos_embed='none'), "pos_embed='none' .* trained with pos_embed='sincos'"),
+    (dict(global_pool='max'), "global_pool='max' .* trained with global_pool='avg'"),
+])
+def test_a_config_that_changes_the_function_of_its_weights_is_refused_by_timm_and_transformers(saved, change, message):
+    x = torch.randn(2, 1, 28, 28)
+    with torch.no_grad():
+        before = timm.create_model(f'local-dir:{saved}', pretrained=True).eval()(x)
+    _edit_model_args(saved, **change)
+    for load in (lambda: timm.create_model(f'local-dir:{saved}', pretrained=True),
+                 lambda: VitMinimalForImageClassification.from_pretrained(saved),
+                 lambda: AutoModelForImageClassification.from_pretrained(saved, trust_remote_code=True)):
+        with pytest.raises(ValueError, match=message):
+            load()
+    record = recorded_keywords(saved / 'model.safetensors')
+    _edit_model_args(saved, **{k: record[k] for k in change})  # the recorded values: the same function again
+    with torch.no_grad():
+        assert torch.equal(timm.create_model(f'local-dir:{saved}', pretrained=True).eval()(x), before)
+
+
+def test_a_new_head_may_pool_otherwise_and_a_file_without_the_record_loads_as_before(saved, folder):
+    _edit_model_args(saved, global_pool='max')
+    assert timm.create_model(f'local-dir:{saved}', pretrained=True, num_classes=5).global_pool == 'max'
+    assert recorded_keywords(folder / 'model.safetensors') == {}  # timm's own writer: no record, nothing to check
+    _edit_config(folder, num_heads=1)
+    assert timm.create_model(f'local-dir:{folder}', pretrained=True).num_classes == 10
+
+
+def test_an_unreadable_record_is_named(saved):
+    path = saved / 'model.safetensors'
+    save_file(load_file(str(path)), str(path), metadata={'format': 'pt', RECORD_KEY: '[1, 2'})
+    with pytest.raises(ValueError, match=f'unreadable {RECORD_KEY} record'):
+        timm.create_model(f'local-dir:{saved}', pretrained=True)

@@ -15,6 +15,7 @@ model's own modules, relatively.
 import contextlib
 import os
 import re
+from pathlib import Path
 from typing import Any, Dict, Optional, Tuple, Union
 
 import torch
@@ -27,6 +28,7 @@ from .configuration_vit_minimal import VitMinimalConfig, timm_model
 from .image_processing_vit_minimal import VitMinimalImageProcessor
 from .layers import CholAttention, MinimalAttention
 from .vit_minimal import VisionTransformerMinimal, init_module
+from .weights_check import check_recorded_keywords, save_weights_file, weights_record
 
 __all__ = ['VitMinimalPreTrainedModel', 'VitMinimalModel', 'VitMinimalForImageClassification']
 
@@ -35,6 +37,27 @@ _LOSS_KWARGS = ('num_items_in_batch', 'ignore_index')
 
 
 _HEADS = ('head.', 'head_dist.')  # the classifiers: the head and, with a distillation token, its own
+
+
+def _weights_file(name_or_path: Any, kwargs: Dict[str, Any]) -> Optional[str]:
+    """The ``model.safetensors`` that ``from_pretrained(name_or_path, **kwargs)`` read (a local folder's, or the Hub
+    cache's copy); None where the weights came from elsewhere (a state dict, a single file, another format)."""
+    if kwargs.get('state_dict') is not None or name_or_path is None or os.path.isfile(str(name_or_path)):
+        return None
+    from transformers.utils import cached_file
+    hub = {k: kwargs[k] for k in ('cache_dir', 'revision', 'subfolder', 'token') if kwargs.get(k) is not None}
+    return cached_file(str(name_or_path), 'model.safetensors', local_files_only=True, **hub,
+                       _raise_exceptions_for_missing_entries=False, _raise_exceptions_for_connection_errors=False)
+
+
+def _record_keywords(folder: Union[str, os.PathLike], model_kwargs: Dict[str, Any]) -> None:
+    """Add the function keywords (``weights_record``) to the metadata of the safetensors files transformers wrote."""
+    from safetensors import safe_open
+    from safetensors.torch import load_file
+    for path in sorted(Path(folder).glob('model*.safetensors')):
+        with safe_open(str(path), 'pt') as f:
+            metadata = dict(f.metadata() or {})
+        save_weights_file(load_file(str(path)), path, {**metadata, **weights_record(model_kwargs)})
 
 
 def _strip_prefix(key: str) -> str:
@@ -136,6 +159,8 @@ class VitMinimalPreTrainedModel(PreTrainedModel):
         with _without_progress_bars():
             result = super().save_pretrained(
                 save_directory, is_main_process=is_main_process, state_dict=state_dict, push_to_hub=False, **kwargs)
+        if is_main_process:
+            _record_keywords(save_directory, self.vit_minimal.init_kwargs)
         if save_image_processor and is_main_process:
             VitMinimalImageProcessor.from_config(self.config).save_pretrained(save_directory)
         if push_to_hub:  # upload the whole folder (push_to_hub saves into a temporary folder with this method)
@@ -182,6 +207,10 @@ class VitMinimalPreTrainedModel(PreTrainedModel):
         if missing or unexpected or mismatched:
             raise RuntimeError(_mismatch_message(
                 cls.__name__, model.config, missing, unexpected, mismatched, source=str(pretrained_model_name_or_path)))
+        weights = _weights_file(pretrained_model_name_or_path, kwargs)
+        if weights is not None:
+            inner = model.vit_minimal
+            check_recorded_keywords(weights, inner.init_kwargs, inner.num_classes)
         return (model, info) if output_loading_info else model
 
     # -- conversion from timm ------------------------------------------------------------------------

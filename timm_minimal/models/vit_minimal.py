@@ -41,7 +41,7 @@ from .pretrained import (  # noqa: F401  (HUB_ORG, WEIGHTS_DIR: where the weight
     HUB_ORG, TAGS, WEIGHTS_DIR, RECIPE_TAGS, _cfg, _weights, check_tag_spelling, tag_dataset, tag_geometry,
     weights_file_name,
 )
-from .weights_check import check_weights_fit, head_classes, weights_file
+from .weights_check import check_recorded_keywords, check_weights_fit, head_classes, loaded_weights_file, weights_file
 
 __all__ = ['VisionTransformerMinimal', 'checkpoint_filter_fn', 'check_model_args', 'DATASETS', 'ARCHITECTURES',
            'NoPretrainedWeights']
@@ -565,6 +565,9 @@ def _create_vit_minimal(variant: str, pretrained: bool = False, **kwargs) -> Vis
             + 'timm.list_pretrained("vit_minimal*") lists every tag with weights; without pretrained=True '
               'the model is built with a random initialisation.') from e
     _check_cfg_input_size(model)
+    loaded = loaded_weights_file(model.pretrained_cfg) if pretrained else None
+    if loaded is not None:
+        check_recorded_keywords(loaded, model.init_kwargs, model.num_classes)
     if tag_dataset(tag) and model.in_chans != DATASETS[tag_dataset(tag)].input_size[0]:
         c, h, w = DATASETS[tag_dataset(tag)].input_size
         model.input_hint = (f' The .{tag} checkpoint takes {c}x{h}x{w} images: build the model with in_chans={c} '

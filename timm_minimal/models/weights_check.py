@@ -4,17 +4,29 @@ A checkpoint's ``config.json`` decides the size of the model timm builds; the we
 read afterwards. A config that misstates the depth or width would build a model of any size before the
 mismatch shows. So the safetensors header (names, shapes and dtypes, read without the tensors) is checked
 against the config first; the values are checked for non-finite numbers when they are loaded.
+
+Some keywords change what a model computes without changing the shape of any tensor (``FUNCTION_KEYWORDS``: the
+number of heads, the position embedding, the pooling a kept head was trained on). Every weights file this package
+writes records them in its safetensors metadata (``weights_record``), and a model that loads such a file is checked
+against the record (``check_recorded_keywords``). A file without the record (timm's own, a third party's) loads as
+before.
 """
+import json
+import os
 import re
 from pathlib import Path
 from typing import Any, Dict, Mapping, Optional
 
 import torch
 
-__all__ = ['weights_file', 'head_classes', 'check_weights_fit', 'check_finite_weights']
+__all__ = ['weights_file', 'head_classes', 'check_weights_fit', 'check_finite_weights', 'FUNCTION_KEYWORDS',
+           'RECORD_KEY', 'loaded_weights_file', 'weights_record', 'save_weights_file', 'recorded_keywords', 'check_recorded_keywords']
 
 _FLOAT_DTYPES = ('F16', 'BF16', 'F32', 'F64')
 _BLOCK = re.compile(r'^(?:[\w.]*\.)?blocks\.(\d+)\.')
+# the keywords that change the function while every tensor keeps its shape; the metadata key that records them
+FUNCTION_KEYWORDS = ('num_heads', 'pos_embed', 'global_pool')
+RECORD_KEY = 'timm_minimal.function_keywords'
 
 
 def weights_file(pretrained_cfg: Any) -> Optional[Path]:
@@ -27,6 +39,19 @@ def weights_file(pretrained_cfg: Any) -> Optional[Path]:
     if path.is_dir():
         path = path / 'model.safetensors'
     return path if path.suffix == '.safetensors' and path.is_file() else None
+
+
+def loaded_weights_file(pretrained_cfg: Any) -> Optional[Path]:
+    """The safetensors file a model built from ``pretrained_cfg`` loaded: a local folder's or file's, or the Hub
+    cache's copy of ``hf_hub_id``'s ``model.safetensors`` (None where there is none)."""
+    path = weights_file(pretrained_cfg)
+    cfg = pretrained_cfg if isinstance(pretrained_cfg, Mapping) else getattr(pretrained_cfg, '__dict__', {})
+    if path is not None or not cfg.get('hf_hub_id'):
+        return path
+    from huggingface_hub import try_to_load_from_cache
+    repo_id, _, revision = str(cfg['hf_hub_id']).partition('@')
+    found = try_to_load_from_cache(repo_id, 'model.safetensors', revision=revision or None)
+    return Path(found) if isinstance(found, str) else None
 
 
 def _header(path: Path) -> Dict[str, Any]:
@@ -80,3 +105,62 @@ def check_finite_weights(state_dict: Mapping[str, torch.Tensor]) -> None:
     if bad:
         raise ValueError(f'The weights hold non-finite values (NaN or inf) in {", ".join(bad[:3])}'
                          f'{", ..." if len(bad) > 3 else ""}: refusing to load them.')
+
+
+def weights_record(model_kwargs: Mapping[str, Any]) -> Dict[str, str]:
+    """The safetensors metadata a weights file of a model built with ``model_kwargs`` carries."""
+    return {RECORD_KEY: json.dumps({k: model_kwargs[k] for k in FUNCTION_KEYWORDS}, sort_keys=True)}
+
+
+def save_weights_file(tensors: Mapping[str, torch.Tensor], path: Path, metadata: Mapping[str, str]) -> None:
+    """``tensors`` as a safetensors file with ``metadata`` in sorted order, so that the same weights and metadata
+    give the same bytes (safetensors orders the metadata at random), written in full or not at all."""
+    from safetensors.torch import save
+    raw = save(dict(tensors), metadata=dict(metadata))
+    size = int.from_bytes(raw[:8], 'little')
+    header = json.loads(raw[8:8 + size])
+    header['__metadata__'] = dict(sorted(header.get('__metadata__', {}).items()))
+    text = json.dumps(header, separators=(',', ':')).encode()
+    text += b' ' * (-len(text) % 8)  # safetensors pads its header to 8 bytes
+    path = Path(path)
+    tmp = path.with_name(f'.{path.name}.tmp')
+    tmp.write_bytes(len(text).to_bytes(8, 'little') + text + raw[8 + size:])
+    os.replace(tmp, path)
+
+
+def recorded_keywords(path: Path) -> Dict[str, Any]:
+    """The function keywords a weights file records ({} for a file without the record)."""
+    from safetensors import safe_open
+    try:
+        with safe_open(str(path), 'pt') as f:
+            text = (f.metadata() or {}).get(RECORD_KEY)
+    except Exception as e:  # noqa: BLE001 (safetensors raises its own error type for a corrupt header)
+        raise ValueError(f'Cannot read the weights file {path}: {e} (a truncated or corrupted safetensors file).') from e
+    if text is None:
+        return {}
+    try:
+        record = json.loads(text)
+    except ValueError:
+        record = None
+    if not isinstance(record, dict):
+        raise ValueError(f'The weights file {path} has an unreadable {RECORD_KEY} record {text[:80]!r}; '
+                         f'it must be a JSON object of {", ".join(FUNCTION_KEYWORDS)}.')
+    return {k: v for k, v in record.items() if k in FUNCTION_KEYWORDS}
+
+
+def check_recorded_keywords(path: Path, model_kwargs: Mapping[str, Any], num_classes: int) -> None:
+    """Refuse a model whose function keywords differ from those its weights file records. The pooling counts only
+    where the model keeps the weights' head (``num_classes`` as many as the file's head): a new head, or none,
+    learns from the pooling it is given."""
+    record = recorded_keywords(path)
+    if 'global_pool' in record:
+        head = _header(path).get('head.weight', ((None,), None))[0]
+        if not num_classes or head[0] != num_classes:
+            record.pop('global_pool')
+    wrong = [k for k, v in record.items() if model_kwargs.get(k) != v]
+    if wrong:
+        asked = ', '.join(f'{k}={model_kwargs.get(k)!r}' for k in wrong)
+        trained = ', '.join(f'{k}={record[k]!r}' for k in wrong)
+        raise ValueError(f'The model asks for {asked} but the weights file {path} was trained with {trained}: the '
+                         f'same tensors would compute another function. Fix the config (model_args) or the keyword '
+                         f'arguments to {trained}.')

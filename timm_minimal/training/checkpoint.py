@@ -142,9 +142,9 @@ def find_checkpoint(path: PathLike, name: str = 'last') -> Optional[Path]:
 
 def save_weights(state_dict: Dict[str, 'torch.Tensor'], path: PathLike, metadata: Optional[Dict[str, str]] = None) -> None:
     """A state dict as safetensors (CPU, contiguous, shared storage copied apart)."""
-    from safetensors.torch import save_file
+    from ..models.weights_check import save_weights_file
     tensors = {k: v.detach().to('cpu').contiguous().clone() for k, v in state_dict.items()}
-    save_file(tensors, str(path), metadata={'format': 'pt', **(metadata or {})})
+    save_weights_file(tensors, Path(path), {'format': 'pt', **(metadata or {})})
 
 
 def load_weights(path: PathLike) -> Dict[str, 'torch.Tensor']:

@@ -21,6 +21,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ..models.weights_check import weights_record
 from . import checkpoint as ckpt
 from .seeding import mix_seed, seed_rngs
 from .run_folder import RunFolder
@@ -380,7 +381,8 @@ def _write_checkpoint(run: Run, state: TrainState, is_best: bool) -> None:
     acc = run.accelerator
     position = dict(epoch=state.epoch, batch=state.batch, update=state.update, epochs=run.loop.epochs,
                     batches_per_epoch=run.batches_per_epoch, completed_epochs=len(state.history))
-    meta = dict(model=run.model_name, epoch=str(state.epoch), batch=str(state.batch), update=str(state.update))
+    meta = dict(model=run.model_name, epoch=str(state.epoch), batch=str(state.batch), update=str(state.update),
+                **weights_record(run.unwrapped.init_kwargs))
     training_state = dict(
         optimizer=run.optimizer.state_dict(),
         scheduler=run.scheduler.state_dict() if run.scheduler is not None else None,
