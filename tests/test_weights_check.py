@@ -158,3 +158,14 @@ def test_an_unreadable_record_is_named(saved):
     save_file(load_file(str(path)), str(path), metadata={'format': 'pt', RECORD_KEY: '[1, 2'})
     with pytest.raises(ValueError, match=f'unreadable {RECORD_KEY} record'):
         timm.create_model(f'local-dir:{saved}', pretrained=True)
+
+
+def test_a_hub_repository_whose_config_changes_the_function_is_refused(hub_server, saved):
+    from huggingface_hub import HfApi
+    _edit_model_args(saved, num_heads=2)
+    repo = HfApi().create_repo('testuser/heads-changed').repo_id
+    HfApi().upload_folder(folder_path=str(saved), repo_id=repo)
+    for load in (lambda: timm.create_model(f'hf-hub:{repo}', pretrained=True),
+                 lambda: VitMinimalForImageClassification.from_pretrained(repo)):
+        with pytest.raises(ValueError, match='num_heads=2 but the weights file .* was trained with num_heads=4'):
+            load()
