@@ -10,6 +10,7 @@ from timm.task import LogitDistillationTask, TokenDistillationTask
 
 import timm_minimal  # noqa: F401
 from timm_minimal.models.layers import ATTENTION_LAYERS, MimeticInit
+from timm_minimal.training import train as train_mod
 from timm_minimal.training.distill import build_distillation, build_teacher
 
 from trainer_runs import BASE, assert_same_run, run_inprocess, run_killed, weights
@@ -326,3 +327,11 @@ def test_a_teacher_over_the_parameter_limit_is_refused_before_it_is_built(data, 
                                         '--output', tmp_path / 'small']) == 2
     err = capsys.readouterr().err
     assert err.startswith('timm-minimal-train: error: --teacher vit_minimal_std_mlp_6x1') and 'over the limit' in err
+
+
+def test_a_loss_weight_that_diverges_in_the_first_update_is_named_not_the_lr(data, tmp_path, capsys):
+    rc = run_inprocess(KD_ARGS + data + ['--epochs', '1', '--distill-weight', '1e30', '--output', tmp_path / 'run'])
+    assert rc == train_mod.EXIT_DIVERGED
+    err = capsys.readouterr().err
+    assert '(update 1,' in err and 'before the learning rate had moved a weight' in err
+    assert 'Check the options that scale it: --distill-weight 1e+30.' in err and 'lower --lr' not in err

@@ -127,11 +127,26 @@ def test_diverging_run_stops_with_clear_message_and_keeps_last_good_checkpoint(d
     err = capsys.readouterr().err
     assert 'Training diverged:' in err and 'not finite' in err and 'last good checkpoint is' in err and '--lr' in err
     assert '--no-compile' not in err  # only a compiled run is pointed at its compilation
+    assert "--lr 1e+06 is above the recipe's 0.005: try the recipe's" in err and 'lr 1e+06)' in err  # the bad update's
     st = state(out)
     assert f"update {st['update'] + 1}," in err  # stopped at the first bad update, nothing saved after it
     assert all(torch.isfinite(v).all() for v in weights(out).values())
     run = json.loads((out / 'run.json').read_text())
     assert run['status'] == 'diverged' and 'diverged' in run['message']
+
+
+@pytest.mark.parametrize('update, explicit, expected', [
+    (1, ['lr', 'smoothing'], 'the loss itself was not finite. Check the options that scale it: --smoothing 0.1.'),
+    (1, ['lr'], 'the loss itself was not finite. Check the data (non-finite pixels) and --mixed-precision no.'),
+    (5, ['lr', 'smoothing'], "--lr 0.1 is above the recipe's 0.005: try the recipe's; check the options that scale the "
+                             "loss: --smoothing 0.1; otherwise try a lower --lr"),
+    (5, [], 'Try a lower --lr, --clip-grad 1.0'),
+])
+def test_a_divergence_names_the_option_most_likely_to_have_caused_it(update, explicit, expected):
+    args = argparse.Namespace(lr=0.1, smoothing=0.1, distill_weight=None, distill_task_weight=None,
+                              distill_temperature=1.0)
+    provenance = dict(explicit=explicit, recipe_values=dict(lr=0.005))
+    assert expected in train_mod.divergence_advice(args, provenance, update, compiled=False)
 
 
 def free_port():

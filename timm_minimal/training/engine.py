@@ -33,7 +33,12 @@ __all__ = ['TrainState', 'TrainHooks', 'FiniteGuard', 'Run', 'Diverged', 'Checkp
 
 
 class Diverged(RuntimeError):
-    """The training loss (or the gradients, or the weights) became NaN or infinite."""
+    """The training loss (or the gradients, or the weights) became NaN or infinite; ``update``: the optimizer update
+    it happened in (1: before the learning rate had moved a weight), where known."""
+
+    def __init__(self, message: str, update: Optional[int] = None) -> None:
+        super().__init__(message)
+        self.update = update
 
 
 def _zero_partial() -> Dict[str, float]:
@@ -255,8 +260,16 @@ def check_finite(run: Run, state: TrainState) -> None:
         return
     accum = run.loop.grad_accum_steps
     epoch, batch = divmod(bad - 1, run.batches_per_epoch)
+    update = (bad - 1) // accum + 1
     raise Diverged(f'loss or gradient norm not finite at epoch {epoch + 1}, batch {batch + 1}/{run.batches_per_epoch} '
-                   f'(update {(bad - 1) // accum + 1}, lr {run.lr():.3g})')
+                   f'(update {update}, lr {_lr_of_update(run, update):.3g})', update)
+
+
+def _lr_of_update(run: Run, update: int) -> float:
+    """The learning rate update ``update`` (from 1) was taken with: timm's schedule after update - 1 (without its
+    noise; the guard finds a bad batch only later, when the rate has moved on), else the optimizer's."""
+    values = run.scheduler._get_values(update - 1, on_epoch=False) if run.scheduler is not None else None
+    return float(values[0]) if values else run.lr()
 
 
 def train_one_epoch(run: Run, state: TrainState, epoch: int) -> Dict[str, float]:
@@ -358,7 +371,7 @@ def save_checkpoint(run: Run, state: TrainState, is_best: bool) -> None:
     """
     check_finite(run, state)
     if not _finite_weights(run.unwrapped):
-        raise Diverged(f'the weights are not finite (update {state.update}, lr {run.lr():.3g})')
+        raise Diverged(f'the weights are not finite (update {state.update}, lr {run.lr():.3g})', state.update)
     failure: Optional[BaseException] = None
     if run.is_main:
         try:

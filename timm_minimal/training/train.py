@@ -379,6 +379,33 @@ def train(args: argparse.Namespace, provenance: Optional[Dict[str, Any]] = None,
             run.folder.unlock()
 
 
+# the options that scale the loss itself (a loss that is not finite in the first update is theirs, not the lr's)
+_LOSS_OPTIONS = ('distill_weight', 'distill_task_weight', 'distill_temperature', 'smoothing')
+
+
+def divergence_advice(args: argparse.Namespace, provenance: Dict[str, Any], update: Optional[int],
+                      compiled: bool) -> str:
+    """What to change after a divergence, the option most likely to have caused it first: in the first update no
+    weight has moved yet, so the loss options given are to blame, not the learning rate; later, a --lr above the
+    recipe's, then the loss options given, then the usual remedies."""
+    given = [f'--{k.replace("_", "-")} {getattr(args, k):g}' for k in _LOSS_OPTIONS
+             if k in provenance.get('explicit', ()) and getattr(args, k) is not None]
+    if update == 1:
+        return ('It happened in the first update, before the learning rate had moved a weight: the loss itself was '
+                'not finite. ' + (f'Check the options that scale it: {", ".join(given)}.' if given else
+                                  'Check the data (non-finite pixels) and --mixed-precision no.'))
+    recipe_lr = (provenance.get('recipe_values') or {}).get('lr')
+    first = []
+    if recipe_lr and 'lr' in provenance.get('explicit', ()) and args.lr > recipe_lr:
+        first.append(f'--lr {args.lr:g} is above the recipe\'s {recipe_lr:g}: try the recipe\'s')
+    if given:
+        first.append(f'check the options that scale the loss: {", ".join(given)}')
+    usual = ('try a lower --lr, --clip-grad 1.0, a longer --warmup-epochs, or --mixed-precision no'
+             + (' (or --no-compile: a compiled step can compute otherwise)' if compiled else ''))
+    text = '; '.join(first + [('otherwise ' if first else '') + usual])
+    return text[0].upper() + text[1:] + '.'
+
+
 def _train(run: Run, state: TrainState, info: Dict[str, Any], last_dir: Optional[Path], args: argparse.Namespace,
            t_launch: float) -> Dict[str, Any]:
     """The epochs of a set-up run, then its record; raises ``Diverged`` or ``WriteFailed`` when it stopped early."""
@@ -394,9 +421,8 @@ def _train(run: Run, state: TrainState, info: Dict[str, Any], last_dir: Optional
         status = 'diverged'
         kept = run.folder.find_checkpoint()
         message = (f'Training diverged: {e}. Stopped without saving; the last good checkpoint is '
-                   f'{kept if kept else "none (the run diverged before its first checkpoint)"}. Try a lower --lr, '
-                   f'--clip-grad 1.0, a longer --warmup-epochs, or --mixed-precision no'
-                   f'{" (or --no-compile: a compiled step can compute otherwise)" if run.compiled else ""}.')
+                   f'{kept if kept else "none (the run diverged before its first checkpoint)"}. '
+                   f'{divergence_advice(args, info["provenance"], e.update, run.compiled)}')
     except CheckpointNotWritten:  # the main process failed to write and says why; this one stops with it
         status = 'failed'
     except Exception as e:  # noqa: BLE001 (safetensors and torch.save report a full disk in their own types)
