@@ -452,6 +452,7 @@ def test_weight_init_builds_the_model_from_that_start_and_records_it_and_model_k
     ('--smoothing', '1.5', 'below 1'), ('--device-data-limit', 'nan', 'a finite number above 0'),
     ('--lr', 'inf', 'a finite number of at least 0'), ('--hflip', '2', 'at most 1'), ('--drop-path', '1', 'below 1'),
     ('--rotate', '200', 'at most 180'), ('--opt-betas', '1.5', 'below 1'),
+    ('--distill-temperature', '1e-30', 'a finite number of at least 0.1'),
 ])
 def test_bad_numbers_are_named(option, value, allowed, data, tmp_path, capsys):
     """Every number is checked at the door: one line naming the option and its range, exit 2, nothing written."""

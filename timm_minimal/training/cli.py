@@ -63,6 +63,8 @@ COUNT, SIZE = number(int, 0), number(int, 1)
 SEED = number(int, 0, 2 ** 63 - 1)  # torch.manual_seed takes up to 2**64 - 1; the seed mixing keeps 63 bits
 POSITIVE, NON_NEGATIVE, FRACTION = number(float, 0, above=True), number(float, 0), number(float, 0, 1)
 BELOW_ONE = number(float, 0, 1, below=True)  # a rate that must leave something: dropout, smoothing
+# soft distillation's loss is KL x T^2 and its gradient at most T: below 0.1 the teacher all but leaves the loss
+TEMPERATURE = number(float, 0.1)
 DEGREES = number(float, 0, 180)
 MAX_CLASSES = 1_000_000
 # --weight-init: 'default' passes no keyword; the others are the minimal transformers' ``weight_init`` values
@@ -174,7 +176,9 @@ def _distillation_options(g: argparse._ArgumentGroup, d: _DefaultOf) -> None:
                         'cross-entropy with the teacher\'s top class (DeiT); token, hard-token: the same, soft or '
                         'hard, on a distillation token and its own head (timm\'s TokenDistillationTask; a vit_minimal '
                         'student is built with distill_token=True, and predicts the mean of its two heads)')
-    g.add_argument('--distill-temperature', type=POSITIVE, **d(1.0), help='softmax temperature of soft distillation')
+    g.add_argument('--distill-temperature', type=TEMPERATURE, **d(1.0),
+                   help='softmax temperature of soft distillation (at least 0.1: the T^2 factor of a colder one leaves '
+                        "the teacher no weight; --distill-type hard takes the teacher's top class)")
     g.add_argument('--distill-weight', type=NON_NEGATIVE, **d(None),
                    help="weight of the distillation loss (timm's: 1, or 1 - --distill-task-weight where only that is set)")
     g.add_argument('--distill-task-weight', type=NON_NEGATIVE, **d(None),
