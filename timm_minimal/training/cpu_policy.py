@@ -127,8 +127,8 @@ def find_data(args: argparse.Namespace, processes: int = 1) -> None:
 def run_split(plan: Any, argv: Sequence[str]) -> int:
     """The run of ``plan`` (a ``plan.RunPlan``) as ``plan.processes`` processes of ``cores / processes`` threads each
     (``cpu_split``); its exit status, the main process's (2 bad input, 3 diverged), which that process writes into a
-    pipe that it alone inherits (nothing on disk outlives a launcher that is killed). A process that ends otherwise,
-    killed or without a status, is named in one line with the command that resumes the run."""
+    pipe that it alone inherits (nothing on disk outlives a launcher that is killed). A process that is killed, or
+    ends without a status, is named in one line with the command that resumes the run."""
     from .cpu_split import core_budget, run_split_processes
     args, processes = plan.options, plan.processes
     threads = max(1, core_budget() // processes)
@@ -146,15 +146,13 @@ def run_split(plan: Any, argv: Sequence[str]) -> int:
         finally:
             os.close(write_end)  # the processes have ended: the read below meets the end of the pipe
         text = status.read().strip()
-    if text.isdigit():
-        return int(text)
-    if rc:
+    if rc < 0 or (rc and not text.isdigit()):  # killed, or ended without a status: the main one cannot say why
         how = f'was ended by signal {-rc} ({signal.Signals(-rc).name})' if rc < 0 else f'exited with status {rc}'
         print(f'timm-minimal-train: error: process {rank} of the {processes} of this run {how}; the others were '
               f'stopped. Resume it from its last checkpoint: timm-minimal-train --resume {args.output}', file=sys.stderr,
               flush=True)
         return EXIT_FAILURE
-    return 0
+    return int(text) if text.isdigit() else 0
 
 
 SPLIT_STATUS_ENV = 'TIMM_MINIMAL_SPLIT_STATUS'

@@ -474,11 +474,21 @@ def _wait_all(group: List[subprocess.Popen]) -> Tuple[int, int]:
     while True:
         codes = [p.poll() for p in group]
         failed = [(rank, c) for rank, c in enumerate(codes) if c not in (None, 0)]
-        if failed:
-            return failed[0]
+        if failed:  # one killed by a signal first: the others then fail only for having lost it
+            return min(failed, key=lambda f: (f[1] > 0, f[0]))
         if all(c == 0 for c in codes):
             return 0, 0
         time.sleep(0.2)
+
+
+# how gloo words a collective whose peer process is gone
+_LOST_PEER = ('Connection reset by peer', 'Connection closed by peer', 'Broken pipe', 'Connection refused')
+
+
+def lost_peer(error: BaseException) -> Optional[str]:
+    """How gloo said that another process of a distributed run is gone, where ``error`` is a collective's failure
+    for that reason; else None."""
+    return next((text for text in _LOST_PEER if isinstance(error, RuntimeError) and text in str(error)), None)
 
 
 def end_process_group(group: List[subprocess.Popen], grace: float) -> None:

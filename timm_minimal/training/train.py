@@ -514,6 +514,14 @@ def main(argv: Optional[Sequence[str]] = None, hooks: Optional[TrainHooks] = Non
         raise Failure(str(e), status=EXIT_DIVERGED) from None
     except WriteFailed as e:
         raise Failure(str(e)) from None
+    except RuntimeError as e:
+        from .cpu_split import lost_peer
+        world = os.environ.get('WORLD_SIZE', '1')
+        lost = lost_peer(e)
+        if not (world.isdigit() and int(world) > 1 and lost):
+            raise
+        raise Failure(f'process {os.environ.get("RANK", "?")} of {world} lost the connection to another process of the '
+                      f'run (gloo: {lost}); the launcher names the one that ended first.') from None
     return 0
 
 
