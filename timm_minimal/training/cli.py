@@ -18,6 +18,7 @@ from ..models.datasets import MIN_CROP_PCT, dataset_for_kind
 from ..models.paper import is_minimal
 from .dataset_names import DatasetError, dataset_kind
 from .run_folder import RunFolder
+from .trackers import check_trackers, tracker_name
 
 # On a 2-core CPU a cold torch.compile of std_mlp_6x1 cost 27 s and made its trainer epochs 1.11x faster (the
 # median of three alternated runs, benchmarks/cpu_modes_trainer.md; 1.03x and 1.21x in single runs), which repays
@@ -131,6 +132,10 @@ def _run_options(g: argparse._ArgumentGroup, d: _DefaultOf) -> None:
                    help='also checkpoint every N optimizer updates inside an epoch (0: at epoch ends only)')
     g.add_argument('--no-progress', action='store_true', **d(False), help='no progress bar')
     g.add_argument('--log-interval', type=COUNT, **d(50), help='without a progress bar, log every N updates (0: epochs only)')
+    g.add_argument('--log-with', type=tracker_name, nargs='+', **d(None), metavar='TRACKER',
+                   help='experiment trackers through accelerate: tensorboard, wandb, mlflow, ... (several allowed); '
+                        'each epoch\'s metrics and the options, files under <run>/trackers (W&B offline unless '
+                        'WANDB_MODE says otherwise)')
     g.add_argument('--rank-report', action='store_true', **d(False),
                    help='each process writes rank<N>.json (weights hash, samples seen) into the run folder')
 
@@ -411,6 +416,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> Tuple[argparse.Namespace
     resolved['recipe'] = recipe_name
     resolved['resume'] = explicit.get('resume')
     args = argparse.Namespace(**resolved)
+    if args.log_with:
+        check_trackers(args.log_with)
     return args, dict(recipe=recipe_name, recipe_values=recipe, explicit=sorted(explicit))
 
 

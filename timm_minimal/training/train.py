@@ -63,6 +63,7 @@ from .distill import Bf16Teacher, TeacherInfo, build_distillation, build_teacher
 from .files import FolderBusy, describe_write_error, is_disk_full
 from .run_folder import RunFolder
 from .recording import closing_lines, finish_run, launch_elapsed, rank_report, write_run_record
+from .trackers import log_epoch, start_trackers
 from .cli import (  # noqa: F401  (also reachable here)
     TOKEN_DISTILL_TYPES, UsageError, build_parser, check_numbers, load_recipe, parse_args,
 )
@@ -412,6 +413,8 @@ def _train(run: Run, state: TrainState, info: Dict[str, Any], last_dir: Optional
     acc = run.accelerator
     if run.is_main:
         write_run_record(run, state, info, last_dir, run.plan.compile_mode if run.compiled else None)
+    if args.log_with:
+        start_trackers(acc, args.log_with, run.folder.path, dict(vars(args), model=run.model_name))
     status, message, local_samples, last_plot = 'finished', None, 0, time.perf_counter()
     try:
         for epoch in range(state.epoch, args.epochs):
@@ -471,6 +474,8 @@ def _epoch(run: Run, state: TrainState, epoch: int, dataset_name: str, last_plot
         f"epoch {epoch + 1}/{args.epochs}: train loss {row['train_loss']:.4f} acc {row['train_acc']:.2f}% | "
         f"test loss {row['test_loss']:.4f} acc {row['test_acc']:.2f}% | lr {row['lr']:.2e} | "
         f"{row['throughput']:.0f} img/s | {row['epoch_time']:.1f} s", flush=True)
+    if args.log_with:
+        log_epoch(run.accelerator, row, epoch + 1)
     run.hooks.after_epoch(row)
     return last_plot
 
