@@ -4,6 +4,7 @@ import json
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 import timm
 import torch
@@ -135,6 +136,45 @@ def test_evaluate_takes_the_training_split_as_timm_validate_does(capsys):
                           '--split', 'validation']) == 2
     err = capsys.readouterr().err.strip()
     assert err.endswith("mnist-sample has no split 'validation'; its splits are train and test") and '\n' not in err
+
+
+def test_evaluate_scores_several_models_in_one_table_per_class_and_writes_json_and_the_confusion_figure(
+        tmp_path, capsys):
+    """``--model A B``: a row each (top-1 with its Wilson 95% interval, top-5, loss, parameters); ``--per-class`` a
+    row per class; ``--json`` every number, each per-class count and the confusion matrix agreeing with the top-1;
+    ``--confusion`` a PNG."""
+    import json
+    from PIL import Image
+    from timm_minimal.tools import evaluate
+    from timm_minimal.tools.eval_report import wilson_interval
+    names = ['vit_minimal_sym_6x4.mnist', 'vit_minimal_std_6x1.mnist']
+    assert evaluate.main(['--model', *names, '--dataset', 'mnist-sample', '--per-class', '--json', str(tmp_path / 'e.json'),
+                          '--confusion', str(tmp_path / 'c.png')]) == 0
+    out = capsys.readouterr().out.splitlines()
+    report = json.loads((tmp_path / 'e.json').read_text())
+    assert report['samples'] == 1000 and [m['model'] for m in report['models']] == names
+    for m, line in zip(report['models'], out[2:4]):
+        confusion = np.asarray(m['confusion'])
+        assert confusion.sum() == 1000 and 100 * np.trace(confusion) / 1000 == pytest.approx(m['acc'])
+        assert m['acc_interval'] == list(wilson_interval(int(np.trace(confusion)), 1000))
+        assert m['acc_interval'][0] < m['acc'] < m['acc_interval'][1]
+        assert [c['images'] for c in m['per_class']] == confusion.sum(1).tolist()
+        assert m['params'] == sum(p.numel() for p in timm.create_model(m['model']).parameters())
+        low, high = m['acc_interval']
+        assert line.split() == [m['model'], f"{m['acc']:.2f}", f'{low:.2f}-{high:.2f}', f"{m['acc5']:.2f}",
+                                f"{m['loss']:.4f}", f"{m['params']:,}"]
+    assert out[4].split() == ['class', 'images', '#1', '#2'] and len(out) == 5 + 10 + 2 + 2
+    assert out[5].split()[:2] == ['0', str(report['models'][0]['per_class'][0]['images'])]
+    assert Image.open(tmp_path / 'c.png').size[0] > 800
+
+
+def test_evaluate_refuses_models_of_other_datasets_and_a_folder_for_a_file(tmp_path, capsys):
+    from timm_minimal.tools import evaluate
+    assert evaluate.main(['--model', 'vit_minimal_sym_6x4.mnist', 'vit_minimal_sym_6x4.cifar10']) == 2
+    assert capsys.readouterr().err.strip().endswith("the models' tags name cifar10, mnist; give mnist, cifar10, "
+                                                    "imagenet or an image folder.")
+    assert evaluate.main(['--model', 'vit_minimal_sym_6x4.mnist', '--json', str(tmp_path)]) == 2
+    assert f'--json {tmp_path} is a folder' in capsys.readouterr().err
 
 
 def test_an_empty_split_is_refused_not_scored():

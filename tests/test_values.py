@@ -315,7 +315,8 @@ def test_evaluate_takes_the_dataset_from_the_tag_as_export_does(monkeypatch, cap
 
     def fake(model, dataset, *a, **k):
         seen.append(dataset)
-        return dict(dataset=dataset, split='test', samples=1, acc=100.0, acc5=None, loss=0.0)
+        return dict(dataset=dataset, split='test', samples=1, acc=100.0, acc5=None, loss=0.0, class_names=['a'],
+                    confusion=[[1]])
     monkeypatch.setattr(evaluate, 'evaluate_model', fake)
     assert evaluate.main(['--model', 'vit_minimal_sym_6x4.cifar10']) == 0
     assert evaluate.main(['--model', 'vit_minimal_sym_6x4.cifar10', '--dataset', 'path/to/folder']) == 0

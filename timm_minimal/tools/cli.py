@@ -2,13 +2,14 @@
 ``timm_minimal_scripts``). The other tools of this folder keep theirs in their own module, or in their room's
 ``cli.py``."""
 import argparse
+from pathlib import Path
 
 from ..cli import OneLineParser, positive_int
 
 __all__ = ['DESCRIPTION', 'EVAL_BATCH_SIZE', 'build_parser']
 
-DESCRIPTION = ('Evaluate a model on the whole test split of a dataset (or its training split): top-1 and top-5 '
-               'accuracy and the loss.')
+DESCRIPTION = ('Evaluate models on the whole test split of a dataset (or its training split): top-1 (with its '
+               '95% interval) and top-5 accuracy, the loss, and per class where asked.')
 # images per forward pass, timm's validate.py default: on a CPU, 1.24-1.35x as fast as 1,000 for these models,
 # whose activations at 1,000 images outgrow the caches (benchmarks/eval_batch_avx2.md, scripts/eval_batch.py)
 EVAL_BATCH_SIZE = 256
@@ -16,7 +17,9 @@ EVAL_BATCH_SIZE = 256
 
 def build_parser() -> OneLineParser:
     p = OneLineParser(prog='timm-minimal-evaluate', description=DESCRIPTION)
-    p.add_required('--model', help='timm model name with pretrained weights (a tag, local-dir:..., hf-hub:...)')
+    p.add_required('--model', nargs='+', metavar='MODEL',
+                   help='timm model names with pretrained weights (a tag, local-dir:..., hf-hub:...); several give one '
+                        'table, scored on the same images')
     p.add_renamed('model', '--model')  # the model was the first word until --model
     p.add_argument('--dataset', default=None,
                    help="mnist, cifar10, imagenet or an image folder (default: the dataset of the model's tag)")
@@ -34,4 +37,11 @@ def build_parser() -> OneLineParser:
     p.add_argument('--labels-by-order', action='store_true',
                    help="take an image folder's class folders in alphabetical order as class 0, 1, ... instead of "
                         "matching their names to the model's label names")
+    p.add_argument('--per-class', action='store_true', help='also a row per class: its images and each model\'s '
+                   'top-1 on them')
+    p.add_argument('--confusion', type=Path, default=None, metavar='PNG',
+                   help='write the confusion matrix of each model, side by side, as a PNG')
+    p.add_argument('--json', type=Path, default=None, metavar='PATH',
+                   help='write every number (per model: accuracy and its 95%% interval, loss, parameters, per-class '
+                        'accuracy, confusion matrix) as JSON')
     return p

@@ -58,6 +58,7 @@ class EvalSplit:
     split: str
     images: np.ndarray
     labels: np.ndarray
+    class_names: Sequence[str] = ()  # in the model's class order
 
     def __post_init__(self) -> None:
         if len(self.images) == 0:
@@ -83,29 +84,38 @@ def load_eval_split(data_cfg: Mapping[str, Any], num_classes: int, dataset: str,
                                   interpolation=data_cfg['interpolation'], crop_pct=data_cfg['crop_pct'])
     images, labels = images_to_array(data.train if split == 'train' else data.eval, eval_tf, data_cfg['input_size'],
                                      image_mode(data_cfg['input_size'][0]))
-    return EvalSplit(data.name, split, images, mapping[labels] if mapping is not None else labels)
+    names = list(label_names) if label_names and len(label_names) == num_classes else \
+        list(data.classes) + [str(i) for i in range(len(data.classes), num_classes)]
+    return EvalSplit(data.name, split, images, mapping[labels] if mapping is not None else labels, names)
 
 
 @torch.no_grad()
 def evaluate_split(forwards: Mapping[str, Callable[[torch.Tensor], torch.Tensor]], data: EvalSplit,
                    data_cfg: Mapping[str, Any], num_classes: int, batch_size: int = EVAL_BATCH_SIZE,
-                   device: str = 'cpu') -> Dict[str, Dict[str, Any]]:
+                   device: str = 'cpu', confusion_matrix: bool = False) -> Dict[str, Dict[str, Any]]:
     """Loss and top-1 / top-5 accuracy (%) of each function from images to logits over the prepared split ``data``,
-    normalised with the mean and std of ``data_cfg``."""
+    normalised with the mean and std of ``data_cfg``; with ``confusion_matrix``, also the confusion matrix (a list
+    of rows, one per true class) and the classes' names."""
     if batch_size < 1:
         raise ValueError(f'the batch size must be at least 1, got {batch_size}')
     normalize = BatchAugment(BatchAugmentConfig(), data_cfg['mean'], data_cfg['std'], torch.device(device))
     sums = {key: torch.zeros(4, dtype=torch.float64, device=device) for key in forwards}
+    confusion = {key: torch.zeros(num_classes * num_classes, dtype=torch.int64, device=device) for key in forwards}
     for i in range(0, len(data.images), batch_size):
         x = normalize(torch.from_numpy(data.images[i:i + batch_size].copy()).to(device), None)
         y = torch.from_numpy(data.labels[i:i + batch_size].copy()).to(device)
         for key, forward in forwards.items():
-            sums[key] += eval_sums(forward(x), y)
+            logits = forward(x)
+            sums[key] += eval_sums(logits, y)
+            confusion[key] += torch.bincount(y * num_classes + logits.argmax(-1), minlength=num_classes ** 2)
     results = {}
     for key in forwards:
         res = eval_metrics(sums[key], num_classes=num_classes)
         results[key] = dict(dataset=data.dataset, split=data.split, samples=res['count'], loss=res['loss'],
                             acc=res['acc'], acc5=res.get('acc5'))
+        if confusion_matrix:
+            results[key].update(class_names=list(data.class_names),
+                                confusion=confusion[key].view(num_classes, num_classes).tolist())
     return results
 
 
@@ -113,13 +123,14 @@ def evaluate_forwards(forwards: Mapping[str, Callable[[torch.Tensor], torch.Tens
                       num_classes: int, dataset: str, data_dir: Optional[str] = None, batch_size: int = EVAL_BATCH_SIZE,
                       device: str = 'cpu', download: bool = False, label_names: Optional[Sequence[str]] = None,
                       labels_by_order: bool = False, download_hint: str = '',
-                      data_option: str = '--data-dir', split: Optional[str] = None) -> Dict[str, Dict[str, Any]]:
+                      data_option: str = '--data-dir', split: Optional[str] = None,
+                      confusion_matrix: bool = False) -> Dict[str, Dict[str, Any]]:
     """``evaluate_split`` over ``load_eval_split``: the split is read and prepared once for all ``forwards``."""
     if batch_size < 1:
         raise ValueError(f'the batch size must be at least 1, got {batch_size}')
     data = load_eval_split(data_cfg, num_classes, dataset, data_dir, download, label_names, labels_by_order,
                            download_hint, data_option, split)
-    return evaluate_split(forwards, data, data_cfg, num_classes, batch_size, device)
+    return evaluate_split(forwards, data, data_cfg, num_classes, batch_size, device, confusion_matrix)
 
 
 def model_label_names(model: torch.nn.Module) -> Optional[List[str]]:
@@ -130,16 +141,17 @@ def model_label_names(model: torch.nn.Module) -> Optional[List[str]]:
 
 def evaluate_model(model: torch.nn.Module, dataset: str, data_dir: Optional[str] = None,
                    batch_size: int = EVAL_BATCH_SIZE, device: str = 'cpu', download: bool = False,
-                   labels_by_order: bool = False, download_hint: str = '', split: Optional[str] = None
-                   ) -> Dict[str, Any]:
-    """Loss and top-1 / top-5 accuracy (%) of ``model`` over the evaluation split of ``dataset`` (or ``split``)."""
+                   labels_by_order: bool = False, download_hint: str = '', split: Optional[str] = None,
+                   confusion_matrix: bool = False) -> Dict[str, Any]:
+    """Loss and top-1 / top-5 accuracy (%) of ``model`` over the evaluation split of ``dataset`` (or ``split``),
+    with the confusion matrix where asked (``evaluate_split``)."""
     from timm.data import resolve_data_config
     model = model.to(device).eval()
     cfg = resolve_data_config({}, model=model)
     check_config_size(model, cfg['input_size'])
     return evaluate_forwards({'model': model}, cfg, model.num_classes, dataset, data_dir, batch_size, device,
                              download, model_label_names(model), labels_by_order, download_hint,
-                             split=split)['model']
+                             split=split, confusion_matrix=confusion_matrix)['model']
 
 
 def check_config_size(model: torch.nn.Module, input_size: Sequence[int]) -> None:
@@ -161,27 +173,91 @@ def tag_dataset(model: torch.nn.Module) -> Optional[str]:
     return DATASETS[dataset].kind if dataset else None
 
 
+def _load(name: str) -> torch.nn.Module:
+    import timm
+    try:
+        return timm.create_model(name, pretrained=True)
+    except (RuntimeError, ValueError, OSError) as e:
+        raise UsageError(describe_load_error(name, e)) from None
+
+
+def _dataset(args, models: Dict[str, torch.nn.Module]) -> str:
+    """``--dataset``, else the one dataset the models' tags name."""
+    if args.dataset:
+        return args.dataset
+    tagged = {name: tag_dataset(model) for name, model in models.items()}
+    named = sorted({d for d in tagged.values() if d})
+    if len(named) == 1 and all(tagged.values()):
+        return named[0]
+    untagged = [name for name, d in tagged.items() if d is None]
+    raise UsageError('--dataset is needed: ' + (f'{listed(untagged, 3)} names no dataset by its tag (mnist, cifar10, '
+                     f'in1k)' if untagged else f'the models\' tags name {", ".join(named)}')
+                     + '; give mnist, cifar10, imagenet or an image folder.')
+
+
+def _report(args, results: List[Dict[str, Any]]) -> None:
+    """The table of the models (one model: its line), the rows per class, and the files asked for."""
+    from .eval_report import class_table, model_table, write_confusion_figure, write_json
+    first = results[0]
+    if len(results) == 1:
+        r = first
+        top5 = f", top-5 {r['acc5']:.2f}%" if r['acc5'] is not None else ''
+        low, high = r['acc_interval']
+        print(f"{r['model']} on {r['dataset']} {r['split']} ({r['samples']:,} images): top-1 {r['acc']:.2f}%"
+              f"{top5}, loss {r['loss']:.4f} (top-1 95% interval {low:.2f}-{high:.2f}%)")
+    else:
+        print(f"{first['dataset']} {first['split']}, {first['samples']:,} images:")
+        print('\n'.join(model_table(results)))
+    if args.per_class:
+        print('\n'.join(class_table(results)))
+    if args.confusion:
+        write_confusion_figure(args.confusion, results, first['class_names'])
+        print(f'wrote {args.confusion}')
+    if args.json:
+        write_json(args.json, dict(dataset=first['dataset'], split=first['split'], samples=first['samples'],
+                                   models=results))
+        print(f'wrote {args.json}')
+
+
 @command('timm-minimal-evaluate')
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    import timm
+    from .eval_report import per_class, wilson_interval
     args = build_parser().parse_args(argv)
-    try:
-        model = timm.create_model(args.model, pretrained=True)
-    except (RuntimeError, ValueError, OSError) as e:
-        raise UsageError(describe_load_error(args.model, e)) from None
-    dataset = args.dataset or tag_dataset(model)
-    if dataset is None:
-        raise UsageError(f'--dataset is needed: {args.model} names no dataset by its tag (mnist, cifar10, in1k); '
-                         f'give mnist, cifar10, imagenet or an image folder.')
-    try:
-        res = evaluate_model(model, dataset, args.data_dir, args.batch_size, args.device, args.download,
-                             args.labels_by_order, download_hint='drop --no-download', split=args.split)
-    except (DatasetError, RuntimeError, ValueError) as e:
-        raise UsageError(str(e)) from None
-    top5 = f", top-5 {res['acc5']:.2f}%" if res['acc5'] is not None else ''
-    print(f"{args.model} on {res['dataset']} {res['split']} ({res['samples']:,} images): top-1 {res['acc']:.2f}%"
-          f"{top5}, loss {res['loss']:.4f}")
+    names = args.model if isinstance(args.model, list) else [args.model]
+    check_output_files(args)
+    models = {name: _load(name) for name in dict.fromkeys(names)}
+    dataset = _dataset(args, models)
+    results = []
+    for name, model in models.items():
+        try:
+            res = evaluate_model(model, dataset, args.data_dir, args.batch_size, args.device, args.download,
+                                 args.labels_by_order, download_hint='drop --no-download', split=args.split,
+                                 confusion_matrix=True)
+        except (DatasetError, RuntimeError, ValueError) as e:
+            raise UsageError(f'{name}: {e}' if len(models) > 1 else str(e)) from None
+        confusion = np.asarray(res['confusion'])
+        res.update(model=name, params=sum(p.numel() for p in model.parameters()),
+                   acc_interval=wilson_interval(int(np.trace(confusion)), res['samples']),
+                   per_class=per_class(confusion, res['class_names']))
+        results.append(res)
+    if len({(r['samples'], tuple(r['class_names'])) for r in results}) > 1:
+        raise UsageError('the models did not see the same images and classes (their preprocessing or label names '
+                         'differ): evaluate them one at a time.')
+    _report(args, results)
     return 0
+
+
+def check_output_files(args) -> None:
+    """``--confusion`` and ``--json`` name files that can be written (checked before any model runs; a missing folder
+    is made when the file is written)."""
+    for option, path in (('--confusion', args.confusion), ('--json', args.json)):
+        if path is None:
+            continue
+        if path.is_dir():
+            raise UsageError(f'{option} {path} is a folder; name the file to write, e.g. {path / "confusion.png"}')
+        files_above = [p for p in path.parents if p.exists() and not p.is_dir()]
+        if files_above:
+            raise UsageError(f'{option} {path}: {files_above[0]} is a file, not a folder; name a file in a folder')
 
 
 if __name__ == '__main__':
