@@ -1,8 +1,8 @@
 """Attention maps of a minimal transformer for one image: every head of every layer as a heat map over
 the image, the attention rollout across the layers, and each layer's raw score matrix beside its attention.
 
-    timm-minimal-attention digit.png --model vit_minimal_sym_6x4.mnist --output maps.png
-    timm-minimal-attention photo.jpg --model vit_minimal_sym_6x4.cifar10 --output maps.png
+    timm-minimal-attention digit.png --model vit_minimal_sym_6x4.mnist --output runs/maps.png
+    timm-minimal-attention photo.jpg --model vit_minimal_sym_6x4.cifar10 --output runs/maps.png
 
 The image goes through the model's own evaluation preprocessing (its pretrained config: grayscale or RGB,
 the shorter side resized to the input size and centre-cropped, mean and std); an image of another size is

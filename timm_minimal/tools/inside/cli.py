@@ -22,7 +22,8 @@ def build_parser() -> OneLineParser:
     p.add_argument('--random-init', action='store_true',
                    help='draw the untrained model (for tags without weights); by default the trained weights are loaded')
     p.add_argument('--pretrained', action='store_true', help=argparse.SUPPRESS)  # the default now; kept for a release
-    p.add_argument('--output', default='attention.png', help='the PNG to write (default: %(default)s)')
+    p.add_argument('--output', default='runs/attention.png',
+                   help='the PNG to write (default: %(default)s, beside the training runs)')
     p.add_renamed('--out', '--output')  # the earlier spelling, for one release
     p.add_argument('--head', type=number(int, 1), default=1,
                    help='the head (1-based) whose score and attention matrices are shown (default: %(default)s)')
