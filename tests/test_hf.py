@@ -26,7 +26,7 @@ from transformers import (
 import timm_minimal
 from timm_minimal import (
     ARCHITECTURES, VisionTransformerMinimal, VitMinimalConfig, VitMinimalForImageClassification,
-    VitMinimalImageProcessor, VitMinimalModel,
+    VitMinimalImageProcessor, VitMinimalImageProcessorFast, VitMinimalModel,
 )
 from timm_minimal.tools.hub.hf_export import check_hf_configs, write_hf_configs
 from timm_minimal.models.layers import sincos_2d_pos_embed
@@ -423,9 +423,13 @@ def test_remote_code_without_the_package(checkpoints, tmp_path):
         with torch.no_grad():
             diff = (model(expected['x']).logits - expected['logits']).abs().max().item()
         processor = AutoImageProcessor.from_pretrained(folder, trust_remote_code=True)
-        assert type(processor).__name__ == 'VitMinimalImageProcessor', type(processor)
-        pixels = processor(Image.new('RGB', (40, 30), 'white'))['pixel_values']
+        slow = AutoImageProcessor.from_pretrained(folder, trust_remote_code=True, use_fast=False)
+        assert type(processor).__name__ == 'VitMinimalImageProcessorFast', type(processor)
+        assert type(slow).__name__ == 'VitMinimalImageProcessor', type(slow)
+        image = Image.linear_gradient('L').resize((40, 30)).convert('RGB')
+        pixels = processor(image)['pixel_values']
         assert pixels.shape == (1, 1, 28, 28), pixels.shape
+        assert (pixels - slow(image)['pixel_values']).abs().max() <= 2 / 255 + 1e-6
         labels = [r['label'] for r in pipeline('image-classification', model=folder, trust_remote_code=True)(
             Image.new('RGB', (40, 30), 'white'))]
         print('MAXDIFF', diff, 'LABELS', ','.join(labels))
@@ -450,7 +454,7 @@ def test_pipeline_returns_class_names(checkpoints, monkeypatch):
                                                          'frog', 'horse', 'ship', 'truck'])):
         folder, model = checkpoints[name]
         classifier = pipeline('image-classification', model=str(folder))
-        assert isinstance(classifier.image_processor, VitMinimalImageProcessor)
+        assert isinstance(classifier.image_processor, VitMinimalImageProcessorFast)  # transformers' default backend
         result = classifier(_image(), top_k=3)
         assert len(result) == 3 and all(r['label'] in names and 0 <= r['score'] <= 1 for r in result)
         assert not asked, asked
@@ -464,13 +468,22 @@ def test_pipeline_returns_class_names(checkpoints, monkeypatch):
 
 # -- image processor --------------------------------------------------------------------------------
 
+PROCESSORS = [VitMinimalImageProcessor, VitMinimalImageProcessorFast]
+
+
+def _level(processor):
+    """One 8-bit level after normalisation: how far the torchvision processor's resize may differ from PIL's."""
+    return 1 / 255 / min(processor.image_std) + 1e-6 if isinstance(processor, VitMinimalImageProcessorFast) else ATOL
+
+
+@pytest.mark.parametrize('cls', PROCESSORS)
 @pytest.mark.parametrize('name, size', [('vit_minimal_std_6x1', (40, 30)),
                                         ('vit_minimal_sym_6x4.cifar10', (50, 64)),
                                         ('vit_minimal_sym_6x4.in1k', (300, 260))])
-def test_processor_matches_timm_transform(name, size):
+def test_processor_matches_timm_transform(name, size, cls):
     model = timm.create_model(name)
     transform = create_transform(**resolve_data_config({}, model=model))
-    processor = VitMinimalImageProcessor.from_pretrained_cfg(model.pretrained_cfg)
+    processor = cls.from_pretrained_cfg(model.pretrained_cfg)
     assert processor.size == {'height': model.pretrained_cfg['input_size'][1],
                               'width': model.pretrained_cfg['input_size'][2]}
     assert processor.crop_pct == model.pretrained_cfg['crop_pct']
@@ -480,36 +493,45 @@ def test_processor_matches_timm_transform(name, size):
     expected = torch.stack([transform(image.convert(mode)) for image in images])
     pixels = processor(images, return_tensors='pt')['pixel_values']
     assert pixels.shape == (2, *model.pretrained_cfg['input_size'])
-    torch.testing.assert_close(pixels, expected, rtol=0, atol=ATOL)
+    torch.testing.assert_close(pixels, expected, rtol=0, atol=_level(processor))
     # numpy (HWC) and torch (CHW) uint8 inputs give the same result as PIL images
     array = np.array(images[0])
-    torch.testing.assert_close(processor(array)['pixel_values'][0], expected[0], rtol=0, atol=ATOL)
-    torch.testing.assert_close(processor(torch.from_numpy(array).permute(2, 0, 1))['pixel_values'][0], expected[0],
+    torch.testing.assert_close(processor(array)['pixel_values'][0], pixels[0], rtol=0, atol=ATOL)
+    torch.testing.assert_close(processor(torch.from_numpy(array).permute(2, 0, 1))['pixel_values'][0], pixels[0],
                                rtol=0, atol=ATOL)
     assert isinstance(processor(images[0], return_tensors='np')['pixel_values'], np.ndarray)
     # the config (what save_pretrained writes) gives the same processor
     config = VitMinimalConfig.from_timm(model)
-    assert VitMinimalImageProcessor.from_config(config).to_dict() == processor.to_dict()
+    assert cls.from_config(config).to_dict() == processor.to_dict()
 
 
 def test_processor_saved_with_the_model(checkpoints):
+    """transformers' torchvision backend by default and with use_fast=True, the PIL one with use_fast=False (or
+    backend='pil'); their pixel values agree within one 8-bit level."""
     folder, model = checkpoints['vit_minimal_sym_6x4.cifar10']
-    processor = AutoImageProcessor.from_pretrained(folder)
-    assert type(processor) is VitMinimalImageProcessor
-    assert processor.num_channels == 3 and processor.image_mean == list(model.pretrained_cfg['mean'])
+    fast, slow = AutoImageProcessor.from_pretrained(folder, use_fast=True), AutoImageProcessor.from_pretrained(folder, use_fast=False)
+    assert type(fast) is type(AutoImageProcessor.from_pretrained(folder)) is VitMinimalImageProcessorFast
+    assert type(slow) is type(AutoImageProcessor.from_pretrained(folder, backend='pil')) is VitMinimalImageProcessor
+    assert fast.to_dict() == dict(slow.to_dict(), image_processor_type='VitMinimalImageProcessorFast')
+    assert slow.num_channels == 3 and slow.image_mean == list(model.pretrained_cfg['mean'])
+    images = [_image(50, 64, seed=2), _image(32, 32, seed=3), _image(40, 30, seed=4)]
+    torch.testing.assert_close(fast(images)['pixel_values'], slow(images)['pixel_values'], rtol=0, atol=_level(fast))
     content = json.loads((folder / 'preprocessor_config.json').read_text())
     assert content['image_processor_type'] == 'VitMinimalImageProcessor'
+    assert content['auto_map']['AutoImageProcessor'] == ['image_processing_vit_minimal.VitMinimalImageProcessor',
+                                                         'image_processing_vit_minimal.VitMinimalImageProcessorFast']
 
 
+@pytest.mark.parametrize('cls', PROCESSORS)
 @pytest.mark.parametrize('kwargs, message', [
     (dict(num_channels=2), 'num_channels must be 1 .grayscale. or 3 .RGB., got 2'),
     (dict(interpolation='cubic'), "Unknown interpolation 'cubic'; choose one of nearest, bilinear, bicubic"),
     (dict(crop_pct=1.5), r'crop_pct must be a number from 0.1 to 1'), (dict(crop_pct=1e-6), 'from 0.1 to 1'),
     (dict(num_channels=3, image_mean=[0.5, 0.5]), 'image_mean needs 1 or num_channels=3 values'),
 ])
-def test_processor_errors(kwargs, message):
+def test_processor_errors(kwargs, message, cls):
     with pytest.raises(ValueError, match=message):
-        VitMinimalImageProcessor(**kwargs)
+        cls(**kwargs)
 
 
 def _layouts(digit):
@@ -527,10 +549,11 @@ def _layouts(digit):
     }
 
 
-def test_processor_takes_every_input_layout():
+@pytest.mark.parametrize('cls', PROCESSORS)
+def test_processor_takes_every_input_layout(cls):
     """Greyscale 2-D arrays, channel-first and channel-last, uint8, uint16 and float, PIL, numpy and torch: the
-    same pixel values for the same digit, in lists and in batches."""
-    processor = VitMinimalImageProcessor.from_pretrained_cfg(timm.create_model('vit_minimal_sym_6x4.mnist').pretrained_cfg)
+    same pixel values for the same digit, in lists and in batches, from either processor."""
+    processor = cls.from_pretrained_cfg(timm.create_model('vit_minimal_sym_6x4.mnist').pretrained_cfg)
     digit = (np.arange(28 * 28).reshape(28, 28) % 251).astype(np.uint8)
     want = processor(Image.fromarray(digit))['pixel_values']
     assert want.shape == (1, 1, 28, 28)
@@ -546,12 +569,13 @@ def test_processor_takes_every_input_layout():
             processor(bad)
 
 
-def test_processor_takes_transformers_layout_arguments():
+@pytest.mark.parametrize('cls', PROCESSORS)
+def test_processor_takes_transformers_layout_arguments(cls):
     """``input_data_format`` says where an array has its channels (it decides a shape that reads both ways) and must
     fit the shape; ``data_format`` lays out the output, as ViTImageProcessor's do; other arguments are named."""
     from transformers.image_utils import ChannelDimension
     cfg = timm.create_model('vit_minimal_sym_6x4.cifar10').pretrained_cfg
-    processor = VitMinimalImageProcessor.from_pretrained_cfg(cfg)
+    processor = cls.from_pretrained_cfg(cfg)
     rng = np.random.default_rng(0)
     hwc = rng.integers(0, 256, (40, 50, 3), dtype=np.uint8)
     want = processor(hwc)['pixel_values']
@@ -781,3 +805,20 @@ def test_an_input_of_another_size_is_bounded_by_the_activation_limit(monkeypatch
     assert hf(torch.zeros(1, 1, 280, 280), interpolate_pos_encoding=True).logits.shape == (1, 10)  # 1,600 patches
     monkeypatch.setenv('TIMM_MINIMAL_MAX_ACTIVATIONS', str(4 * 1000 ** 2))  # the limit is the environment's, at build
     assert timm.create_model('vit_minimal_sym_6x4.mnist').max_tokens == 1000
+
+
+@pytest.mark.parametrize('interpolation', ['nearest', 'bilinear', 'bicubic', 'box', 'hamming', 'lanczos'])
+def test_pil_resize_is_pillows_within_one_level(interpolation):
+    """The torchvision processor's resize against Pillow's, shrinking and growing, each dimension alone and both,
+    the height shrinking faster than the width (Pillow 13 then runs its vertical pass first)."""
+    from timm_minimal.models.resample import pil_resize
+    modes = dict(nearest=Image.NEAREST, bilinear=Image.BILINEAR, bicubic=Image.BICUBIC, box=Image.BOX,
+                 hamming=Image.HAMMING, lanczos=Image.LANCZOS)
+    rng = np.random.default_rng(0)
+    for (h, w), (oh, ow) in (((260, 300), (256, 295)), ((30, 40), (28, 37)), ((28, 28), (56, 56)),
+                             ((100, 20), (30, 25)), ((7, 300), (20, 28)), ((50, 64), (50, 32)), ((50, 64), (36, 64))):
+        x = rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
+        want = np.asarray(Image.fromarray(x).resize((ow, oh), modes[interpolation])).astype(int)
+        got = pil_resize(torch.from_numpy(x).permute(2, 0, 1), (oh, ow), interpolation).permute(1, 2, 0).numpy()
+        assert got.dtype == np.uint8 and got.shape == want.shape
+        assert np.abs(got.astype(int) - want).max() <= 1, ((h, w), (oh, ow))

@@ -31,9 +31,10 @@ def _models(module) -> None:
 
 def _image_processor(module) -> None:
     from .models.configuration_vit_minimal import VitMinimalConfig
-    from .models.image_processing_vit_minimal import VitMinimalImageProcessor
+    from .models.image_processing_vit_minimal import VitMinimalImageProcessor, VitMinimalImageProcessorFast
     module.AutoImageProcessor.register(
-        VitMinimalConfig, image_processor_classes={'torchvision': VitMinimalImageProcessor}, exist_ok=True)
+        VitMinimalConfig, image_processor_classes={'pil': VitMinimalImageProcessor,
+                                                   'torchvision': VitMinimalImageProcessorFast}, exist_ok=True)
 
 
 def _no_video_processor(module) -> None:

@@ -63,11 +63,13 @@ def timm_model(model_or_name: Any, defaults: Optional[Dict[str, Any]] = None, **
 MODEL_ARG_NAMES: Tuple[str, ...] = tuple(k for k in MODEL_KEYWORDS if k != 'num_classes')
 
 # Where transformers finds the classes of a saved checkpoint when the package is not installed.
-AUTO_MAP: Dict[str, str] = {
+AUTO_MAP: Dict[str, Any] = {
     'AutoConfig': 'configuration_vit_minimal.VitMinimalConfig',
     'AutoModel': 'modeling_vit_minimal.VitMinimalModel',
     'AutoModelForImageClassification': 'modeling_vit_minimal.VitMinimalForImageClassification',
-    'AutoImageProcessor': 'image_processing_vit_minimal.VitMinimalImageProcessor',
+    # (PIL backend, torchvision backend: use_fast=True), as transformers picks them
+    'AutoImageProcessor': ['image_processing_vit_minimal.VitMinimalImageProcessor',
+                           'image_processing_vit_minimal.VitMinimalImageProcessorFast'],
 }
 
 

@@ -8,25 +8,31 @@ so pixel values are the same in both libraries.
 
 This file travels with saved checkpoints (``trust_remote_code=True``).
 """
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Union
 
 import numpy as np
 import torch
 from PIL import Image
 
+from transformers.image_processing_backends import TorchvisionBackend
 from transformers.image_processing_utils import BaseImageProcessor, BatchFeature
 
+from .configuration_vit_minimal import AUTO_MAP
 from .datasets import MIN_CROP_PCT, channel_stats
+from .resample import PIL_FILTERS, pil_resize
 from .images import CHANNEL_MODES, array_to_image, check_image_size, check_layout, convert_image, image_mode
 
-__all__ = ['VitMinimalImageProcessor']
+__all__ = ['VitMinimalImageProcessor', 'VitMinimalImageProcessorFast']
 
-INTERPOLATIONS = ('nearest', 'bilinear', 'bicubic', 'box', 'hamming', 'lanczos')
+# what a processor's JSON holds: the transform's settings, its class, and where remote code finds both classes
+_SAVED = ('size', 'crop_pct', 'crop_mode', 'interpolation', 'image_mean', 'image_std', 'num_channels',
+          'image_processor_type', 'processor_class', 'auto_map')
+INTERPOLATIONS = ('nearest', *PIL_FILTERS)
 CROP_MODES = ('center', 'squash', 'border')
 
 
-class VitMinimalImageProcessor(BaseImageProcessor):
-    r"""Preprocessing of a minimal vision transformer, from its timm pretrained cfg.
+class _TimmEvalSettings:
+    r"""The settings of timm's evaluation transform that both processors apply, from a model's timm pretrained cfg.
 
     Args:
         size (`dict`, *optional*): ``{"height": H, "width": W}`` of the model input (28x28 for MNIST).
@@ -124,6 +130,49 @@ class VitMinimalImageProcessor(BaseImageProcessor):
             image = array_to_image(image, layout)
         return convert_image(image, image_mode(self.num_channels))
 
+    def _images(self, images: Any, kwargs: Dict[str, Any], return_tensors: Optional[str], input_data_format: Optional[str],
+                data_format: Optional[str]) -> List[Any]:
+        """The images of a call as a list, its arguments checked."""
+        if kwargs:
+            raise TypeError(f'Unexpected arguments {sorted(kwargs)}; {type(self).__name__}.preprocess takes '
+                            f'images, return_tensors, input_data_format and data_format; the transform (size, '
+                            f'crop_pct, interpolation, image_mean, image_std) is set when the processor is made.')
+        if return_tensors not in ('pt', 'np', None):
+            raise ValueError(f"return_tensors must be 'pt', 'np' or None, got {return_tensors!r}.")
+        check_layout(input_data_format)  # here too for PIL images, whose layout their mode gives
+        check_layout(data_format, 'data_format')
+        if isinstance(images, (list, tuple)):
+            images = list(images)
+        elif isinstance(images, (np.ndarray, torch.Tensor)) and images.ndim == 4:
+            images = list(images)
+        else:
+            images = [images]
+        if not images:
+            raise ValueError('No images given.')
+        return images
+
+    @staticmethod
+    def _output(pixel_values: torch.Tensor, return_tensors: Optional[str], data_format: Optional[str]) -> BatchFeature:
+        if data_format == 'channels_last':
+            pixel_values = pixel_values.permute(0, 2, 3, 1)
+        if return_tensors == 'np':
+            pixel_values = pixel_values.cpu().numpy()
+        return BatchFeature(data={'pixel_values': pixel_values}, tensor_type=return_tensors)
+
+    def __call__(self, images: Any = None, *args, **kwargs) -> BatchFeature:
+        return self.preprocess(images, *args, **kwargs)
+
+    def to_dict(self) -> Dict[str, Any]:
+        output = {k: v for k, v in super().to_dict().items() if k in _SAVED}
+        if 'auto_map' in output:  # both processors, as transformers picks them: (PIL, torchvision)
+            output['auto_map'] = dict(output['auto_map'], AutoImageProcessor=AUTO_MAP['AutoImageProcessor'])
+        return output
+
+
+class VitMinimalImageProcessor(_TimmEvalSettings, BaseImageProcessor):
+    """Preprocessing of a minimal vision transformer, timm's evaluation transform on PIL images (its PIL backend).
+    The settings are those of ``_TimmEvalSettings``."""
+
     def preprocess(
             self,
             images: Any,
@@ -142,33 +191,56 @@ class VitMinimalImageProcessor(BaseImageProcessor):
                 ``"channels_first"``, ``"channels_last"`` or ``None`` (inferred from the shape).
             data_format: ``"channels_first"`` (default: (B, C, H, W), what the model takes) or ``"channels_last"``.
         """
-        if kwargs:
-            raise TypeError(f'Unexpected arguments {sorted(kwargs)}; VitMinimalImageProcessor.preprocess takes '
-                            f'images, return_tensors, input_data_format and data_format; the transform (size, '
-                            f'crop_pct, interpolation, image_mean, image_std) is set when the processor is made.')
-        if return_tensors not in ('pt', 'np', None):
-            raise ValueError(f"return_tensors must be 'pt', 'np' or None, got {return_tensors!r}.")
-        check_layout(input_data_format)  # here too for PIL images, whose layout their mode gives
-        check_layout(data_format, 'data_format')
-        if isinstance(images, (list, tuple)):
-            images = list(images)
-        elif isinstance(images, (np.ndarray, torch.Tensor)) and images.ndim == 4:
-            images = list(images)
-        else:
-            images = [images]
-        if not images:
-            raise ValueError('No images given.')
+        images = self._images(images, kwargs, return_tensors, input_data_format, data_format)
         transform = self._transform()
         pixel_values = torch.stack([transform(self._to_pil(image, input_data_format)) for image in images])
-        if data_format == 'channels_last':
-            pixel_values = pixel_values.permute(0, 2, 3, 1)
-        if return_tensors == 'np':
-            pixel_values = pixel_values.numpy()
-        return BatchFeature(data={'pixel_values': pixel_values}, tensor_type=return_tensors)
+        return self._output(pixel_values, return_tensors, data_format)
 
-    def __call__(self, images: Any = None, *args, **kwargs) -> BatchFeature:
-        return self.preprocess(images, *args, **kwargs)
 
-    def to_dict(self) -> Dict[str, Any]:
-        output = super().to_dict()
-        return {k: v for k, v in output.items() if not k.startswith('_')}
+class VitMinimalImageProcessorFast(_TimmEvalSettings, TorchvisionBackend):
+    """The same preprocessing with torch and torchvision (transformers' torchvision backend, ``use_fast=True``):
+    each image is converted to the model's channels as the PIL processor converts it, then the images of one size
+    are resized, cropped and normalised together, on ``device`` where given. Its pixel values are the PIL
+    processor's within one 8-bit level (torchvision's antialiased resize against PIL's; equal where no resize is
+    needed)."""
+
+    def preprocess(
+            self,
+            images: Any,
+            return_tensors: Optional[str] = 'pt',
+            input_data_format: Optional[str] = None,
+            data_format: Optional[str] = 'channels_first',
+            device: Optional[Union[str, torch.device]] = None,
+            **kwargs,
+    ) -> BatchFeature:
+        """As ``VitMinimalImageProcessor.preprocess``; ``device``: where the images are resized and normalised."""
+        images = self._images(images, kwargs, return_tensors, input_data_format, data_format)
+        pixels = [torch.from_numpy(np.array(self._to_pil(image, input_data_format))) for image in images]
+        steps = self._transform().transforms
+        mean = torch.tensor(self.image_mean, device=device).view(-1, 1, 1)
+        std = torch.tensor(self.image_std, device=device).view(-1, 1, 1)
+        out: List[Optional[torch.Tensor]] = [None] * len(pixels)
+        by_size: Dict[Any, List[int]] = {}
+        for i, p in enumerate(pixels):
+            by_size.setdefault(tuple(p.shape), []).append(i)
+        for indices in by_size.values():
+            batch = torch.stack([pixels[i] for i in indices]).to(device)
+            batch = batch.unsqueeze(1) if batch.dim() == 3 else batch.permute(0, 3, 1, 2)  # (B, C, H, W) uint8
+            batch = (self._geometry(steps, batch).float() / 255 - mean) / std
+            for i, x in zip(indices, batch):
+                out[i] = x
+        return self._output(torch.stack(out), return_tensors, data_format)
+
+    def _geometry(self, steps: Sequence[Any], batch: torch.Tensor) -> torch.Tensor:
+        """timm's resize and crop steps on a uint8 batch: a resize to the size it gives a PIL image of the batch's size,
+        done as Pillow does it (``pil_resize``); the crops and pads are torchvision's, on tensors."""
+        for step in steps:
+            name = type(step).__name__
+            if name in ('MaybeToTensor', 'ToTensor', 'Normalize'):
+                continue
+            if name.startswith('Resize'):
+                width, height = step(Image.new('L', (batch.shape[-1], batch.shape[-2]))).size
+                batch = pil_resize(batch, (height, width), self.interpolation)
+            else:
+                batch = step(batch)
+        return batch
