@@ -175,6 +175,11 @@ def test_two_processes_train_one_model(data, tmp_path):
     assert len(m) == 2 and [r['train_samples'] for r in m] == [384, 384] and [r['test_samples'] for r in m] == [250, 250]
     assert proc.stdout.count('epoch 1/2:') == 1  # logged once
     run = json.loads((ddp / 'run.json').read_text())
+    # the record relaunches the run as it was launched: the launcher's line, not one process's
+    assert run['command'].startswith(f'{Path(sys.executable).name} -m accelerate.commands.launch --multi_gpu '
+                                     f'--num_processes 2 ')
+    assert run['command'].endswith(f'-m timm_minimal.training.train ' + ' '.join(map(str, DDP_ARGS + data)) +
+                                   f' --output {ddp} --rank-report')
     assert run['distributed'] == dict(num_processes=2, global_batch_size=32, per_process_batch_size=16,
                                       grad_accum_steps=1, effective_batch_size=32)
     # the global batch is split, not repeated: two processes train the model one process trains

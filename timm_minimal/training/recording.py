@@ -64,6 +64,25 @@ def launch_elapsed() -> float:
     return time.time() - launched_at()
 
 
+def launcher_command() -> Optional[str]:
+    """The command that started this process's distributed run where another launcher did (``accelerate launch``,
+    ``torchrun``: this process's parent, as the system shows it), the interpreter's path left out; None for a run of
+    one process or the package's own CPU split (whose ``timm-minimal-train`` line relaunches it)."""
+    from .cpu_policy import SPLIT_STATUS_ENV
+    world = os.environ.get('WORLD_SIZE', '1')
+    if not world.isdigit() or int(world) < 2 or os.environ.get(SPLIT_STATUS_ENV):
+        return None
+    try:
+        words = [w.decode(errors='replace') for w in Path(f'/proc/{os.getppid()}/cmdline').read_bytes().split(b'\0') if w]
+    except OSError:  # no /proc (not Linux): the record keeps the trainer's own line
+        return None
+    if len(words) > 1 and Path(words[0]).name.startswith('python') and not words[1].startswith('-'):
+        words = words[1:]  # python /path/to/accelerate launch ...: the script is the command
+    if not words:
+        return None
+    return shlex.join([Path(words[0]).name, *words[1:]])
+
+
 def write_run_record(run: Run, state: TrainState, info: Dict[str, Any], last_dir: Optional[Path],
                      compile_mode: Optional[str]) -> None:
     """args.yaml, run.json (a new record, or a new launch of a resumed one) and the metrics kept so far;
@@ -72,7 +91,7 @@ def write_run_record(run: Run, state: TrainState, info: Dict[str, Any], last_dir
     saved_args = run.plan.saved_options()
     saved_args['output'] = str(folder)
     folder.write_args(saved_args)
-    command = 'timm-minimal-train ' + ' '.join(shlex.quote(a) for a in info['argv'])
+    command = launcher_command() or 'timm-minimal-train ' + ' '.join(shlex.quote(a) for a in info['argv'])
     launch = Launch(command=command, started=datetime.now(timezone.utc).isoformat(timespec='seconds'),
                     num_processes=run.world, device=str(run.device), device_name=device_name(run.device),
                     cpu_flags=cpu_flags(run.device), cpu_rates=run.plan.cpu_rates,
