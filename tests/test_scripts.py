@@ -1,5 +1,6 @@
 """The console scripts answer --help before they import torch (timm_minimal_scripts): a help that costs seconds
 of imports is the first thing a new user meets. Their timing: scripts/help_time.py."""
+import os
 import subprocess
 import sys
 
@@ -89,3 +90,26 @@ def test_the_benchmark_parser_lists_its_subcommands_and_they_fail_through_the_la
     assert err.count('\n') == 1 and "timm-minimal-benchmark cpu-modes: error: unknown model 'vit_minimal_nope" in err
 
 
+
+
+def test_timm_script_runs_a_checkouts_script_with_the_installed_timm_and_the_models(tmp_path):
+    """A pytorch-image-models checkout (its own ``timm/`` beside ``validate.py``, here of an older version) on the
+    path and as the working folder: the script still imports the installed timm, finds the vit_minimal models
+    registered, and gets its own arguments, --help included; a script that is not there is one line, exit 2."""
+    import timm
+    (tmp_path / 'timm').mkdir()
+    (tmp_path / 'timm' / '__init__.py').write_text("__version__ = '1.0.29.dev0'\n")
+    (tmp_path / 'validate.py').write_text(
+        'import sys, timm\nprint("TIMM", timm.__version__, timm.is_model("vit_minimal_sym_6x4"), sys.argv[1:])\n')
+    launch = ('import sys, timm_minimal_scripts; sys.argv[0] = "timm-minimal-timm-script"; '
+              'sys.exit(timm_minimal_scripts.timm_script())')
+    env = dict(os.environ, PYTHONPATH=str(tmp_path))
+    r = subprocess.run([sys.executable, '-c', launch, 'validate.py', '--model', 'x', '--help'], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert f"TIMM {timm.__version__} True ['--model', 'x', '--help']" in r.stdout
+    r = subprocess.run([sys.executable, '-c', launch, 'nope.py'], cwd=tmp_path, env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+        "timm-minimal-timm-script: error: nope.py: no such Python script; name one of timm's scripts, e.g. "
+        "path/to/pytorch-image-models/validate.py, then its arguments."]

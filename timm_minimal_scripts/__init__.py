@@ -29,6 +29,7 @@ SCRIPTS: Dict[str, Script] = {
     'timm-minimal-export': Script('timm_minimal.tools.deploy.export', 'timm_minimal.tools.deploy.cli'),
     'timm-minimal-attention': Script('timm_minimal.tools.inside.attention', 'timm_minimal.tools.inside.cli'),
     'timm-minimal-app': Script('timm_minimal.tools.inside.app', 'timm_minimal.tools.inside.cli', 'app_parser'),
+    'timm-minimal-timm-script': Script('timm_minimal.timm_script', 'timm_minimal.timm_script'),
 }
 
 # True while a script imports the package to print its help: ``timm_minimal`` then leaves its models unimported
@@ -69,8 +70,19 @@ def run(name: str, argv: Sequence[str]) -> int:
     return importlib.import_module(script.main).main(list(argv))
 
 
-def _entry(name: str) -> Callable[..., int]:
+def installed_timm_first() -> None:
+    """Take off ``sys.path`` the folders that hold a ``timm`` package other than the installed one (a
+    pytorch-image-models checkout's, on ``PYTHONPATH`` or as the working folder), before anything imports timm."""
+    from importlib import metadata
+    from pathlib import Path
+    installed = Path(metadata.distribution('timm').locate_file('timm')).resolve()
+    sys.path[:] = [entry for entry in sys.path if not (Path(entry or '.') / 'timm' / '__init__.py').is_file()
+                   or (Path(entry or '.') / 'timm').resolve() == installed]
+
+
+def _entry(name: str, first: Callable[[], None] = lambda: None) -> Callable[..., int]:
     def main(argv: Optional[Sequence[str]] = None) -> int:
+        first()
         return run(name, sys.argv[1:] if argv is None else list(argv))
     main.__qualname__ = main.__name__ = name.replace('timm-minimal-', '')
     return main
@@ -86,3 +98,4 @@ evaluate = _entry('timm-minimal-evaluate')
 export = _entry('timm-minimal-export')
 attention = _entry('timm-minimal-attention')
 app = _entry('timm-minimal-app')
+timm_script = _entry('timm-minimal-timm-script', installed_timm_first)
