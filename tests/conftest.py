@@ -21,6 +21,16 @@ def _own_cache():
 
 
 @pytest.fixture(autouse=True)
+def _console():
+    """The package's log on the console at INFO, as every tool shows it: a test that calls a library function
+    directly reads its lines where a tool's user reads them (a tool's own ``-q`` or ``-v`` changes the level for
+    that test alone)."""
+    from timm_minimal.cli import console
+    console()
+    yield
+
+
+@pytest.fixture(autouse=True)
 def _torch_threads():
     """A test that sets torch's thread count leaves the next test the count it found, so no test depends on the
     order the suite runs in."""

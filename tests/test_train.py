@@ -591,8 +591,8 @@ def test_a_failing_compilation_falls_back_to_eager(data, tmp_path, capsys, monke
         return Broken()
     monkeypatch.setattr(torch, 'compile', broken_compile)
     assert run_inprocess(DDP_ARGS + data + ['--epochs', '1', '--compile', '--output', tmp_path / 'run']) == 0
-    out = capsys.readouterr().out
-    assert 'WARNING: torch.compile failed (RuntimeError: backend compiler failed); training without compilation' in out
+    err = capsys.readouterr().err
+    assert 'WARNING: torch.compile failed (RuntimeError: backend compiler failed); training without compilation' in err
     assert metrics(tmp_path / 'run')[0]['update'] == 12
     launch = json.loads((tmp_path / 'run' / 'run.json').read_text())['launches'][-1]
     assert launch['compiled'] is False and launch['compile_mode'] is None  # run.json says what ran
@@ -706,3 +706,28 @@ def test_a_tracker_whose_package_is_missing_is_refused_by_the_extra_that_install
     assert 'error: --log-with mlflow: its package is not installed; pip install "timm-minimal[mlflow]"' in \
         capsys.readouterr().err
     assert not (tmp_path / 'run').exists()
+
+
+def test_the_trainer_logs_to_the_package_logger_and_q_keeps_only_warnings(data, tmp_path, capsys):
+    """The run's lines are records of the ``timm_minimal`` logger (a caller redirects or silences them as any log);
+    the console shows them as before, and ``-q`` leaves warnings and errors alone."""
+    import logging
+    said = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            said.append(record.getMessage())
+    keep = Keep()
+    logging.getLogger('timm_minimal').addHandler(keep)
+    try:
+        assert run_inprocess(DDP_ARGS + data + ['--epochs', '1', '--output', tmp_path / 'a']) == 0
+        out = capsys.readouterr().out
+        assert any(line.startswith('epoch 1/1: train loss') for line in said)
+        assert [line for line in said if line.startswith('epoch 1/1')] == \
+            [line for line in out.splitlines() if line.startswith('epoch 1/1')]
+        said.clear()
+        assert run_inprocess(DDP_ARGS + data + ['--epochs', '1', '--output', tmp_path / 'b', '-q']) == 0
+        assert said == [] and capsys.readouterr().out == ''
+        assert (tmp_path / 'b' / 'checkpoints' / 'last' / 'model.safetensors').is_file()
+    finally:
+        logging.getLogger('timm_minimal').removeHandler(keep)

@@ -11,6 +11,7 @@ This module imports nothing else of the package, so that every layer (training, 
 import argparse
 import errno
 import functools
+import logging
 import math
 import os
 import shutil
@@ -21,12 +22,35 @@ from typing import Callable, Iterator, NoReturn, Optional, Sequence, Union
 
 __all__ = ['UsageError', 'Failure', 'OneLineParser', 'HelpFormatter', 'number', 'INT_LIMIT', 'env_number', 'usable_cores',
            'torch_threads', 'positive_int', 'positive_float', 'non_negative_int', 'non_negative_float', 'probability',
-           'is_disk_full', 'describe_os_error', 'listed', 'command', 'EXIT_FAILURE', 'EXIT_USAGE', 'EXIT_DIVERGED']
+           'is_disk_full', 'describe_os_error', 'listed', 'command', 'console', 'EXIT_FAILURE', 'EXIT_USAGE', 'EXIT_DIVERGED']
 
 EXIT_FAILURE, EXIT_USAGE, EXIT_DIVERGED = 1, 2, 3
 # torch.save reports a short write without the OS error ("unexpected pos ..."): below this much free space a
 # failed write is put down to a full disk
 _NEARLY_FULL = 1 << 20
+
+
+class _Console(logging.StreamHandler):
+    """The tools' console: a record's message alone, flushed, on the standard output of the moment (warnings and
+    errors on the standard error)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.stream = sys.stderr if record.levelno >= logging.WARNING else sys.stdout
+        super().emit(record)
+
+
+_CONSOLE = _Console()
+_CONSOLE.setFormatter(logging.Formatter('%(message)s'))
+
+
+def console(level: int = logging.INFO) -> None:
+    """Show the package's log (the ``timm_minimal`` logger, which the library writes to instead of printing) on the
+    standard output from ``level`` on, as the tools do: INFO by default, WARNING with ``-q``, DEBUG with ``-v``.
+    Called from Python, the library leaves its logger to the caller's logging configuration."""
+    logger = logging.getLogger('timm_minimal')
+    if _CONSOLE not in logger.handlers:
+        logger.addHandler(_CONSOLE)
+    logger.setLevel(level)
 
 
 class UsageError(ValueError):
@@ -46,11 +70,15 @@ class OneLineParser(argparse.ArgumentParser):
     """argparse that reports misuse in one line (no usage block, no traceback) with exit status 2, and keeps the
     earlier spellings of renamed options working without showing them (``add_renamed``)."""
 
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self, *args, verbosity: bool = True, **kwargs) -> None:
         kwargs.setdefault('formatter_class', HelpFormatter)  # every tool's --help shows its defaults
         super().__init__(*args, **kwargs)
         self._renamed: list = []  # (hidden dest, dest, how it is spelled now)
         self._required: list = []  # (dest, how it is spelled): required, but an earlier spelling may give it
+        if verbosity:  # the package's log on the console (``console``), from the level these give
+            group = self.add_mutually_exclusive_group()
+            group.add_argument('-q', '--quiet', action='store_true', help='say warnings and errors only')
+            group.add_argument('-v', '--verbose', action='store_true', help='say more (the log\'s debug lines too)')
 
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_USAGE, f'{self.prog}: error: {message} (--help lists the options)\n')
@@ -270,10 +298,11 @@ def describe_os_error(e: BaseException, what: Union[str, Path, None] = None) -> 
 def command(prog: str) -> Callable[[Callable[..., Optional[int]]], Callable[..., int]]:
     """The ``main`` skeleton of a tool: the decorated function parses and runs; this maps what it raises to one
     line on stderr and an exit status (``UsageError`` 2, an OS error 1, ``Failure`` its own, Ctrl-C 130), and a
-    function that returns nothing to 0. ``argparse``'s own exits (--help, misuse: ``SystemExit``) pass through."""
+    function that returns nothing to 0. The package's log goes to the console, at the level ``-q``/``-v`` ask for. ``argparse``'s own exits (--help, misuse: ``SystemExit``) pass through."""
     def wrap(main: Callable[..., Optional[int]]) -> Callable[..., int]:
         @functools.wraps(main)
         def run(argv: Optional[Sequence[str]] = None, *args, **kwargs) -> int:
+            console(_verbosity(list(sys.argv[1:] if argv is None else argv)))
             try:
                 status = main(argv, *args, **kwargs)
             except UsageError as e:
@@ -287,6 +316,14 @@ def command(prog: str) -> Callable[[Callable[..., Optional[int]]], Callable[...,
             return 0 if status is None else int(status)
         return run
     return wrap
+
+
+def _verbosity(argv: Sequence[str]) -> int:
+    """The console's level that a command line's ``-q`` or ``-v`` (before any ``--``) asks for."""
+    words = argv[:list(argv).index('--')] if '--' in argv else argv
+    if '-q' in words or '--quiet' in words:
+        return logging.WARNING
+    return logging.DEBUG if '-v' in words or '--verbose' in words else logging.INFO
 
 
 def _say(prog: str, kind: str, message: object, status: int) -> int:

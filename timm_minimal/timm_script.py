@@ -28,7 +28,7 @@ PROG = 'timm-minimal-timm-script'
 
 def build_parser() -> OneLineParser:
     p = OneLineParser(prog=PROG, description=__doc__.split('\n\n')[0], formatter_class=argparse.RawDescriptionHelpFormatter,
-                      epilog=__doc__.split('\n\n', 1)[1])
+                      epilog=__doc__.split('\n\n', 1)[1], verbosity=False)  # the script's own -q, -v
     p.add_argument('script', help="timm's script, e.g. path/to/pytorch-image-models/validate.py")
     p.add_argument('args', nargs=argparse.REMAINDER, help='its arguments (its --help prints its own help)')
     return p

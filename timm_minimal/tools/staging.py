@@ -20,6 +20,7 @@ moved or deleted.
 import contextlib
 import hashlib
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -31,6 +32,8 @@ from ..cli import Failure, listed
 from ..training.files import describe_write_error, is_disk_full
 
 __all__ = ['staged_folder', 'recorded_files', 'unrecorded_entries', 'recover', 'RECORD_FORMAT']
+
+_logger = logging.getLogger(__name__)
 
 RECORD_FORMAT = 'timm-minimal-output/1'
 
@@ -203,7 +206,7 @@ def staged_folder(out: Path, overwrite: bool = False, record: bool = False,
     with _swap_lock(out):
         done = recover(out)
     if done:
-        print(f'note: {done}.', flush=True)
+        _logger.info(f'note: {done}.')
     why = _refusal(out, overwrite)
     if why:
         raise error(why)

@@ -3,22 +3,24 @@ and the processes of a split (``cpu_split`` measures and launches them). The rul
 applies them once per run, and ``args.yaml`` keeps the process count and the threads, so a resumed run keeps them."""
 import argparse
 import json
+import logging
 import os
 import signal
-import sys
 from pathlib import Path
 from typing import Any, Dict, Optional, Sequence
 
 import torch
 from timm.models import split_model_name_tag
 
-from ..cli import EXIT_FAILURE, UsageError
+from ..cli import Failure, UsageError
 from .cli import CPU_COMPILE_MIN_IMAGES
 from .data import load_dataset
 from .recording import LAUNCHED_AT_ENV, launched_at
 
 __all__ = ['cpu_has_bf16', 'minimal_with_mlp', 'cpu_bf16_pays', 'cpu_precision', 'default_compile', 'cpu_decision',
            'cpu_threads', 'find_data', 'run_split', 'SPLIT_STATUS_ENV', 'SPLIT_RATES_ENV']
+
+_logger = logging.getLogger(__name__)
 
 
 def cpu_has_bf16() -> bool:
@@ -96,9 +98,9 @@ def cpu_decision(args: argparse.Namespace, model: str, run_images: Optional[int]
         if args.resume is None or explicit:
             raise UsageError(f'--cpu-processes {decision.processes} is more than the {budget} core(s) this run may '
                              f'use (its CPU affinity, capped by OMP_NUM_THREADS); give at most {budget}.')
-        print(f'The resumed run trained as {decision.processes} processes; this machine gives it {budget} core(s), '
-              f'so they share them (slower, the same training). --cpu-processes {budget} changes the split.',
-              flush=True)
+        _logger.info(f'The resumed run trained as {decision.processes} processes; this machine gives it {budget} '
+                     f'core(s), so they share them (slower, the same training). --cpu-processes {budget} changes the '
+                     f'split.')
     return decision
 
 
@@ -111,8 +113,8 @@ def cpu_threads(given: Optional[int]) -> int:
     budget = core_budget()
     threads = budget if 'OMP_NUM_THREADS' in os.environ or budget == 1 else free_cores(budget)
     if threads < budget:
-        print(f'Other work keeps {budget - threads} of the {budget} cores busy: training on {threads} '
-              f'thread(s) (--threads sets the count).', flush=True)
+        _logger.info(f'Other work keeps {budget - threads} of the {budget} cores busy: training on {threads} '
+                     f'thread(s) (--threads sets the count).')
     return threads
 
 
@@ -133,8 +135,7 @@ def run_split(plan: Any, argv: Sequence[str]) -> int:
     args, processes = plan.options, plan.processes
     threads = max(1, core_budget() // processes)
     find_data(args, processes)  # a missing dataset is one line, not one per process
-    print(f'Training as {processes} processes x {threads} thread(s) on the CPU (--cpu-processes 1 for one).',
-          flush=True)
+    _logger.info(f'Training as {processes} processes x {threads} thread(s) on the CPU (--cpu-processes 1 for one).')
     read_end, write_end = os.pipe()
     with os.fdopen(read_end, 'r') as status:
         env = dict(os.environ, OMP_NUM_THREADS=str(threads), **{SPLIT_STATUS_ENV: str(write_end),
@@ -148,10 +149,8 @@ def run_split(plan: Any, argv: Sequence[str]) -> int:
         text = status.read().strip()
     if rc < 0 or (rc and not text.isdigit()):  # killed, or ended without a status: the main one cannot say why
         how = f'was ended by signal {-rc} ({signal.Signals(-rc).name})' if rc < 0 else f'exited with status {rc}'
-        print(f'timm-minimal-train: error: process {rank} of the {processes} of this run {how}; the others were '
-              f'stopped. Resume it from its last checkpoint: timm-minimal-train --resume {args.output}', file=sys.stderr,
-              flush=True)
-        return EXIT_FAILURE
+        raise Failure(f'process {rank} of the {processes} of this run {how}; the others were stopped. Resume it from '
+                      f'its last checkpoint: timm-minimal-train --resume {args.output}')
     return int(text) if text.isdigit() else 0
 
 

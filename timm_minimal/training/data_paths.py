@@ -14,6 +14,7 @@ from ..models.datasets import channel_stats
 from ..models.images import convert_image, image_mode
 from .batch_augment import BatchAugment, BatchAugmentConfig
 from .data import ImageData, build_transforms, subset
+from .engine import say
 from .device_data import DeviceDataPath, cache_file, dataset_bytes, device_budget_bytes, images_to_array
 from .loader_data import LoaderDataPath, TransformDataset
 from .seeding import mix_seed
@@ -118,7 +119,7 @@ def build_data_path(args: argparse.Namespace, data: ImageData, data_cfg: Dict[st
                   eval_batch_size=eval_bs, world=world, rank=rank)
     if args.data_path == 'loader' or blockers:
         if args.data_path == 'auto':
-            accelerator.print('Data path: loader (' + '; '.join(blockers) + ').')
+            say('Data path: loader (' + '; '.join(blockers) + ').')
         return _loader_path(args, data, data_cfg, img_mode, eval_tf, common)
     with accelerator.main_process_first():
         train = _device_arrays(args, data, 'train', subset_indices(len(data.train), args.train_subset,

@@ -27,9 +27,18 @@ from .seeding import mix_seed, seed_rngs
 from .run_folder import RunFolder
 
 _logger = logging.getLogger('timm_minimal.training.train')
+_RUN_LOG = logging.getLogger('timm_minimal.training')
 
 __all__ = ['TrainState', 'TrainHooks', 'FiniteGuard', 'Run', 'Diverged', 'CheckpointNotWritten', 'train_one_epoch', 'evaluate',
            'eval_sums', 'eval_metrics', 'save_checkpoint', 'weights_hash']
+
+
+def say(message: str, warning: bool = False) -> None:
+    """A line of the run's log, said by the main process alone: the ``timm_minimal`` logger, which the tools show
+    on the console (``cli.console``) and a caller of ``train`` configures as any logger."""
+    from accelerate.state import PartialState, is_initialized
+    if not is_initialized() or PartialState().is_main_process:
+        (_RUN_LOG.warning if warning else _RUN_LOG.info)(message)
 
 
 class Diverged(RuntimeError):
@@ -182,8 +191,8 @@ class Run:
 
     def fall_back_to_eager(self, error: BaseException) -> None:
         """torch.compile failed on the first step: warn once and train the uncompiled model."""
-        self.accelerator.print(f'WARNING: torch.compile failed ({type(error).__name__}: {str(error).strip()[:300]}); '
-                               f'training without compilation (pass --no-compile to skip the attempt).', flush=True)
+        say(f'WARNING: torch.compile failed ({type(error).__name__}: {str(error).strip()[:300]}); '
+            f'training without compilation (pass --no-compile to skip the attempt).', warning=True)
         self.model = getattr(self.model, '_orig_mod', self.model)
         if self.distill is not None:
             self.distill.trainable_module = self.model
@@ -308,8 +317,8 @@ def train_one_epoch(run: Run, state: TrainState, epoch: int) -> Dict[str, float]
         if loop.log_interval > 0 and state.update % loop.log_interval == 0 and (show_log or not bar.disable):
             loss_now = float(loss)
             if show_log:
-                run.accelerator.print(f'  epoch {epoch + 1} batch {batch}/{run.batches_per_epoch}: loss {loss_now:.4f}, '
-                                      f'lr {run.lr():.3g}', flush=True)
+                say(f'  epoch {epoch + 1} batch {batch}/{run.batches_per_epoch}: loss {loss_now:.4f}, '
+                    f'lr {run.lr():.3g}')
             else:
                 bar.set_postfix(loss=f'{loss_now:.4f}', lr=f'{run.lr():.2e}')
         run.hooks.after_update(state.update)

@@ -58,7 +58,8 @@ class RunPlan:
         saved = {**vars(self.options), **self.given, 'cpu_processes': self.processes, 'threads': self.threads}
         if self.processes is not None:  # the CPU decision may have measured the compilation and the padding too
             saved.update(compile=self.compile, pad_heads=self.pad_heads)
-        saved.pop('resume', None)
+        for key in ('resume', 'quiet', 'verbose'):  # how this launch talks is not the run's
+            saved.pop(key, None)
         return saved
 
 

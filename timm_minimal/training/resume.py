@@ -12,7 +12,7 @@ import torch
 from . import checkpoint as ckpt
 from .cli import UsageError
 from ..cli import listed
-from .engine import Run, TrainState, set_rng_state
+from .engine import Run, TrainState, say, set_rng_state
 
 __all__ = ['restore', 'FIXED_ON_RESUME', 'FIXED_TEACHER', 'SCHEDULE_OPTIONS']
 
@@ -59,8 +59,8 @@ def restore(run: Run, state: TrainState, last_dir: Path) -> None:
         if not changed:
             run.scheduler.load_state_dict(training_state['scheduler'])
         else:
-            acc.print('Resuming with ' + ', '.join(f'--{k.replace("_", "-")} {getattr(args, k)}' for k in changed) +
-                      ': the learning-rate schedule follows the new values from the current update on.')
+            say('Resuming with ' + ', '.join(f'--{k.replace("_", "-")} {getattr(args, k)}' for k in changed) +
+                ': the learning-rate schedule follows the new values from the current update on.')
     if acc.scaler is not None and training_state.get('scaler') is not None:
         acc.scaler.load_state_dict(training_state['scaler'])
     if run.ema is not None:
@@ -68,8 +68,8 @@ def restore(run: Run, state: TrainState, last_dir: Path) -> None:
         run.ema.module.load_state_dict(ckpt.load_weights(ema_file) if ema_file.is_file() else run.unwrapped.state_dict())
     set_rng_state(training_state['rng'])
     state.load_state_dict(training_state)
-    acc.print(f'Resumed {run.folder} from {last_dir} at epoch {state.epoch + 1}, batch {state.batch}/'
-              f'{run.batches_per_epoch} (optimizer update {state.update}).')
+    say(f'Resumed {run.folder} from {last_dir} at epoch {state.epoch + 1}, batch {state.batch}/'
+        f'{run.batches_per_epoch} (optimizer update {state.update}).')
 
 
 RESUME_KEYS = ('optimizer', 'rng', 'epoch', 'batch', 'update')

@@ -55,6 +55,7 @@ from ..models.layers import set_head_padding
 from ..models.paper import is_minimal
 from . import checkpoint as ckpt
 from .data import DatasetError, ImageData, dataset_len, load_dataset
+from .engine import say as _say
 from .engine import (
     CheckpointNotWritten, Diverged, FiniteGuard, LoopConfig, Run, TrainHooks, TrainState, check_finite, epoch_row,
     evaluate, save_checkpoint, train_one_epoch,
@@ -135,7 +136,7 @@ def prepare_folder(plan: RunPlan, accelerator: Any) -> Tuple[RunFolder, Optional
         _refuse_to_start_over(folder)
     accelerator.wait_for_everyone()
     if resuming and last_dir is None:
-        accelerator.print(f'No checkpoint in {folder} yet: starting the run from the beginning.')
+        _say(f'No checkpoint in {folder} yet: starting the run from the beginning.')
     return folder, last_dir
 
 
@@ -227,8 +228,8 @@ def build_optimization(args: argparse.Namespace, model: nn.Module, updates_per_e
     if args.sched and args.sched != 'none':
         warmup = min(args.warmup_epochs, MAX_WARMUP_FRACTION * args.epochs)
         if warmup < args.warmup_epochs:
-            print(f'--warmup-epochs {args.warmup_epochs:g} is more than {MAX_WARMUP_FRACTION:.0%} of the run\'s '
-                  f'{args.epochs} epochs: warming up for {warmup:g} epochs.', flush=True)
+            _say(f'--warmup-epochs {args.warmup_epochs:g} is more than {MAX_WARMUP_FRACTION:.0%} of the run\'s '
+                  f'{args.epochs} epochs: warming up for {warmup:g} epochs.')
         scheduler, _ = create_scheduler_v2(
             optimizer, sched=args.sched, num_epochs=args.epochs, warmup_epochs=warmup,
             warmup_lr=args.warmup_lr, min_lr=args.min_lr, step_on_epochs=False, updates_per_epoch=updates_per_epoch)
@@ -285,7 +286,7 @@ def _assemble(plan: RunPlan, accelerator: Any, folder: RunFolder, last_dir: Opti
             batch_size=args.batch_size // world, download_hint='drop --no-download')
     model, model_name, model_kwargs = build_model(plan, data)
     if args.pretrained or args.pretrained_path:
-        accelerator.print(_pretrained_head(model, args.pretrained_path or model_name, data.classes))
+        _say(_pretrained_head(model, args.pretrained_path or model_name, data.classes))
     data_cfg = data_config(model, args)
     n_train, updates_per_epoch, batches_per_epoch = count_batches(args, data)
     data_path = build_data_path(args, data, data_cfg, accelerator, batches_per_epoch)
@@ -314,7 +315,7 @@ def _assemble(plan: RunPlan, accelerator: Any, folder: RunFolder, last_dir: Opti
                 num_params=sum(p.numel() for p in unwrapped.parameters()), dataset=_data_info(args, data, n_train))
     if distill is not None:
         info['teacher'] = teacher_info(run, distill, teacher_name, teacher)
-    accelerator.print(
+    _say(
         f'{model_name}: {info["num_params"]:,} parameters; {data.name}: {n_train:,} train / '
         f'{info["dataset"]["eval_samples_used"]:,} {data.eval_split} images, {data.num_classes} classes; {world} '
         f'process(es) on {accelerator.device}, batch {args.batch_size} ({args.batch_size // world} per process) x '
@@ -346,7 +347,7 @@ def teacher_info(run: Run, distill: nn.Module, name: str, teacher: nn.Module) ->
     """What the run records of its teacher, with the teacher's accuracy on the run's evaluation split."""
     task = getattr(distill, 'task', distill)
     acc = evaluate(run, teacher)['acc']
-    run.accelerator.print(f'Teacher {name}: {acc:.2f}% on the evaluation split; {run.args.distill_type} '
+    _say(f'Teacher {name}: {acc:.2f}% on the evaluation split; {run.args.distill_type} '
                           f'distillation, weights task {task.task_loss_weight:g} / distillation '
                           f'{task.distill_loss_weight:g}, temperature {task.temperature:g}.')
     return TeacherInfo(name=name, precision='bf16' if isinstance(teacher, Bf16Teacher) else 'fp32',
@@ -440,7 +441,7 @@ def _train(run: Run, state: TrainState, info: Dict[str, Any], last_dir: Optional
         rank_report(run, status, local_samples)
     summary = _finish(run, state, status, message, time.perf_counter() - t_launch) if run.is_main else {}
     if status == 'finished' and summary:
-        acc.print('\n'.join(closing_lines(run, summary)))
+        _say('\n'.join(closing_lines(run, summary)))
     acc.wait_for_everyone()
     acc.end_training()
     if os.environ.get(SPLIT_STATUS_ENV):  # a split run's process: freeing its DDP model can hang (cpu_split.NEVER_FREED)
@@ -470,10 +471,10 @@ def _epoch(run: Run, state: TrainState, epoch: int, dataset_name: str, last_plot
         if time.perf_counter() - last_plot > PLOT_INTERVAL:  # and once more at the end
             run.folder.plot_curves(state.history, title=f'{run.model_name} on {dataset_name}')
             last_plot = time.perf_counter()
-    run.accelerator.print(
+    _say(
         f"epoch {epoch + 1}/{args.epochs}: train loss {row['train_loss']:.4f} acc {row['train_acc']:.2f}% | "
         f"test loss {row['test_loss']:.4f} acc {row['test_acc']:.2f}% | lr {row['lr']:.2e} | "
-        f"{row['throughput']:.0f} img/s | {row['epoch_time']:.1f} s", flush=True)
+        f"{row['throughput']:.0f} img/s | {row['epoch_time']:.1f} s")
     if args.log_with:
         log_epoch(run.accelerator, row, epoch + 1)
     run.hooks.after_epoch(row)
@@ -506,7 +507,6 @@ def _exit(status: int) -> None:
 
 @command('timm-minimal-train')
 def main(argv: Optional[Sequence[str]] = None, hooks: Optional[TrainHooks] = None) -> int:
-    logging.basicConfig(level=logging.WARNING, format='%(message)s')
     try:
         args, provenance = parse_args(argv)
         plan = resolve_plan(args, provenance)

@@ -17,6 +17,7 @@ a shipped checkpoint by its name offline: ``AutoModelForImageClassification.from
 """
 import fnmatch
 import hashlib
+import logging
 import shutil
 from importlib import resources
 from pathlib import Path
@@ -24,6 +25,8 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence
 
 __all__ = ['ZooError', 'shipped_names', 'select_names', 'write_zoo', 'repo_files', 'pretrained_folder',
            'remote_differences', 'push_zoo', 'hub_snippets', 'LICENSE_FILE']
+
+_logger = logging.getLogger(__name__)
 
 LICENSE_FILE = 'LICENSE'
 
@@ -103,7 +106,7 @@ def write_zoo(out_dir: Path, names: Iterable[str], cards_dir: Path) -> List[Path
         card = (Path(cards_dir) / f'{name}.md').read_text(encoding='utf-8')
         with staged_folder(out, overwrite=True, record=True, error=ZooError) as stage:
             repo_files(timm.create_model(name, pretrained=True), stage, card)
-        print(f'wrote {out}', flush=True)
+        _logger.info(f'wrote {out}')
         folders.append(out)
     return folders
 
@@ -161,14 +164,14 @@ def push_zoo(folders: Iterable[Path], namespace: str, private: bool = False, tok
         repo_id = f'{namespace}/{Path(folder).name}'
         changed = remote_differences(api, repo_id, folder)
         if changed == []:
-            print(f'unchanged {repo_id}', flush=True)
+            _logger.info(f'unchanged {repo_id}')
             done[repo_id] = 'unchanged'
             continue
         api.create_repo(repo_id, private=private, exist_ok=True, repo_type='model')
         info = api.upload_folder(folder_path=str(folder), repo_id=repo_id, commit_message=f'Upload {Path(folder).name}')
         done[repo_id] = 'created' if changed is None else 'updated'
         what = 'all files' if changed is None else ', '.join(changed)
-        print(f'pushed {repo_id} ({what}): {info.commit_url}', flush=True)
+        _logger.info(f'pushed {repo_id} ({what}): {info.commit_url}')
     return done
 
 
