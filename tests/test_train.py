@@ -8,6 +8,7 @@ Every run is forced onto the CPU (``--cpu``), so the suite behaves the same on a
 import argparse
 import json
 import math
+import re
 import socket
 import sys
 import time
@@ -731,3 +732,27 @@ def test_the_trainer_logs_to_the_package_logger_and_q_keeps_only_warnings(data, 
         assert (tmp_path / 'b' / 'checkpoints' / 'last' / 'model.safetensors').is_file()
     finally:
         logging.getLogger('timm_minimal').removeHandler(keep)
+
+
+@pytest.mark.parametrize('machine, cpu_flag, recipe, epochs', [('mps', False, 'mnist', 40), ('mps', True, 'mnist_cpu', 16),
+                                                               ('cpu', False, 'mnist_cpu', 16)])
+def test_the_device_is_decided_once_and_the_help_shows_the_recipe_a_run_would_use(monkeypatch, capsys, machine,
+                                                                                 cpu_flag, recipe, epochs):
+    """One rule decides the device (an Apple GPU here: torch's availability checks patched), and the recipe follows
+    it: the console script's help and the module's both show that recipe's defaults, and the run plans it."""
+    import timm_minimal_scripts
+    monkeypatch.setattr(torch.cuda, 'is_available', lambda: False)
+    if hasattr(torch, 'xpu'):
+        monkeypatch.setattr(torch.xpu, 'is_available', lambda: False)
+    monkeypatch.setattr(torch.backends.mps, 'is_available', lambda: machine == 'mps')
+    argv = ['--dataset', 'mnist', '--model', 'vit_minimal_sym_6x4'] + (['--cpu'] if cpu_flag else [])
+    for show_help in (lambda: timm_minimal_scripts.run('timm-minimal-train', argv + ['--help']),
+                      lambda: train_mod.parse_args(argv + ['--help'])):
+        with pytest.raises(SystemExit) as e:
+            show_help()
+        out = capsys.readouterr().out
+        assert e.value.code == 0 and f'Defaults shown are those of the {recipe} recipe (--dataset mnist).' in out
+        assert re.search(rf'--epochs EPOCHS\s+\(default: {epochs}\)', out), out
+    args, provenance = train_mod.parse_args(argv)
+    plan = resolve_plan(args, provenance, split=False)
+    assert (plan.recipe, plan.device, args.epochs) == (recipe, 'cpu' if cpu_flag else machine, epochs)

@@ -59,7 +59,10 @@ def print_help(script: Script, argv: Sequence[str]) -> None:
         parsing = False
     handed_over = getattr(module, 'hands_over', lambda words: False)(argv)
     if not handed_over:  # else the module the command line is handed to prints its own help
-        getattr(module, script.builder)().parse_args(argv)
+        # a parser module's help_parser(argv) shows the defaults this command line would run with (the trainer's:
+        # the recipe of --dataset for this machine's device)
+        help_parser = getattr(module, 'help_parser', None)
+        (help_parser(argv) if help_parser else getattr(module, script.builder)()).parse_args(argv)
     importlib.import_module('timm_minimal').load_models()  # the command runs after all, with what it needs
 
 

@@ -27,7 +27,7 @@ from .trackers import check_trackers, tracker_name
 CPU_COMPILE_MIN_IMAGES = 500_000
 
 __all__ = ['UsageError', 'OneLineParser', 'DATA_PATHS', 'build_parser', 'parse_args', 'load_recipe', 'read_options_yaml',
-           'check_option_types', 'recipe_for', 'print_help', 'check_numbers', 'check_model_kwargs']
+           'check_option_types', 'recipe_for', 'help_parser', 'training_device', 'check_numbers', 'check_model_kwargs']
 
 DATA_PATHS = ('auto', 'device', 'loader')
 DESCRIPTION = ('Train a minimal transformer (or any timm model) with accelerate, on one CPU, one GPU or several: MNIST, '
@@ -340,19 +340,30 @@ def recipe_for(recipe: Optional[str], dataset: Optional[str], on_cpu: bool = Fal
     return info.cpu_recipe if on_cpu and info.cpu_recipe else info.recipe
 
 
-def trains_on_cpu(options: Dict[str, Any]) -> bool:
-    """Whether a run with these options trains on the CPU: --cpu, or no GPU here."""
+def training_device(cpu: bool) -> str:
+    """The device a run trains on, the one rule that the plan and the recipe both follow: the CPU with ``--cpu``,
+    else the first accelerator torch finds (CUDA, XPU, MPS), else the CPU."""
+    if cpu:
+        return 'cpu'
     import torch
-    return bool(options.get('cpu')) or not torch.cuda.is_available()
+    if torch.cuda.is_available():
+        return 'cuda'
+    if hasattr(torch, 'xpu') and torch.xpu.is_available():
+        return 'xpu'
+    mps = getattr(torch.backends, 'mps', None)
+    return 'mps' if mps is not None and mps.is_available() else 'cpu'
 
 
-def print_help(parser: argparse.ArgumentParser, argv: Sequence[str]) -> None:
-    """--help with the defaults a run will use: those of the recipe of --dataset (or --recipe), else the default
-    recipe's, which is what an image folder or a timm dataset trains with."""
+def help_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
+    """The parser whose --help shows the defaults a run of ``argv`` on this machine will use: those of the recipe
+    of --dataset (or --recipe) for the device it would train on, else the default recipe's, which is what an image
+    folder or a timm dataset trains with. The console script's help and the module's both print it."""
+    parser = build_parser()
     explicit = vars(build_parser(suppress=True).parse_known_args([a for a in argv if a not in ('-h', '--help')])[0])
     if explicit.get('dataset') or explicit.get('recipe'):
         try:
-            name = recipe_for(explicit.get('recipe'), explicit.get('dataset'), trains_on_cpu(explicit))
+            name = recipe_for(explicit.get('recipe'), explicit.get('dataset'),
+                              training_device(bool(explicit.get('cpu'))) == 'cpu')
             parser.set_defaults(**load_recipe(name))
             parser.epilog = f'Defaults shown are those of the {name} recipe (--dataset {explicit.get("dataset")}).'
         except (UsageError, DatasetError):
@@ -361,8 +372,7 @@ def print_help(parser: argparse.ArgumentParser, argv: Sequence[str]) -> None:
         parser.epilog = ('Defaults shown are those of the default recipe, which image folders and timm datasets '
                          'train with; MNIST, CIFAR-10 and ImageNet have their own (timm-minimal-train --dataset mnist '
                          '--help shows its).')
-    parser.print_help()
-    sys.exit(0)
+    return parser
 
 
 def _cannot_resume(run_dir: Path) -> str:
@@ -384,9 +394,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> Tuple[argparse.Namespace
     Returns the options and a dict describing where they came from (recipe name and values).
     """
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser()
     if '-h' in argv or '--help' in argv:
-        print_help(parser, argv)
+        help_parser(argv).parse_args(argv)  # prints the help and exits
+    parser = build_parser()
     defaults = vars(parser.parse_args([]))
     explicit = vars(build_parser(suppress=True).parse_args(argv))
     dests = set(defaults)
@@ -399,7 +409,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> Tuple[argparse.Namespace
     if not model:
         raise UsageError('--model is required, e.g. vit_minimal_std_mlp_6x1 (see timm.list_models("vit_minimal*")).')
     recipe_name = recipe_for(explicit.get('recipe', saved.get('recipe')), dataset,
-                             trains_on_cpu({**saved, **explicit}))
+                             training_device(bool({**saved, **explicit}.get('cpu'))) == 'cpu')
     recipe = load_recipe(recipe_name)
     unknown = sorted(set(recipe) - dests)
     if unknown:

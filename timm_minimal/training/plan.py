@@ -23,7 +23,7 @@ from timm.models import split_model_name_tag
 from ..cli import UsageError, env_number
 from ..models.datasets import dataset_for_kind, tag_for_kind
 from ..models.paper import is_minimal
-from .cli import check_model_kwargs, check_numbers
+from .cli import check_model_kwargs, check_numbers, training_device
 from .cpu_policy import SPLIT_RATES_ENV, cpu_decision, cpu_precision, cpu_threads, default_compile
 from .dataset_names import dataset_kind
 
@@ -87,17 +87,6 @@ def planned_images(args: argparse.Namespace, kind: str) -> Optional[int]:
     return args.epochs * min(args.train_subset or info.train_samples, info.train_samples)
 
 
-def _device(args: argparse.Namespace) -> str:
-    if args.cpu:
-        return 'cpu'
-    if torch.cuda.is_available():
-        return 'cuda'
-    if hasattr(torch, 'xpu') and torch.xpu.is_available():
-        return 'xpu'
-    mps = getattr(torch.backends, 'mps', None)
-    return 'mps' if mps is not None and mps.is_available() else 'cpu'
-
-
 def _precision(args: argparse.Namespace, device: str) -> str:
     """``--mixed-precision``, else accelerate's environment, else bf16 on a GPU that has it, and on the CPU where it
     pays (``cpu_policy.cpu_precision``); 'no' elsewhere."""
@@ -132,7 +121,7 @@ def resolve_plan(args: argparse.Namespace, provenance: Optional[Dict[str, Any]] 
     provenance = provenance or {}
     kind = dataset_kind(args.dataset)
     model = resolve_model_name(args.model, kind)
-    device = _device(args)
+    device = training_device(args.cpu)
     precision = _precision(args, device)
     images = planned_images(args, kind)
     compiled = default_compile(args.compile, model, args.model_kwargs, device, images)
