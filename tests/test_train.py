@@ -756,3 +756,21 @@ def test_the_device_is_decided_once_and_the_help_shows_the_recipe_a_run_would_us
     args, provenance = train_mod.parse_args(argv)
     plan = resolve_plan(args, provenance, split=False)
     assert (plan.recipe, plan.device, args.epochs) == (recipe, 'cpu' if cpu_flag else machine, epochs)
+
+
+def test_a_resume_restores_the_random_states_the_batches_draw_from(reference, data, tmp_path):
+    """Stopped after its first epoch and resumed, a run with random erasing ends bit for bit where the uninterrupted
+    one ends: erasing draws its noise when a batch is made, before the step's own seeding, from the generator states
+    the checkpoint saved (without their restore, blocks.0.attn.proj.bias differs)."""
+    from timm_minimal.training.engine import TrainHooks
+
+    class StopAfterTheFirstEpoch(TrainHooks):
+        def after_epoch(self, row):
+            raise KeyboardInterrupt
+    out = tmp_path / 'run'
+    reset_accelerate_state()
+    argv = [str(a) for a in RESUME_ARGS + data + ['--data-path', 'device', '--output', out]]
+    assert train_mod.main(argv, hooks=StopAfterTheFirstEpoch()) == 130
+    assert state(out)['epoch'] == 1
+    assert run_inprocess(['--resume', out]) == 0
+    assert_same_run(reference, out)

@@ -16,8 +16,10 @@ Not accelerate's ``save_state`` / ``load_state``: a checkpoint here is first a t
 (``config.json`` + ``model.safetensors`` with timm's keys), which ``timm.create_model``, ``timm-minimal-publish``
 and timm's ``validate.py`` read as they are; ``save_state`` writes no ``config.json`` and names its files its own
 way (``optimizer.bin``, ``scheduler.bin``, ``random_states_<rank>.pkl``), so the folder would hold the weights
-twice. Nor does resuming need the random states it saves: every random draw of a run is derived from
-(seed, epoch, step) (``seeding``), which is what makes a resumed run end bit for bit where an uninterrupted one does.
+twice. The random states it saves are needed: each training step reseeds from (seed, epoch, step) (``seeding``),
+but random erasing draws its noise when a batch is made, before that step, from the generators as the last step
+left them. Restoring them (``resume.restore``) is what makes a resumed run end bit for bit where an uninterrupted
+one does (``test_a_resume_restores_the_random_states_the_batches_draw_from`` fails without it).
 """
 import json
 import os

@@ -164,7 +164,6 @@ class Run:
     batches_per_epoch: int
     hooks: TrainHooks = field(default_factory=TrainHooks)
     distill: Optional[nn.Module] = None  # timm's distillation task over ``model`` (training/distill.py), or None
-    step_rng: bool = True  # whether the step draws random numbers (seed them per step)
     compiled: bool = False
     compile_checked: bool = False  # the first step ran: later errors are the model's, not the compiler's
     guard: Optional[FiniteGuard] = None
@@ -228,16 +227,14 @@ def _step(run: Run, x: torch.Tensor, y: torch.Tensor, seed: int):
     """One batch: forward, backward, clipping and (when the accumulation is complete) the optimizer step."""
     loop, acc = run.loop, run.accelerator
     with acc.accumulate(run.model):
-        if run.step_rng:
-            seed_rngs(seed)
+        seed_rngs(seed)
         try:
             output, loss = _forward_backward(run, x, y)
         except Exception as e:  # noqa: BLE001 (compilation happens in the first step: a failure falls back to eager)
             if not run.compiled or run.compile_checked:
                 raise
             run.fall_back_to_eager(e)
-            if run.step_rng:
-                seed_rngs(seed)
+            seed_rngs(seed)
             output, loss = _forward_backward(run, x, y)
         grad_norm = None
         if acc.sync_gradients and loop.clip_grad is not None:
