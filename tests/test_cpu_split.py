@@ -547,3 +547,15 @@ def test_a_probe_or_worker_ends_when_the_process_that_started_it_is_killed(tmp_p
     parent.kill()
     parent.wait(timeout=30)
     assert _all_ended([child], seconds=30) == []
+
+
+def test_a_batch_the_processes_do_not_divide_is_refused_once_before_any_process_starts(monkeypatch):
+    """--cpu-processes 2 with a batch of 33 is one line from the launcher (the split's processes each refused it);
+    left to decide, a batch the cores do not divide trains as one process without measuring a split."""
+    monkeypatch.setattr(cpu_split, 'core_budget', lambda: 2)
+    monkeypatch.setattr(cpu_split, 'decide', lambda *a, **k: pytest.fail('measured a split the batch cannot take'))
+    sample = ['--model', 'vit_minimal_sym_6x4', '--dataset', 'mnist-sample', '--cpu', '--batch-size', '33']
+    with pytest.raises(UsageError, match='--batch-size 33 must be a multiple of --cpu-processes 2: each process '
+                                         'trains an equal share of every batch.'):
+        _plan(sample + ['--cpu-processes', '2'])
+    assert _plan(sample + ['--epochs', '1000']).processes == 1  # 20 million images: long enough to measure

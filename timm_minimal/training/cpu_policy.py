@@ -75,8 +75,8 @@ def cpu_decision(args: argparse.Namespace, model: str, run_images: Optional[int]
     """How a CPU run of ``model`` trains (a ``cpu_split.Decision``: processes, compiled, padded).
 
     - ``--cpu-processes`` where set; compilation then follows ``--compile`` or the rule of ``default_compile``.
-    - A short run (under ``SPLIT_MIN_IMAGES`` training images: the tests and the demo among them) and a machine of
-      one core pay no probe: one process, compiled by the same rule.
+    - A short run (under ``SPLIT_MIN_IMAGES`` training images: the tests and the demo among them), a machine of
+      one core and a batch that the cores do not divide pay no probe: one process, compiled by the same rule.
     - Else what ``cpu_split.decide`` measured here on the run's own step (its model kwargs, ``bf16`` autocast): one
       process or one per core, each eager and compiled unless ``--compile``/``--no-compile`` chose, the eager ones
       with the heads padded and not unless ``--pad-heads``/``--no-pad-heads`` chose.
@@ -90,7 +90,12 @@ def cpu_decision(args: argparse.Namespace, model: str, run_images: Optional[int]
     budget = core_budget()
     ruled = default_compile(args.compile, model, args.model_kwargs, 'cpu', run_images)
     decision = Decision(args.cpu_processes or 1, ruled, args.pad_heads is not False)
-    if args.cpu_processes is None and (run_images or 0) >= SPLIT_MIN_IMAGES and budget > 1:
+    if args.batch_size % decision.processes:  # refused once, here, before any process of the split starts
+        raise UsageError(f'--batch-size {args.batch_size} must be a multiple of --cpu-processes {decision.processes}: '
+                         f'each process trains an equal share of every batch.')
+    # a split is one process per core, and only where the batch divides into them
+    if args.cpu_processes is None and (run_images or 0) >= SPLIT_MIN_IMAGES and budget > 1 and \
+            args.batch_size % budget == 0:
         cache = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
         decision = decide(model, args.batch_size, cache, model_kwargs=args.model_kwargs, bf16=bf16,
                           compiled=args.compile, padded=args.pad_heads, before=lambda: find_data(args))
