@@ -106,7 +106,7 @@ def cpu_signature() -> Dict[str, str]:
         pass
     caps = kernel_caps()
     flags += f'; kernels capped by {caps}' if caps else ''
-    return dict(cpu=name, flags=flags, cores=str(os.cpu_count() or 1), torch=torch.__version__.split('+')[0])
+    return dict(cpu=name, flags=flags, cores=str(usable_cores()), torch=torch.__version__.split('+')[0])
 
 
 KERNEL_CAP_ENV = ('ATEN_CPU_CAPABILITY', 'MKL_ENABLE_INSTRUCTIONS', 'ONEDNN_MAX_CPU_ISA')

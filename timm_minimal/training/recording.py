@@ -34,7 +34,7 @@ def device_name(device: torch.device) -> str:
     if device.type == 'cuda':
         return torch.cuda.get_device_name(device)
     from .cpu_split import cpu_signature
-    return f"{cpu_signature()['cpu']}, {os.cpu_count()} cores"
+    return f"{cpu_signature()['cpu']}, {cpu_signature()['cores']} cores"
 
 
 def cpu_flags(device: torch.device) -> Optional[str]:

@@ -7,7 +7,6 @@ token and depth sweeps (``measure_scaling``).
 """
 import fnmatch
 import gc
-import os
 import platform
 import sys
 import time
@@ -50,7 +49,7 @@ def select_models(patterns: Sequence[str]) -> List[str]:
 def _environment(config: BenchmarkConfig, device: torch.device) -> Dict[str, Any]:
     cpu = cpu_signature()
     env = dict(
-        device=str(device), cpu=cpu['cpu'], cpu_flags=cpu['flags'], cpu_count=os.cpu_count(),
+        device=str(device), cpu=cpu['cpu'], cpu_flags=cpu['flags'], cpu_count=int(cpu['cores']),
         threads=torch.get_num_threads(),
         torch=torch.__version__, timm=timm.__version__, python=platform.python_version(),
         platform=platform.platform(terse=True), date=time.strftime('%Y-%m-%d'),

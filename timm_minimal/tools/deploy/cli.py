@@ -3,6 +3,7 @@
 import argparse
 
 from ...cli import OneLineParser, non_negative_float, number, positive_int
+from ..cli import EVAL_BATCH_SIZE
 
 __all__ = ['DESCRIPTION', 'MIN_OPSET', 'build_parser']
 
@@ -25,6 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument('--random-init', action='store_true', help='export the untrained model (for tags without weights)')
     p.add_argument('--opset', type=number(int, MIN_OPSET), default=None,
                    help=f"ONNX opset, from {MIN_OPSET} to the newest the installed torch writes (default: the exporter's)")
-    p.add_argument('--batch-size', type=positive_int, default=1000, help='batch size of the test-split evaluation (default: %(default)s)')
+    p.add_argument('--batch-size', type=positive_int, default=EVAL_BATCH_SIZE,
+                   help='batch size of the test-split evaluation (default: %(default)s, as timm-minimal-evaluate)')
     p.add_argument('--overwrite', action='store_true', help='replace an earlier export in --output (never other files)')
     return p

@@ -40,6 +40,7 @@ from ...models.images import image_mode
 from ..common import create_named_model, model_label
 from ...cli import Failure, UsageError, command, number
 from .cli import MIN_OPSET, build_parser
+from ..cli import EVAL_BATCH_SIZE
 from ..staging import staged_folder
 
 __all__ = ['ExportResult', 'ExportError', 'VerificationError', 'MissingExtraError', 'EXPORT_PACKAGES',
@@ -252,7 +253,7 @@ def _write_and_verify(model: nn.Module, stage: Path, int8: bool, preprocessing: 
 def export_model(model: Union[str, nn.Module], out_dir: Union[str, Path], int8: bool = False, *,
                  pretrained: bool = True, verify_data_dir: Optional[str] = None, dataset: Optional[str] = None,
                  atol: float = 1e-4, max_int8_drop: float = 0.5, opset: Optional[int] = None,
-                 overwrite: bool = False, batch_size: int = 1000) -> ExportResult:
+                 overwrite: bool = False, batch_size: int = EVAL_BATCH_SIZE) -> ExportResult:
     """Export ``model`` (a name for ``resolve_model`` or a vit_minimal model) to ONNX in ``out_dir``, with
     ``int8`` also its dynamically quantised copy, and its preprocessing; verified with onnxruntime (see the
     module's description). Raises ``ExportError``, ``VerificationError`` or ``MissingExtraError``;

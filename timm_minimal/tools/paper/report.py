@@ -258,7 +258,7 @@ def _training_setup(results: List[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
         run = folder.read_record()
         launch, values = run.last_launch, run.recipe_values or {}
         return dict(name=run.recipe, values=values, versions=run.versions,
-                    device=launch.device, processes=launch.num_processes,
+                    device=launch.device, device_name=launch.device_name, processes=launch.num_processes,
                     threads=launch.torch_threads, workers=launch.num_workers,
                     overrides={k: v for k, v in run.args.items()
                                if k in values and values[k] != v and k != 'epochs'})
@@ -301,5 +301,5 @@ def setup_text(results: List[Dict[str, Any]], seed: int) -> str:
     if walls:
         text += (f'Wall time of the training processes: {sum(walls) / 60:.1f} min in all '
                  f'({min(walls) / 60:.1f} to {max(walls) / 60:.1f} min per model, start-up included)'
-                 + (f' on {os.cpu_count()} CPU cores.' if recipe and recipe['device'] == 'cpu' else '.'))
+                 + (f" on {recipe['device_name']}." if recipe and recipe.get('device_name') else '.'))
     return text
