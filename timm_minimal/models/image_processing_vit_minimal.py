@@ -201,8 +201,8 @@ class VitMinimalImageProcessorFast(_TimmEvalSettings, TorchvisionBackend):
     """The same preprocessing with torch and torchvision (transformers' torchvision backend, ``use_fast=True``):
     each image is converted to the model's channels as the PIL processor converts it, then the images of one size
     are resized, cropped and normalised together, on ``device`` where given. Its pixel values are the PIL
-    processor's within one 8-bit level (torchvision's antialiased resize against PIL's; equal where no resize is
-    needed)."""
+    processor's within one 8-bit level: the resize is Pillow's, done in torch (``resample.pil_resize``); equal where
+    no resize is needed."""
 
     def preprocess(
             self,
