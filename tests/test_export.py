@@ -140,7 +140,8 @@ def test_missing_extra_says_what_to_install(tmp_path, capsys, monkeypatch):
     err = capsys.readouterr().err
     assert err.count('\n') == 1 and 'Traceback' not in err
     assert 'onnxruntime' in err and 'pip install -e ".[export]"' in err
-    with pytest.raises(ex.MissingExtraError):
+    from timm_minimal.cli import MissingExtra
+    with pytest.raises(MissingExtra, match='ONNX export needs onnxruntime'):
         ex.export_model('vit_minimal_sym_6x4.mnist', tmp_path / 'out')
     assert not (tmp_path / 'out').exists()
 

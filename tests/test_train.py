@@ -704,8 +704,8 @@ def test_a_tracker_whose_package_is_missing_is_refused_by_the_extra_that_install
     if importlib.util.find_spec('mlflow') is not None:
         pytest.skip('mlflow is installed here: nothing is missing')
     assert run_inprocess(DDP_ARGS + data + ['--log-with', 'tensorboard', 'mlflow', '--output', tmp_path / 'run']) == 2
-    assert 'error: --log-with mlflow: its package is not installed; pip install "timm-minimal[mlflow]"' in \
-        capsys.readouterr().err
+    assert ('error: --log-with mlflow needs mlflow, which is not installed: pip install -e ".[mlflow]" in the '
+            "project's folder (or: pip install mlflow)") in capsys.readouterr().err
     assert not (tmp_path / 'run').exists()
 
 

@@ -22,7 +22,7 @@ from typing import Callable, Iterator, NoReturn, Optional, Sequence, Union
 
 __all__ = ['UsageError', 'Failure', 'OneLineParser', 'HelpFormatter', 'number', 'INT_LIMIT', 'env_number', 'usable_cores',
            'torch_threads', 'positive_int', 'positive_float', 'non_negative_int', 'non_negative_float', 'probability',
-           'is_disk_full', 'describe_os_error', 'listed', 'command', 'console', 'EXIT_FAILURE', 'EXIT_USAGE', 'EXIT_DIVERGED']
+           'is_disk_full', 'describe_os_error', 'listed', 'command', 'console', 'MissingExtra', 'require_extra', 'EXIT_FAILURE', 'EXIT_USAGE', 'EXIT_DIVERGED']
 
 EXIT_FAILURE, EXIT_USAGE, EXIT_DIVERGED = 1, 2, 3
 # torch.save reports a short write without the OS error ("unexpected pos ..."): below this much free space a
@@ -55,6 +55,25 @@ def console(level: int = logging.INFO) -> None:
 
 class UsageError(ValueError):
     """A command line or input that cannot run; the message says what is wrong and what is allowed (exit 2)."""
+
+
+class MissingExtra(UsageError):
+    """An optional package that a command needs is not installed; the message names the extra that installs it."""
+
+
+def require_extra(modules: Sequence[str], extra: str, what: str) -> None:
+    """Import ``modules`` (an extra's packages), or raise ``MissingExtra`` naming those missing and the extra."""
+    import importlib
+    missing = []
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            missing.append(name)
+    if missing:
+        raise MissingExtra(f'{what} needs {", ".join(missing)}, which {"is" if len(missing) == 1 else "are"} not '
+                           f'installed: pip install -e ".[{extra}]" in the project\'s folder (or: pip install '
+                           f'{" ".join(modules)})')
 
 
 class Failure(RuntimeError):

@@ -3,6 +3,7 @@ folder, and the error for a dataset that cannot be found or read. The command-li
 anything is imported that trains (``timm_minimal.training.data`` loads the datasets)."""
 import os
 
+from ..cli import UsageError
 from ..models.datasets import DATASETS, SAMPLES
 
 __all__ = ['BUILTIN_DATASETS', 'TIMM_FACTORY_PREFIXES', 'DatasetError', 'damaged_file', 'dataset_kind']
@@ -11,7 +12,7 @@ BUILTIN_DATASETS = tuple(d.kind for d in DATASETS.values()) + tuple(SAMPLES)
 TIMM_FACTORY_PREFIXES = ('hfds/', 'hfids/', 'wds/', 'tfds/', 'torch/')
 
 
-class DatasetError(ValueError):
+class DatasetError(UsageError):
     """A dataset that cannot be found or read; the message says what was expected and where
     (``timm_minimal.training.data`` exports it)."""
 

@@ -22,6 +22,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..models.weights_check import weights_record
+from ..cli import EXIT_DIVERGED, Failure
 from . import checkpoint as ckpt
 from .seeding import mix_seed, seed_rngs
 from .run_folder import RunFolder
@@ -41,12 +42,12 @@ def say(message: str, warning: bool = False) -> None:
         (_RUN_LOG.warning if warning else _RUN_LOG.info)(message)
 
 
-class Diverged(RuntimeError):
-    """The training loss (or the gradients, or the weights) became NaN or infinite; ``update``: the optimizer update
-    it happened in (1: before the learning rate had moved a weight), where known."""
+class Diverged(Failure):
+    """The training loss (or the gradients, or the weights) became NaN or infinite (exit status 3); ``update``: the
+    optimizer update it happened in (1: before the learning rate had moved a weight), where known."""
 
     def __init__(self, message: str, update: Optional[int] = None) -> None:
-        super().__init__(message)
+        super().__init__(message, status=EXIT_DIVERGED)
         self.update = update
 
 

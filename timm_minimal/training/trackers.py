@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any, Dict, Mapping, Sequence
 
-from ..cli import UsageError
+from ..cli import MissingExtra, require_extra
 
 __all__ = ['TRACKING_DIR', 'PROJECT', 'tracker_name', 'check_trackers', 'start_trackers', 'log_epoch']
 
@@ -39,12 +39,12 @@ def check_trackers(names: Sequence[str]) -> None:
     from accelerate.tracking import get_available_trackers
     available = {str(t) for t in get_available_trackers()}
     if 'all' in names and not available:
-        raise UsageError('--log-with all: no tracker package is installed; pip install "timm-minimal[tensorboard]" '
-                         'installs TensorBoard.')
+        require_extra(('tensorboard',), 'tensorboard', '--log-with all')
     for name in names:
         if name != 'all' and name not in available:
-            how = f'pip install "timm-minimal[{name}]"' if name in EXTRAS else f'pip install {name}'
-            raise UsageError(f'--log-with {name}: its package is not installed; {how} installs it.')
+            if name in EXTRAS:
+                require_extra((name,), name, f'--log-with {name}')
+            raise MissingExtra(f'--log-with {name} needs {name}, which is not installed: pip install {name}')
 
 
 def _hparam(value: Any) -> Any:

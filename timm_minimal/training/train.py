@@ -54,7 +54,7 @@ from ..cli import EXIT_DIVERGED, EXIT_FAILURE, EXIT_USAGE, Failure, command, lis
 from ..models.layers import set_head_padding
 from ..models.paper import is_minimal
 from . import checkpoint as ckpt
-from .data import DatasetError, ImageData, dataset_len, load_dataset
+from .data import ImageData, dataset_len, load_dataset
 from .engine import say as _say
 from .engine import (
     CheckpointNotWritten, Diverged, FiniteGuard, LoopConfig, Run, TrainHooks, TrainState, check_finite, epoch_row,
@@ -83,7 +83,7 @@ MAX_WARMUP_FRACTION = 0.25  # the warm-up is capped at this part of the run
 PLOT_INTERVAL = 30.0  # seconds between redraws of curves.png during a run (a plot costs more than a fast epoch)
 
 
-class WriteFailed(RuntimeError):
+class WriteFailed(Failure):
     """The run could not write its folder (a full disk); the message names the cause and the checkpoint kept."""
 
 
@@ -513,12 +513,8 @@ def main(argv: Optional[Sequence[str]] = None, hooks: Optional[TrainHooks] = Non
         if plan.starts_split:
             return run_split(plan, list(sys.argv[1:] if argv is None else argv))
         train(args, provenance, argv, hooks, plan=plan)
-    except DatasetError as e:
-        raise UsageError(str(e)) from None
-    except Diverged as e:
-        raise Failure(str(e), status=EXIT_DIVERGED) from None
-    except WriteFailed as e:
-        raise Failure(str(e)) from None
+    except Failure:
+        raise
     except RuntimeError as e:
         from .cpu_split import lost_peer
         world = os.environ.get('WORLD_SIZE', '1')

@@ -27,9 +27,9 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 
 from ..common import cpu_environment, cpu_flags_lines, write_report
-from ...cli import Failure, OneLineParser, UsageError, command, non_negative_int, positive_int, torch_threads
-from ..deploy.export import (FP32_FILE, INPUT_NAME, INT8_FILE, ExportError, MissingExtraError, VerificationError, export_model,
-                     ort_session, require_export_extra, resolve_model)
+from ...cli import OneLineParser, UsageError, command, non_negative_int, positive_int, torch_threads
+from ..deploy.export import (FP32_FILE, INPUT_NAME, INT8_FILE, export_model, ort_session, require_export_extra,
+                              resolve_model)
 
 __all__ = ['DeploymentConfig', 'shipped_checkpoints', 'measure_latency', 'benchmark_model', 'run', 'render_markdown',
            'main']
@@ -209,7 +209,7 @@ def config_from_args(args: argparse.Namespace, command: str) -> DeploymentConfig
                                                                        calls=args.calls)
     for key, value in dict(threads=args.threads, **counts).items():
         if value < 1:
-            raise ExportError(f'--{key} must be at least 1, got {value}')
+            raise UsageError(f'--{key} must be at least 1, got {value}')
     return DeploymentConfig(models=models, threads=args.threads, data_dir=args.data_dir, out_json=args.json,
                             out_md=args.output, quick=args.quick, command=command, **counts)
 
@@ -217,19 +217,13 @@ def config_from_args(args: argparse.Namespace, command: str) -> DeploymentConfig
 @command(PROG)
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """The command line; returns the exit status (0 done, 1 an export failed verification, 2 bad command line)."""
-    from ...training.data import DatasetError
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         args = build_parser().parse_args(argv)
     except SystemExit as e:  # --help (0) or a bad command line (2), already printed
         return e.code if isinstance(e.code, int) else 2
-    try:
-        config = config_from_args(args, command=f'{PROG} {shlex.join(argv)}'.rstrip())
-        results = run(config, log=lambda text: print(text, flush=True))
-    except (MissingExtraError, ExportError, DatasetError) as e:
-        raise UsageError(str(e)) from None
-    except VerificationError as e:
-        raise Failure(str(e)) from None
+    config = config_from_args(args, command=f'{PROG} {shlex.join(argv)}'.rstrip())
+    results = run(config, log=lambda text: print(text, flush=True))
     write_report(results, render_markdown(results), config.out_json, config.out_md)
     return 0
 

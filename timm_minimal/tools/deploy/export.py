@@ -22,7 +22,6 @@ folder with other files, the working folder or one of its ancestors.
 Needs the ``export`` extra: ``pip install -e ".[export]"`` (onnx, onnxscript, onnxruntime).
 """
 import argparse
-import importlib
 import json
 import logging
 import math
@@ -38,18 +37,17 @@ import torch.nn as nn
 
 from ...models.images import image_mode
 from ..common import create_named_model, model_label
-from ...cli import Failure, UsageError, command, number
+from ...cli import Failure, UsageError, command, number, require_extra
 from .cli import MIN_OPSET, build_parser
 from ..cli import EVAL_BATCH_SIZE
 from ..staging import staged_folder
 
-__all__ = ['ExportResult', 'ExportError', 'VerificationError', 'MissingExtraError', 'EXPORT_PACKAGES',
+__all__ = ['ExportResult', 'ExportError', 'VerificationError', 'EXPORT_PACKAGES',
            'require_export_extra', 'resolve_model', 'preprocessing_config', 'export_onnx',
            'quantize_int8', 'staged_folder', 'ort_session', 'ort_forward', 'max_abs_diff', 'export_model',
            'format_report', 'main']
 
 EXPORT_PACKAGES = ('onnx', 'onnxscript', 'onnxruntime')
-INSTALL_HINT = 'pip install -e ".[export]" (or: pip install onnx onnxscript onnxruntime)'
 INPUT_NAME, OUTPUT_NAME = 'pixel_values', 'logits'
 FP32_FILE, INT8_FILE, PREPROCESSING_FILE = 'model.onnx', 'model.int8.onnx', 'preprocessing.json'
 # the ops whose weights dynamic quantisation stores as int8: the attention and MLP maps and the classifier;
@@ -58,16 +56,15 @@ INT8_OP_TYPES = ('MatMul', 'Gemm')
 EXPORT_BATCH = 2  # the example batch; 1 would be specialised by torch.export, verification uses 1 and 5
 
 
-class ExportError(ValueError):
+class ExportError(UsageError):
     """A model, option or output folder that cannot be exported, with what is allowed."""
 
 
-class VerificationError(RuntimeError):
-    """An exported file that does not compute what the torch model computes."""
+class VerificationError(Failure):
+    """An exported file that does not compute what the torch model computes (nothing is written)."""
 
-
-class MissingExtraError(ImportError):
-    """The optional export packages are not installed."""
+    def __init__(self, message: str) -> None:
+        super().__init__(f'verification failed, nothing written: {message}')
 
 
 @dataclass
@@ -83,15 +80,8 @@ class ExportResult:
 
 
 def require_export_extra() -> None:
-    """Import onnx, onnxscript and onnxruntime, or fail with what to install."""
-    missing = []
-    for name in EXPORT_PACKAGES:
-        try:
-            importlib.import_module(name)
-        except ImportError:
-            missing.append(name)
-    if missing:
-        raise MissingExtraError(f'ONNX export needs {", ".join(missing)}: {INSTALL_HINT}')
+    """Import onnx, onnxscript and onnxruntime, or fail with what to install (``MissingExtra``)."""
+    require_extra(EXPORT_PACKAGES, 'export', 'ONNX export')
 
 
 # -- the model and its preprocessing ---------------------------------------------------------------
@@ -256,7 +246,7 @@ def export_model(model: Union[str, nn.Module], out_dir: Union[str, Path], int8: 
                  overwrite: bool = False, batch_size: int = EVAL_BATCH_SIZE) -> ExportResult:
     """Export ``model`` (a name for ``resolve_model`` or a vit_minimal model) to ONNX in ``out_dir``, with
     ``int8`` also its dynamically quantised copy, and its preprocessing; verified with onnxruntime (see the
-    module's description). Raises ``ExportError``, ``VerificationError`` or ``MissingExtraError``;
+    module's description). Raises ``ExportError``, ``VerificationError`` or ``cli.MissingExtra``;
     ``out_dir`` then stays as it was."""
     require_export_extra()
     for key, value in (('atol', atol), ('max_int8_drop', max_int8_drop)):
@@ -338,23 +328,17 @@ def _max_opset() -> int:
 @command('timm-minimal-export')
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """The command line; returns the exit status (0 written, 1 verification or a write failed, 2 bad command line)."""
-    from ...training.data import DatasetError
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
     except SystemExit as e:  # --help (0) or a bad command line (2), already printed
         return e.code if isinstance(e.code, int) else 2
-    try:
-        require_export_extra()
-        logging.getLogger('onnx_ir').setLevel(logging.ERROR)  # the exporter's notes on attribute types
-        result = export_model(args.model, args.output, args.int8, pretrained=not args.random_init,
-                              verify_data_dir=args.verify_data_dir, dataset=args.dataset, atol=args.atol,
-                              max_int8_drop=args.max_int8_drop, opset=args.opset, overwrite=args.overwrite,
-                              batch_size=args.batch_size)
-    except (MissingExtraError, ExportError, DatasetError) as e:
-        raise UsageError(str(e)) from None
-    except VerificationError as e:
-        raise Failure(f'verification failed, nothing written: {e}') from None
+    require_export_extra()
+    logging.getLogger('onnx_ir').setLevel(logging.ERROR)  # the exporter's notes on attribute types
+    result = export_model(args.model, args.output, args.int8, pretrained=not args.random_init,
+                          verify_data_dir=args.verify_data_dir, dataset=args.dataset, atol=args.atol,
+                          max_int8_drop=args.max_int8_drop, opset=args.opset, overwrite=args.overwrite,
+                          batch_size=args.batch_size)
     print(format_report(result))
     return 0
 

@@ -41,7 +41,7 @@ __all__ = ['RunInfo', 'read_run', 'export_run', 'render_card', 'push_folder', 'm
 ATTN_DESCRIPTIONS = {attn: v['long'] for attn, v in VARIANTS.items()}
 
 
-class PublishError(ValueError):
+class PublishError(UsageError):
     """A run folder that cannot be published, with what is wrong."""
 
 
@@ -399,11 +399,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.push and written_from(out, args.run, args.checkpoint):  # a push that failed before: the folder stands
         print(f'{out} already holds this run\'s {args.checkpoint} weights: pushing it as it is')
     else:
-        try:
-            export_run(args.run, out, args.repo_id, args.checkpoint, args.card_copy, args.ship_weights, args.note,
-                       args.tag)
-        except PublishError as e:
-            raise UsageError(str(e)) from None
+        export_run(args.run, out, args.repo_id, args.checkpoint, args.card_copy, args.ship_weights, args.note,
+                   args.tag)
         print(f'wrote {out}')
     if args.push:
         try:

@@ -23,6 +23,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence
 
+from ...cli import UsageError
+
 __all__ = ['ZooError', 'shipped_names', 'select_names', 'write_zoo', 'repo_files', 'pretrained_folder',
            'remote_differences', 'push_zoo', 'hub_snippets', 'LICENSE_FILE']
 
@@ -31,7 +33,7 @@ _logger = logging.getLogger(__name__)
 LICENSE_FILE = 'LICENSE'
 
 
-class ZooError(ValueError):
+class ZooError(UsageError):
     """A zoo that cannot be written as asked, with what is wrong and what is allowed."""
 
 

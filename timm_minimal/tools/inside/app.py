@@ -31,13 +31,12 @@ from ...models.images import MAX_IMAGE_PIXELS, ImageTooLarge, check_image_size
 from .attention import AttentionInputError, AttentionMaps, compute_attention, load_image
 from .mosaic import Mosaic, draw_mosaic
 from ..common import create_named_model
-from ...cli import UsageError, command
+from ...cli import command, require_extra
 from .cli import APP_PROG as PROG, app_parser
 
 __all__ = ['AppInputError', 'Answer', 'shipped_checkpoints', 'example_images', 'sketch_to_image', 'answer',
            'compare', 'explore', 'look', 'build_app', 'main']
 
-INSTALL_HINT = 'pip install -e ".[app]" (or: pip install gradio)'
 MAX_UPLOAD = '20mb'  # gradio refuses a larger file before it reaches the app (the images are bounded by pixels too)
 TOP_K = 5
 DEFAULT_PAIR = ('vit_minimal_std_mlp_6x1.mnist', 'vit_minimal_sym_6x4.mnist')  # the paper's baseline, symmetric
@@ -48,15 +47,10 @@ class AppInputError(ValueError):
     """An input the app cannot analyse; the message is shown in the page."""
 
 
-class MissingExtraError(RuntimeError):
-    """gradio is not installed."""
-
-
 def require_gradio() -> Any:
-    try:
-        import gradio
-    except ImportError as e:
-        raise MissingExtraError(f'{PROG} needs gradio, which is not installed: {INSTALL_HINT}') from e
+    """gradio, or ``MissingExtra`` naming the app extra."""
+    require_extra(('gradio',), 'app', PROG)
+    import gradio
     return gradio
 
 
@@ -317,10 +311,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     os.environ.setdefault('GRADIO_ANALYTICS_ENABLED', 'False')
     parser = app_parser()
     args = parser.parse_args(argv)
-    try:
-        require_gradio()
-    except MissingExtraError as e:
-        raise UsageError(str(e)) from None
+    require_gradio()
     shipped = shipped_checkpoints()
     unknown = [n for n in (args.checkpoints or []) if n not in shipped]
     if unknown:

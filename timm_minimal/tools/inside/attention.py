@@ -46,7 +46,7 @@ CAPTION = (
     'asym = \u2016M \u2212 M\u1d40\u2016 / \u2016M\u2016.')
 
 
-class AttentionInputError(ValueError):
+class AttentionInputError(UsageError):
     """A model name, image or option the attention maps cannot be made from; the message says why."""
 
 
@@ -328,13 +328,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = p.parse_args(argv)
     if Path(args.output).suffix.lower() != '.png':
         p.error(f'--output {args.output}: the figure is written as a PNG; name a .png file')
-    try:
-        maps = render_attention(args.image, args.model, not args.random_init, None, args.head - 1)
-        for note in maps.notes:
-            print(f'note: {note}')
-        save_figure(maps.figure, args.output, args.dpi)
-    except AttentionInputError as e:  # an OS error (a folder that cannot be written) is the layer's: exit 1
-        raise UsageError(str(e)) from None
+    maps = render_attention(args.image, args.model, not args.random_init, None, args.head - 1)
+    for note in maps.notes:
+        print(f'note: {note}')
+    save_figure(maps.figure, args.output, args.dpi)
     heads = maps.attentions[0].shape[0]
     print(f"{args.output}: {maps.model_name} predicts '{maps.label}' ({maps.probability:.1%}); "
           f"{len(maps.attentions)} layers x {heads} head{'s' if heads > 1 else ''}")
