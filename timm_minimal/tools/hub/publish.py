@@ -13,7 +13,6 @@ an epoch gets no card. Uploading uses ``HfApi`` and honours ``HF_ENDPOINT`` and 
 import shutil
 import sys
 from dataclasses import dataclass, replace
-from importlib import resources
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -29,7 +28,7 @@ from ...training.run_record import Launch, RunRecord
 from ...cli import Failure, UsageError, command
 from .cli import RUN_OPTIONS, ZOO_OPTIONS, build_parser
 from .cards import CARD_LIBRARY, CARD_TAGS, card_template
-from .zoo import ZooError, push_zoo, repo_files, select_names, write_zoo
+from .zoo import push_zoo, repo_files, select_names, write_zoo
 from ..staging import staged_folder
 from ..common import portable_command
 from ...models.datasets import DatasetInfo, dataset_for_kind
@@ -369,11 +368,8 @@ def _push_failed(e: Exception, what: str, remedy: str) -> Failure:
 def publish_zoo(args) -> int:
     """--zoo: every selected checkpoint's repository folder, refused whole before anything is written; pushed with
     --push."""
-    try:
-        names = select_names(args.cards, args.only)
-        folders = write_zoo(args.output, names, args.cards)
-    except ZooError as e:
-        raise UsageError(str(e)) from None
+    names = select_names(args.cards, args.only)
+    folders = write_zoo(args.output, names, args.cards)
     print(f'{len(folders)} repository folder{"s" if len(folders) != 1 else ""} in {args.output}')
     if args.push:
         from huggingface_hub import constants
