@@ -10,14 +10,13 @@ from typing import Any, Dict, List, Optional
 
 from .datasets import DATASETS
 
-__all__ = ['PAPER', 'PAPER_TITLE', 'PAPER_ARXIV', 'PAPER_EPOCHS', 'NUM_CLASSES', 'MODIFICATIONS', 'VARIANTS', 'PaperRow',
+__all__ = ['PAPER', 'PAPER_TITLE', 'PAPER_ARXIV', 'PAPER_EPOCHS', 'PAPER_DATASETS', 'MODIFICATIONS', 'VARIANTS', 'PaperRow',
            'TABLE1', 'TABLE2', 'TABLE2_CIFAR10', 'BASELINE', 'FLAGSHIP', 'arch_name', 'is_minimal', 'parse_arch']
 
 PAPER_TITLE = 'Reducing the Transformer Architecture to a Minimum'
 PAPER_ARXIV = 'arXiv:2410.13732'
 PAPER = f'Bermeitinger et al., "{PAPER_TITLE}", KDIR 2024 ({PAPER_ARXIV})'
 PAPER_EPOCHS = 500
-NUM_CLASSES = 10
 # Each attention variant: the paper's name for it, and what it computes (short, and for a model card).
 VARIANTS: Dict[str, Dict[str, str]] = {
     'std': dict(paper='unchanged', short='unchanged W_Q, W_K, W_V, W_O',
@@ -79,7 +78,7 @@ class PaperRow:
         """The parameter count Q implies: training samples x classes / Q (rounded; Q has 3 digits)."""
         if self.q is None:
             return None
-        return round(DATASETS[self.dataset].train_samples * NUM_CLASSES / self.q)
+        return round(DATASETS[self.dataset].train_samples * DATASETS[self.dataset].num_classes / self.q)
 
     @property
     def label(self) -> str:
@@ -135,6 +134,8 @@ TABLE2: List[PaperRow] = [
 TABLE2_CIFAR10: List[PaperRow] = [
     replace(r, dataset='cifar10', q=None, train_loss=None, val_loss=None, train_acc=None, val_acc=None, params=None)
     for r in TABLE2]
+# the datasets of the paper's tables, in their order (the grid's rows, the reports' sections)
+PAPER_DATASETS = tuple(dict.fromkeys(row.dataset for row in TABLE1 + TABLE2 + TABLE2_CIFAR10))
 
 
 _NAME_RE = re.compile(r'^vit_minimal_(?P<attn>[a-z]+?)(?P<mlp>_mlp)?_(?P<depth>\d+)x(?P<heads>\d+)$')

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
 from ...models.datasets import DATASETS
-from ...models.paper import NUM_CLASSES, PAPER_EPOCHS, TABLE1, TABLE2, TABLE2_CIFAR10, PaperRow
+from ...models.paper import PAPER_EPOCHS, TABLE1, TABLE2, TABLE2_CIFAR10, PaperRow
 from ...cli import UsageError, usable_cores
 from ...training.files import FolderBusy
 from ...training.run_folder import RunFolder
@@ -160,7 +160,7 @@ def collect(rows: Sequence[PaperRow], runs_dir: Path) -> List[GridRow]:
                 params=params, epochs=last['epoch'], train_loss=last['train_loss'], train_acc=last['train_acc'],
                 val_loss=last['test_loss'], val_acc=last['test_acc'], best_val_acc=best['test_acc'],
                 best_epoch=best['epoch'], train_time_s=sum(r['epoch_time'] for r in m),
-                q=(DATASETS[row.dataset].train_samples * NUM_CLASSES / params) if params else None,
+                q=(DATASETS[row.dataset].train_samples * DATASETS[row.dataset].num_classes / params) if params else None,
                 status=run.status, wall_time_s=run.total_wall_time(m),
                 mixed_precision=run.last_launch.mixed_precision,
                 val_acc_per_epoch=[r['test_acc'] for r in m])

@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
-from ...models.paper import PAPER_EPOCHS, TABLE1, TABLE2, PaperRow
+from ...models.paper import PAPER_DATASETS, PAPER_EPOCHS, TABLE1, TABLE2, PaperRow
 from ...cli import HelpFormatter, OneLineParser, UsageError, command, number, positive_int
 from ...training.cli import SEED
 from .grid import collect, select_rows, train_command, train_rows
@@ -44,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
                'Several runs at once on one device, each in its own process with its output in <runs-dir>/logs/:\n'
                '  timm-minimal-reproduce --tables 2 --datasets mnist --jobs 4 --epochs 5 --data-dir data')
     p.add_argument('--tables', type=number(int, 1, 2), nargs='+', default=[1, 2], help='the paper\'s tables: 1 (MLP against none), 2 (the attention variants on MNIST)')
-    p.add_argument('--datasets', nargs='+', choices=('mnist', 'cifar10'), default=['mnist', 'cifar10'], help='the datasets of the rows to train')
+    p.add_argument('--datasets', nargs='+', choices=PAPER_DATASETS, default=list(PAPER_DATASETS), help='the datasets of the rows to train')
     p.add_argument('--rows', nargs='+', help='only these row ids (e.g. t2-mnist-sym-6x4) or model names')
     p.add_argument('--epochs', type=positive_int, default=PAPER_EPOCHS, help="epochs per model (the paper's)")
     p.add_argument('--runs-dir', default='runs/reproduce', help='one run folder per model: <runs-dir>/<model>.<dataset>')

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ...models.datasets import DATASETS
-from ...models.paper import PAPER, PAPER_EPOCHS, arch_name
+from ...models.paper import PAPER, PAPER_DATASETS, PAPER_EPOCHS, arch_name
 from ..figures import pyplot
 from .grid_row import read_grid_rows
 
@@ -86,8 +86,8 @@ def _group(r: Row) -> Group:
 
 
 def _groups(rows: List[Row]) -> List[Group]:
-    order = {'mnist': 0, 'cifar10': 1}
-    return sorted({_group(r) for r in rows}, key=lambda g: (g[1], order.get(g[0], 2), g[0], g[2]))
+    order = {name: i for i, name in enumerate(PAPER_DATASETS)}
+    return sorted({_group(r) for r in rows}, key=lambda g: (g[1], order.get(g[0], len(order)), g[0], g[2]))
 
 
 def _label(rows: List[Row], group: Group) -> str:
