@@ -90,9 +90,6 @@ def cpu_decision(args: argparse.Namespace, model: str, run_images: Optional[int]
     budget = core_budget()
     ruled = default_compile(args.compile, model, args.model_kwargs, 'cpu', run_images)
     decision = Decision(args.cpu_processes or 1, ruled, args.pad_heads is not False)
-    if args.batch_size % decision.processes:  # refused once, here, before any process of the split starts
-        raise UsageError(f'--batch-size {args.batch_size} must be a multiple of --cpu-processes {decision.processes}: '
-                         f'each process trains an equal share of every batch.')
     # a split is one process per core, and only where the batch divides into them
     if args.cpu_processes is None and (run_images or 0) >= SPLIT_MIN_IMAGES and budget > 1 and \
             args.batch_size % budget == 0:
@@ -106,6 +103,9 @@ def cpu_decision(args: argparse.Namespace, model: str, run_images: Optional[int]
         _logger.info(f'The resumed run trained as {decision.processes} processes; this machine gives it {budget} '
                      f'core(s), so they share them (slower, the same training). --cpu-processes {budget} changes the '
                      f'split.')
+    if args.batch_size % decision.processes:  # refused once, here, before any process of the split starts
+        raise UsageError(f'--batch-size {args.batch_size} must be a multiple of --cpu-processes {decision.processes}: '
+                         f'each process trains an equal share of every batch.')
     return decision
 
 
