@@ -367,7 +367,7 @@ def test_a_resumed_run_keeps_its_process_count(data, tmp_path):
 def test_more_processes_than_cores_are_refused_unless_a_resume_kept_them(monkeypatch, capsys):
     monkeypatch.setattr(cpu_split, 'core_budget', lambda: 2)
     args, _ = train_mod.parse_args(['--model', 'vit_minimal_sym_6x4', '--dataset', 'cifar10', '--cpu',
-                                    '--cpu-processes', '3'])
+                                    '--cpu-processes', '3', '--batch-size', '255'])  # a batch the 3 divide
     with pytest.raises(UsageError, match='--cpu-processes 3 is more than the 2 core'):
         resolve_plan(args, dict(explicit=['cpu_processes']))
     args.resume = 'run'  # the count came from the resumed run's args.yaml: said, and kept (the same training)
