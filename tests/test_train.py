@@ -147,7 +147,8 @@ def test_a_divergence_names_the_option_most_likely_to_have_caused_it(update, exp
     args = argparse.Namespace(lr=0.1, smoothing=0.1, distill_weight=None, distill_task_weight=None,
                               distill_temperature=1.0)
     provenance = dict(explicit=explicit, recipe_values=dict(lr=0.005))
-    assert expected in train_mod.divergence_advice(args, provenance, update, compiled=False)
+    from timm_minimal.training.engine import divergence_advice
+    assert expected in divergence_advice(args, provenance, update, compiled=False)
 
 
 def free_port():

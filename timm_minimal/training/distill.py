@@ -26,6 +26,8 @@ import torch.nn.functional as F
 
 from ..cli import UsageError, listed
 from .cli import TOKEN_DISTILL_TYPES
+from .cpu_policy import cpu_bf16_pays
+from .engine import Run, evaluate, say
 
 __all__ = ['TeacherInfo', 'HardLogitDistillation', 'build_teacher', 'build_distillation', 'check_teacher_labels']
 
@@ -180,3 +182,24 @@ def build_distillation(student: nn.Module, teacher: nn.Module, criterion: nn.Mod
     task.student_mean = torch.tensor(mean, device=device).view(1, -1, 1, 1)
     task.student_std = torch.tensor(std, device=device).view(1, -1, 1, 1)
     return HardLogitDistillation(task) if distill_type == 'hard' else task
+
+
+def teacher_info(run: Run, distill: nn.Module, name: str, teacher: nn.Module) -> Dict[str, Any]:
+    """What the run records of its teacher, with the teacher's accuracy on the run's evaluation split."""
+    task = getattr(distill, 'task', distill)
+    acc = evaluate(run, teacher)['acc']
+    say(f'Teacher {name}: {acc:.2f}% on the evaluation split; {run.args.distill_type} distillation, weights task '
+        f'{task.task_loss_weight:g} / distillation {task.distill_loss_weight:g}, temperature {task.temperature:g}.')
+    return TeacherInfo(name=name, precision='bf16' if isinstance(teacher, Bf16Teacher) else 'fp32',
+                       distill_type=run.args.distill_type, temperature=task.temperature,
+                       distill_weight=task.distill_loss_weight, task_weight=task.task_loss_weight,
+                       num_params=sum(p.numel() for p in teacher.parameters()), test_acc=acc,
+                       labels_by_order=run.args.teacher_labels_by_order).to_dict()
+
+
+def teacher_bf16(name: str, accelerator: Any) -> bool:
+    """Whether the teacher infers in bf16: where the run itself does, and on the CPU where the run's own rule says
+    bf16 pays for that model (``cpu_bf16_pays``: a minimal transformer with an MLP, a CPU with native bf16)."""
+    if accelerator.mixed_precision == 'bf16':
+        return True
+    return accelerator.device.type == 'cpu' and cpu_bf16_pays(name.split(':')[-1].split('/')[-1])

@@ -6,6 +6,7 @@ epoch. The step waits for the host nowhere: losses and accuracies add up on the 
 non-finite loss or gradient norm is recorded on the device by ``FiniteGuard`` and read at the
 synchronisations the loop has anyway (log lines, checkpoints, epoch ends).
 """
+import argparse
 import hashlib
 import json
 import logging
@@ -49,6 +50,33 @@ class Diverged(Failure):
     def __init__(self, message: str, update: Optional[int] = None) -> None:
         super().__init__(message, status=EXIT_DIVERGED)
         self.update = update
+
+
+# the options that scale the loss itself (a loss that is not finite in the first update is theirs, not the lr's)
+_LOSS_OPTIONS = ('distill_weight', 'distill_task_weight', 'distill_temperature', 'smoothing')
+
+
+def divergence_advice(args: argparse.Namespace, provenance: Dict[str, Any], update: Optional[int],
+                      compiled: bool) -> str:
+    """What to change after a divergence, the option most likely to have caused it first: in the first update no
+    weight has moved yet, so the loss options given are to blame, not the learning rate; later, a --lr above the
+    recipe's, then the loss options given, then the usual remedies."""
+    given = [f'--{k.replace("_", "-")} {getattr(args, k):g}' for k in _LOSS_OPTIONS
+             if k in provenance.get('explicit', ()) and getattr(args, k) is not None]
+    if update == 1:
+        return ('It happened in the first update, before the learning rate had moved a weight: the loss itself was '
+                'not finite. ' + (f'Check the options that scale it: {", ".join(given)}.' if given else
+                                  'Check the data (non-finite pixels) and --mixed-precision no.'))
+    recipe_lr = (provenance.get('recipe_values') or {}).get('lr')
+    first = []
+    if recipe_lr and 'lr' in provenance.get('explicit', ()) and args.lr > recipe_lr:
+        first.append(f'--lr {args.lr:g} is above the recipe\'s {recipe_lr:g}: try the recipe\'s')
+    if given:
+        first.append(f'check the options that scale the loss: {", ".join(given)}')
+    usual = ('try a lower --lr, --clip-grad 1.0, a longer --warmup-epochs, or --mixed-precision no'
+             + (' (or --no-compile: a compiled step can compute otherwise)' if compiled else ''))
+    text = '; '.join(first + [('otherwise ' if first else '') + usual])
+    return text[0].upper() + text[1:] + '.'
 
 
 def _zero_partial() -> Dict[str, float]:

@@ -55,12 +55,12 @@ from ..models.layers import set_head_padding
 from ..models.paper import is_minimal
 from . import checkpoint as ckpt
 from .data import ImageData, dataset_len, load_dataset
-from .engine import say as _say
+from .engine import divergence_advice, say as _say
 from .engine import (
     CheckpointNotWritten, Diverged, FiniteGuard, LoopConfig, Run, TrainHooks, TrainState, check_finite, epoch_row,
     evaluate, save_checkpoint, train_one_epoch,
 )
-from .distill import Bf16Teacher, TeacherInfo, build_distillation, build_teacher
+from .distill import build_distillation, build_teacher, teacher_bf16, teacher_info
 from .files import FolderBusy, describe_write_error, is_disk_full
 from .run_folder import RunFolder
 from .recording import closing_lines, finish_run, launch_elapsed, rank_report, write_run_record
@@ -69,7 +69,7 @@ from .cli import (  # noqa: F401  (also reachable here)
     TOKEN_DISTILL_TYPES, UsageError, build_parser, check_numbers, load_recipe, parse_args,
 )
 from .data_paths import build_data_path, count_batches, data_config
-from .cpu_policy import SPLIT_STATUS_ENV, cpu_bf16_pays, run_split
+from .cpu_policy import SPLIT_STATUS_ENV, run_split
 from .plan import RunPlan, resolve_model_name, resolve_plan
 from .resume import restore
 
@@ -343,28 +343,6 @@ def _data_info(args: argparse.Namespace, data: Any, n_train: int) -> Dict[str, A
     return dict(data.describe(), train_samples_used=n_train, eval_samples_used=eval_used)
 
 
-def teacher_info(run: Run, distill: nn.Module, name: str, teacher: nn.Module) -> Dict[str, Any]:
-    """What the run records of its teacher, with the teacher's accuracy on the run's evaluation split."""
-    task = getattr(distill, 'task', distill)
-    acc = evaluate(run, teacher)['acc']
-    _say(f'Teacher {name}: {acc:.2f}% on the evaluation split; {run.args.distill_type} '
-                          f'distillation, weights task {task.task_loss_weight:g} / distillation '
-                          f'{task.distill_loss_weight:g}, temperature {task.temperature:g}.')
-    return TeacherInfo(name=name, precision='bf16' if isinstance(teacher, Bf16Teacher) else 'fp32',
-                       distill_type=run.args.distill_type, temperature=task.temperature,
-                       distill_weight=task.distill_loss_weight, task_weight=task.task_loss_weight,
-                       num_params=sum(p.numel() for p in teacher.parameters()), test_acc=acc,
-                       labels_by_order=run.args.teacher_labels_by_order).to_dict()
-
-
-def teacher_bf16(name: str, accelerator: Any) -> bool:
-    """Whether the teacher infers in bf16: where the run itself does, and on the CPU where the run's own rule says
-    bf16 pays for that model (``cpu_bf16_pays``: a minimal transformer with an MLP, a CPU with native bf16)."""
-    if accelerator.mixed_precision == 'bf16':
-        return True
-    return accelerator.device.type == 'cpu' and cpu_bf16_pays(name.split(':')[-1].split('/')[-1])
-
-
 def train(args: argparse.Namespace, provenance: Optional[Dict[str, Any]] = None,
           argv: Optional[Sequence[str]] = None, hooks: Optional[TrainHooks] = None,
           plan: Optional[RunPlan] = None) -> Dict[str, Any]:
@@ -379,33 +357,6 @@ def train(args: argparse.Namespace, provenance: Optional[Dict[str, Any]] = None,
             return _train(run, state, info, last_dir, plan.options, t_launch)
         finally:
             run.folder.unlock()
-
-
-# the options that scale the loss itself (a loss that is not finite in the first update is theirs, not the lr's)
-_LOSS_OPTIONS = ('distill_weight', 'distill_task_weight', 'distill_temperature', 'smoothing')
-
-
-def divergence_advice(args: argparse.Namespace, provenance: Dict[str, Any], update: Optional[int],
-                      compiled: bool) -> str:
-    """What to change after a divergence, the option most likely to have caused it first: in the first update no
-    weight has moved yet, so the loss options given are to blame, not the learning rate; later, a --lr above the
-    recipe's, then the loss options given, then the usual remedies."""
-    given = [f'--{k.replace("_", "-")} {getattr(args, k):g}' for k in _LOSS_OPTIONS
-             if k in provenance.get('explicit', ()) and getattr(args, k) is not None]
-    if update == 1:
-        return ('It happened in the first update, before the learning rate had moved a weight: the loss itself was '
-                'not finite. ' + (f'Check the options that scale it: {", ".join(given)}.' if given else
-                                  'Check the data (non-finite pixels) and --mixed-precision no.'))
-    recipe_lr = (provenance.get('recipe_values') or {}).get('lr')
-    first = []
-    if recipe_lr and 'lr' in provenance.get('explicit', ()) and args.lr > recipe_lr:
-        first.append(f'--lr {args.lr:g} is above the recipe\'s {recipe_lr:g}: try the recipe\'s')
-    if given:
-        first.append(f'check the options that scale the loss: {", ".join(given)}')
-    usual = ('try a lower --lr, --clip-grad 1.0, a longer --warmup-epochs, or --mixed-precision no'
-             + (' (or --no-compile: a compiled step can compute otherwise)' if compiled else ''))
-    text = '; '.join(first + [('otherwise ' if first else '') + usual])
-    return text[0].upper() + text[1:] + '.'
 
 
 def _train(run: Run, state: TrainState, info: Dict[str, Any], last_dir: Optional[Path], args: argparse.Namespace,
