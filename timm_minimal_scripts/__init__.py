@@ -13,10 +13,12 @@ from typing import Callable, Dict, NamedTuple, Optional, Sequence
 
 
 class Script(NamedTuple):
-    """A console script: its tool's ``main``, and the parser its ``--help`` prints (one module without torch)."""
+    """A console script: its tool's ``main``, the parser its ``--help`` prints (one module without torch), and
+    ``first``, the name of a function of this module to run before anything is imported."""
     main: str
     parser: str
     builder: str = 'build_parser'
+    first: str = ''
 
 
 SCRIPTS: Dict[str, Script] = {
@@ -29,7 +31,8 @@ SCRIPTS: Dict[str, Script] = {
     'timm-minimal-export': Script('timm_minimal.tools.deploy.export', 'timm_minimal.tools.deploy.cli'),
     'timm-minimal-attention': Script('timm_minimal.tools.inside.attention', 'timm_minimal.tools.inside.cli'),
     'timm-minimal-app': Script('timm_minimal.tools.inside.app', 'timm_minimal.tools.inside.cli', 'app_parser'),
-    'timm-minimal-timm-script': Script('timm_minimal.timm_script', 'timm_minimal.timm_script'),
+    'timm-minimal-timm-script': Script('timm_minimal.timm_script', 'timm_minimal.timm_script',
+                                       first='installed_timm_first'),
 }
 
 # True while a script imports the package to print its help: ``timm_minimal`` then leaves its models unimported
@@ -83,22 +86,21 @@ def installed_timm_first() -> None:
                    or (Path(entry or '.') / 'timm').resolve() == installed]
 
 
-def _entry(name: str, first: Callable[[], None] = lambda: None) -> Callable[..., int]:
+def _entry(name: str) -> Callable[..., int]:
     def main(argv: Optional[Sequence[str]] = None) -> int:
-        first()
+        if SCRIPTS[name].first:
+            globals()[SCRIPTS[name].first]()
         return run(name, sys.argv[1:] if argv is None else list(argv))
     main.__qualname__ = main.__name__ = name.replace('timm-minimal-', '')
     return main
 
 
-# the functions pyproject.toml's [project.scripts] names
-demo = _entry('timm-minimal-demo')
-train = _entry('timm-minimal-train')
-reproduce = _entry('timm-minimal-reproduce')
-publish = _entry('timm-minimal-publish')
-benchmark = _entry('timm-minimal-benchmark')
-evaluate = _entry('timm-minimal-evaluate')
-export = _entry('timm-minimal-export')
-attention = _entry('timm-minimal-attention')
-app = _entry('timm-minimal-app')
-timm_script = _entry('timm-minimal-timm-script', installed_timm_first)
+# the functions pyproject.toml's [project.scripts] names: one for each of SCRIPTS, made when asked for (a tool is its
+# module and one line of SCRIPTS, and its line in pyproject.toml)
+_ENTRIES = {name.replace('timm-minimal-', '').replace('-', '_'): name for name in SCRIPTS}
+
+
+def __getattr__(attr: str) -> Callable[..., int]:
+    if attr in _ENTRIES:
+        return _entry(_ENTRIES[attr])
+    raise AttributeError(f'module {__name__!r} has no attribute {attr!r}')
