@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from timm_minimal.training.data import load_mnist
-from timm_minimal.training.run_folder import RunFolder
+from timm_minimal.training.data.loading import load_mnist
+from timm_minimal.training.run.folder import RunFolder
 
 
 def write_folder(data_dir: Path, out: Path) -> Path:

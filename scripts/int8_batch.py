@@ -29,7 +29,7 @@ def test_images(export_dir: Path, data_dir: str):
     from timm_minimal.models.datasets import DATASETS
     from timm_minimal.models.pretrained import tag_dataset
     from timm_minimal.tools.evaluate import load_eval_split
-    from timm_minimal.training.batch_augment import BatchAugment, BatchAugmentConfig
+    from timm_minimal.training.data.batch_augment import BatchAugment, BatchAugmentConfig
     pre = json.loads((export_dir / 'preprocessing.json').read_text())
     dataset = DATASETS[tag_dataset(pre['model'].rsplit('.', 1)[-1])].kind  # a recipe tag's images are its dataset's
     split = load_eval_split(pre, pre['output']['shape'][1], dataset, data_dir, label_names=pre.get('label_names'))
@@ -49,7 +49,7 @@ def main(argv=None) -> int:
         raise UsageError(f'{args.export_dir} lacks {", ".join(missing)}: name a folder of timm-minimal-export --int8')
     import onnxruntime as ort
     from timm_minimal.tools.common import cpu_environment
-    from timm_minimal.training.data import DatasetError
+    from timm_minimal.training.data.loading import DatasetError
     try:
         x, labels = test_images(args.export_dir, args.data_dir)
     except DatasetError as e:

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import torch
 
-from timm_minimal.training.cpu_split import cpu_signature, measure
-from timm_minimal.training.run_folder import RunFolder
+from timm_minimal.training.cpu.split import cpu_signature, measure
+from timm_minimal.training.run.folder import RunFolder
 
 
 def trainer_rate(args: argparse.Namespace, run: Path) -> float:

@@ -150,7 +150,7 @@ def test_quick_report_files(quick_run):
         assert heading in md, heading
     assert torch.__version__ in md and 'torch threads' in md and '| batch size | 8' in md
     if saved['env']['device'] == 'cpu':  # every CPU figure with the CPU's flags
-        from timm_minimal.training.cpu_split import cpu_signature
+        from timm_minimal.training.cpu.split import cpu_signature
         assert f"| CPU flags | {cpu_signature()['flags']} |" in md
         assert 'at the start) |' in md  # the busy share of the cores measured as the run began, not guessed
     assert 'Quick smoke-test run' in md

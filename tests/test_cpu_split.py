@@ -1,4 +1,4 @@
-"""One training run on a multi-core CPU as data-parallel processes (timm_minimal.training.cpu_split): the split is
+"""One training run on a multi-core CPU as data-parallel processes (timm_minimal.training.cpu.split): the split is
 decided by a measurement kept per machine, never exceeds the cores a run may use (under reproduce --jobs too),
 trains what one process trains, and a resumed run keeps its process count."""
 import dataclasses
@@ -15,7 +15,7 @@ import torch
 import yaml
 
 from timm_minimal.cli import UsageError
-from timm_minimal.training import cpu_split
+from timm_minimal.training.cpu import split as cpu_split
 from timm_minimal.training import train as train_mod
 from timm_minimal.training.plan import PLANNED, resolve_plan
 
@@ -95,7 +95,7 @@ def test_the_decision_measures_the_runs_own_step_and_keys_the_cache_by_it(monkey
 
 def test_kernels_capped_below_the_cpu_are_named_measured_apart_and_get_no_native_bf16(monkeypatch, tmp_path, quiet):
     """A process whose kernels are capped (an AVX2 run on an AVX-512 CPU) is recorded and cached as its own CPU."""
-    from timm_minimal.training import cpu_policy
+    from timm_minimal.training.cpu import policy as cpu_policy
     for name in cpu_split.KERNEL_CAP_ENV:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(torch.cpu, '_is_amx_tile_supported', lambda: True)
@@ -440,7 +440,7 @@ def test_a_signal_to_the_launcher_ends_every_process_of_the_run_and_frees_its_lo
     is left in the temp folder; while it trained, every socket of the run listened on the loopback address alone (the
     rendezvous store included)."""
     import psutil
-    from timm_minimal.training.run_folder import RunFolder
+    from timm_minimal.training.run.folder import RunFolder
     run, tmp = tmp_path / 'run', tmp_path / 'tmp'
     tmp.mkdir()
     proc, family = _split_run(data, run, tmp)
@@ -506,7 +506,8 @@ def test_a_one_process_run_takes_the_cores_other_work_leaves_free(monkeypatch, c
 def test_a_splits_processes_count_elapsed_time_from_their_launcher(monkeypatch):
     """The split's processes get what the launcher measured and when it started: ``elapsed`` in metrics.jsonl and
     the time to a target then include the measurement and the launcher's start-up."""
-    from timm_minimal.training import cpu_policy, recording
+    from timm_minimal.training.cpu import policy as cpu_policy
+    from timm_minimal.training.run import recording
     monkeypatch.setattr(cpu_split, 'decide', lambda *a, **k: cpu_split.Decision(2, False, rates={'2 x 1': 900.0}))
     monkeypatch.setattr(cpu_split, 'core_budget', lambda: 2)
     plan = _plan(['--model', 'vit_minimal_sym_6x4', '--dataset', 'mnist-sample', '--epochs', '30', '--cpu'])
@@ -536,7 +537,7 @@ def test_a_probe_or_worker_ends_when_the_process_that_started_it_is_killed(tmp_p
     parent (no handler runs) ends them too, where a probe kept running after its launcher was ended."""
     import psutil
     code = ('import functools, os, subprocess, sys, time\n'
-            'from timm_minimal.training.cpu_split import die_with_parent\n'
+            'from timm_minimal.training.cpu.split import die_with_parent\n'
             'child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"],\n'
             '                         preexec_fn=functools.partial(die_with_parent, os.getpid()))\n'
             'print(child.pid, flush=True)\n'

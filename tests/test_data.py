@@ -1,4 +1,4 @@
-"""Datasets, timm transforms and the seeded sampler of the trainer (timm_minimal.training.data)."""
+"""Datasets, timm transforms and the seeded sampler of the trainer (timm_minimal.training.data.loading)."""
 import io
 import os
 import re
@@ -12,8 +12,8 @@ import pytest
 import torch
 from PIL import Image
 
-from timm_minimal.training.loader_data import EpochSampler, TransformDataset
-from timm_minimal.training.data import (
+from timm_minimal.training.data.loader_data import EpochSampler, TransformDataset
+from timm_minimal.training.data.loading import (
     CIFAR10_CLASSES, DatasetError, build_transforms, dataset_kind, default_cache_dir,
     find_image_folder_splits, load_cifar10, load_dataset, load_mnist,
 )
@@ -81,7 +81,7 @@ def test_timm_transforms_one_channel(mnist):
         assert x.shape == (1, 28, 28) and x.dtype == torch.uint8
     # evaluation transform keeps the pixels of a 28x28 image
     assert torch.equal(eval_tf(img)[0], torch.from_numpy(mnist.train.images[0].copy()))
-    from timm_minimal.training.batch_augment import BatchAugment, BatchAugmentConfig
+    from timm_minimal.training.data.batch_augment import BatchAugment, BatchAugmentConfig
     x = BatchAugment(BatchAugmentConfig(), (0.1307,), (0.3081,), torch.device('cpu')).normalize(eval_tf(img)[None])
     pixels = torch.from_numpy(mnist.train.images[0].copy()).float()
     torch.testing.assert_close(x[0, 0], (pixels / 255 - 0.1307) / 0.3081)  # the trainer's normalisation
@@ -92,7 +92,7 @@ def test_posterize_that_keeps_no_bit_gives_a_black_image_on_every_pillow(policy)
     """timm's RandAugment, AugMix and AutoAugment posterize ops at the magnitude that keeps no bit: a black image, as
     Pillow gave before 13 (which refuses 0 bits and stopped a run with --aa rand-m9-mstd0.5-inc1), not an error."""
     from PIL import Image
-    from timm_minimal.training.data import augment_ops
+    from timm_minimal.training.data.loading import augment_ops
     train_tf, _ = build_transforms((3, 32, 32), mean=(0.5,) * 3, std=(0.5,) * 3, hflip=0., auto_augment=policy)
     ops = [op for op in augment_ops(train_tf) if op.name.startswith('Posterize')]
     assert ops, [type(t).__name__ for t in train_tf.transforms]
@@ -357,9 +357,9 @@ def test_an_archive_replaced_in_place_drops_what_the_earlier_one_left(tmp_path):
 
 
 def test_a_cache_write_on_a_full_disk_leaves_no_temporary_file(tmp_path, small_disk):
-    from timm_minimal.training.device_data import images_to_array
+    from timm_minimal.training.data.device_data import images_to_array
     disk = small_disk(64)
-    from timm_minimal.training.data import build_transforms
+    from timm_minimal.training.data.loading import build_transforms
     _, tf = build_transforms((1, 28, 28), (0.5,), (0.5,), interpolation='bilinear', crop_pct=1.0)
     big = [(Image.fromarray(np.random.default_rng(0).integers(0, 255, (28, 28), dtype=np.uint8)), 0)] * 400
     with pytest.raises(OSError):

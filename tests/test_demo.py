@@ -10,7 +10,7 @@ import timm
 import torch
 
 from timm_minimal.models.datasets import DATASETS, SAMPLES, dataset_for_kind
-from timm_minimal.training.data import load_dataset
+from timm_minimal.training.data.loading import load_dataset
 
 torch.set_num_threads(1)
 

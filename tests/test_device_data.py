@@ -4,10 +4,10 @@ import pytest
 import torch
 
 from timm_minimal.training import train as train_mod
-from timm_minimal.training.batch_augment import BatchAugment, BatchAugmentConfig, epoch_uniforms
-from timm_minimal.training.data import build_transforms, load_mnist
-from timm_minimal.training.loader_data import LoaderDataPath, TransformDataset
-from timm_minimal.training.device_data import DeviceDataPath, images_to_array
+from timm_minimal.training.data.batch_augment import BatchAugment, BatchAugmentConfig, epoch_uniforms
+from timm_minimal.training.data.loading import build_transforms, load_mnist
+from timm_minimal.training.data.loader_data import LoaderDataPath, TransformDataset
+from timm_minimal.training.data.device_data import DeviceDataPath, images_to_array
 
 torch.set_num_threads(1)
 MEAN, STD = (0.5,), (0.25,)

@@ -1,4 +1,4 @@
-"""Image folders (timm_minimal.training.image_folder): the class is the top-level folder, loops are not
+"""Image folders (timm_minimal.training.data.image_folder): the class is the top-level folder, loops are not
 followed, empty classes and zero-byte files are refused, and every cache is keyed on the images' content."""
 import os
 import shutil
@@ -8,8 +8,8 @@ import pytest
 import torch
 from PIL import Image
 
-from timm_minimal.training.data import DatasetError, load_cifar10, load_image_folder
-from timm_minimal.training.image_folder import scan_split
+from timm_minimal.training.data.loading import DatasetError, load_cifar10, load_image_folder
+from timm_minimal.training.data.image_folder import scan_split
 
 from trainer_runs import metrics, run_inprocess
 
@@ -109,7 +109,7 @@ def test_swapped_class_folders_are_decoded_again(tmp_path):
 
 def test_the_cifar10_folder_cache_is_reused(tmp_path):
     root = tmp_path / 'CIFAR10'
-    from timm_minimal.training.data import CIFAR10_CLASSES
+    from timm_minimal.training.data.loading import CIFAR10_CLASSES
     for split in ('train', 'test'):
         for c, cls in enumerate(CIFAR10_CLASSES):
             _grey(root / split / cls, 1, 20 * c, size=(32, 32))

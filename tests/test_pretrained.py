@@ -181,7 +181,7 @@ def test_an_empty_split_is_refused_not_scored():
     """A prepared split without images is refused (``EvalSplit``), so evaluate_split never gives 0% of nothing."""
     import numpy as np
     from timm_minimal.tools import evaluate
-    from timm_minimal.training.data import DatasetError
+    from timm_minimal.training.data.loading import DatasetError
     model = timm.create_model('vit_minimal_sym_6x4.mnist', pretrained=True).eval()
     with pytest.raises(DatasetError, match='the test split of MNIST holds no images'):
         empty = evaluate.EvalSplit('MNIST', 'test', np.zeros((0, 1, 28, 28), np.uint8), np.zeros(0, np.int64))

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from timm_minimal.tools.paper import grid, reproduce
-from timm_minimal.training.run_folder import RunFolder
-from timm_minimal.training.run_record import Launch, RunRecord
+from timm_minimal.training.run.folder import RunFolder
+from timm_minimal.training.run.record import Launch, RunRecord
 
 # two Table 2 rows, one epoch each on a few hundred digits with one block: seconds per run
 ROWS = ['t2-mnist-sym-6x4', 't2-mnist-qkonly-6x1']
@@ -240,7 +240,7 @@ def test_a_folder_that_is_not_its_own_run_is_refused_and_kept(tmp_path, monkeypa
     """Reproduce reuses or resumes only a run of its own (args.yaml naming the folder and the model); a user's
     folder, another model's run or a folder a live process holds stops the grid before anything runs, exit 2,
     and nothing in it is touched."""
-    from timm_minimal.training.files import FolderLock
+    from timm_minimal.training.run.files import FolderLock
     monkeypatch.setattr(grid, 'run_commands', lambda *a, **k: pytest.fail('the grid started a run'))
     runs = tmp_path / 'runs'
     argv = ['--tables', '2', '--datasets', 'mnist', '--rows', 't2-mnist-sym-6x4', '--epochs', '1',

@@ -9,8 +9,8 @@ from huggingface_hub import ModelCard
 from timm_minimal.tools.hub import publish
 
 from timm_minimal.tools.paper import reproduce
-from timm_minimal.training.run_folder import RunFolder
-from timm_minimal.training.run_record import Launch, RunRecord
+from timm_minimal.training.run.folder import RunFolder
+from timm_minimal.training.run.record import Launch, RunRecord
 from timm_minimal.training.train import main as train_main
 
 
@@ -94,7 +94,7 @@ def test_a_run_resumed_at_another_precision_is_reported_alike_by_the_card_and_th
     assert [la.mixed_precision for la in record.launches] == ['no', 'bf16']
     assert [la.first_epoch for la in record.launches] == [1, 2]
     if not torch.cuda.is_available():  # each launch names the CPU it trained on: its model name and SIMD flags
-        from timm_minimal.training.cpu_split import cpu_signature
+        from timm_minimal.training.cpu.split import cpu_signature
         cpu = cpu_signature()
         assert all(la.device_name.startswith(cpu['cpu']) and la.cpu_flags == cpu['flags'] for la in record.launches)
 

@@ -22,7 +22,8 @@ from PIL import Image
 from safetensors.torch import load_file
 
 from timm_minimal.models.weights_check import recorded_keywords
-from timm_minimal.training import cpu_policy, train as train_mod
+from timm_minimal.training import train as train_mod
+from timm_minimal.training.cpu import policy as cpu_policy
 from timm_minimal.training.plan import resolve_plan
 
 torch.set_num_threads(1)
@@ -504,7 +505,7 @@ def test_os_errors_the_user_can_cause_are_one_line(data, tmp_path, capsys, monke
     err = capsys.readouterr().err
     assert err.count('\n') == 1 and f'--output {tmp_path / "afile"} is a file' in err
     import errno
-    from timm_minimal.training.run_folder import RunFolder
+    from timm_minimal.training.run.folder import RunFolder
 
     def read_only(self):
         raise OSError(errno.EROFS, 'Read-only file system', str(self.path))

@@ -11,7 +11,7 @@ from safetensors.torch import load_file, save_file
 
 from trainer_runs import DDP_ARGS, ROOT, metrics, run_inprocess, run_subprocess
 from timm_minimal.training import train as train_mod
-from timm_minimal.training.files import FolderLock
+from timm_minimal.training.run.files import FolderLock
 
 torch.set_num_threads(1)
 

@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from timm_minimal.cli import INT_LIMIT, number
-from timm_minimal.training import cpu_split
-from timm_minimal.training.device_data import images_to_array, read_cache
-from timm_minimal.training.run_folder import RunFolder
-from timm_minimal.training.run_record import RunRecord
+from timm_minimal.training.cpu import split as cpu_split
+from timm_minimal.training.data.device_data import images_to_array, read_cache
+from timm_minimal.training.run.folder import RunFolder
+from timm_minimal.training.run.record import RunRecord
 from timm_minimal_scripts import SCRIPTS
 
 from trainer_runs import BASE, run_inprocess
@@ -237,7 +237,7 @@ def test_a_forged_process_count_is_not_taken(tmp_path, monkeypatch):
 
 
 def test_a_split_too_large_to_decode_is_refused_before_decoding():
-    from timm_minimal.training.data import DatasetError, check_decode_size
+    from timm_minimal.training.data.loading import DatasetError, check_decode_size
 
     class Huge(_Folder):
         def __len__(self):
@@ -255,7 +255,7 @@ def test_a_split_too_large_to_decode_is_refused_before_decoding():
 
 def test_an_image_folder_applies_the_image_limits(tmp_path):
     from PIL import Image
-    from timm_minimal.training.image_folder import DatasetError, FolderDataset
+    from timm_minimal.training.data.image_folder import DatasetError, FolderDataset
     Image.new('L', (70_000, 1)).save(tmp_path / 'wide.png')
     with pytest.raises(DatasetError, match='a side over|ratio over'):
         FolderDataset([(str(tmp_path / 'wide.png'), 0)], ['a'], 'L')[0]

@@ -41,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
 def choose_threads(model: str, batch: int) -> Dict[str, float]:
     """The faster of all cores and one core for ``model``'s training step here: its threads and images/s."""
     import torch
-    from ..training.cpu_split import bare_step_rate, core_budget
+    from ..training.cpu.split import bare_step_rate, core_budget
     budget = core_budget()
     rates = {threads: bare_step_rate(f'{model}.mnist', batch, threads, PROBE_SECONDS, warmup=2)
              for threads in sorted({1, budget})}
@@ -133,7 +133,7 @@ def train_model(model: str, output: str, epochs: Optional[int]) -> Dict[str, Any
 
 
 def _sample_data():
-    from ..training.data import load_dataset
+    from ..training.data.loading import load_dataset
     return load_dataset(SAMPLE)
 
 

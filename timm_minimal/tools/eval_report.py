@@ -10,7 +10,7 @@ from typing import Any, Dict, List, Sequence, Tuple
 
 import numpy as np
 
-from ..training.checkpoint import write_file_atomic
+from ..training.run.checkpoint import write_file_atomic
 
 __all__ = ['wilson_interval', 'per_class', 'model_table', 'class_table', 'write_confusion_figure', 'write_json']
 

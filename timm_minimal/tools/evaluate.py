@@ -18,9 +18,9 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 import numpy as np
 import torch
 
-from ..training.batch_augment import BatchAugment, BatchAugmentConfig
-from ..training.data import DatasetError, build_transforms, load_dataset
-from ..training.device_data import images_to_array
+from ..training.data.batch_augment import BatchAugment, BatchAugmentConfig
+from ..training.data.loading import DatasetError, build_transforms, load_dataset
+from ..training.data.device_data import images_to_array
 from ..training.engine import eval_metrics, eval_sums
 from ..models.datasets import DATASETS
 from ..models.pretrained import tag_dataset as pretrained_tag_dataset

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Type
 
 from ..cli import Failure, listed
-from ..training.files import describe_write_error, is_disk_full
+from ..training.run.files import describe_write_error, is_disk_full
 
 __all__ = ['staged_folder', 'recorded_files', 'unrecorded_entries', 'recover', 'RECORD_FORMAT']
 
@@ -57,7 +57,7 @@ def _files(folder: Path) -> Dict[str, str]:
 
 
 def _records() -> Path:
-    from ..training.data import default_cache_dir
+    from ..training.data.loading import default_cache_dir
     return default_cache_dir() / 'outputs'
 
 
@@ -112,7 +112,7 @@ def _swap_lock(out: Path) -> Iterator[None]:
     """An exclusive lock on ``out`` for a check and a swap (filelock, so it holds on every OS), kept in the cache
     folder under a digest of the output's path: nothing is created beside the output."""
     from filelock import FileLock
-    from ..training.data import default_cache_dir
+    from ..training.data.loading import default_cache_dir
     locks = default_cache_dir() / 'locks'
     locks.mkdir(parents=True, exist_ok=True)
     with FileLock(str(locks / f'{hashlib.sha256(str(out).encode()).hexdigest()[:24]}.lock')):

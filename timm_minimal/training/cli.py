@@ -16,8 +16,8 @@ import yaml
 from ..cli import OneLineParser, UsageError, number
 from ..models.datasets import MIN_CROP_PCT, dataset_for_kind
 from ..models.paper import is_minimal
-from .dataset_names import DatasetError, dataset_kind
-from .run_folder import RunFolder
+from .data.names import DatasetError, dataset_kind
+from .run.folder import RunFolder
 from .trackers import check_trackers, tracker_name
 
 # On a 2-core CPU a cold torch.compile of std_mlp_6x1 cost 27 s and made its trainer epochs 1.11x faster (the

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 
 from ..cli import UsageError, listed
 from .cli import TOKEN_DISTILL_TYPES
-from .cpu_policy import cpu_bf16_pays
+from .cpu.policy import cpu_bf16_pays
 from .engine import Run, evaluate, say
 
 __all__ = ['TeacherInfo', 'HardLogitDistillation', 'build_teacher', 'build_distillation', 'check_teacher_labels']

@@ -24,9 +24,9 @@ import torch.nn.functional as F
 
 from ..models.weights_check import weights_record
 from ..cli import EXIT_DIVERGED, Failure
-from . import checkpoint as ckpt
+from .run import checkpoint as ckpt
 from .seeding import mix_seed, seed_rngs
-from .run_folder import RunFolder
+from .run.folder import RunFolder
 
 _logger = logging.getLogger('timm_minimal.training.train')
 _RUN_LOG = logging.getLogger('timm_minimal.training')

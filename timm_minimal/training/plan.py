@@ -24,8 +24,8 @@ from ..cli import UsageError, env_number
 from ..models.datasets import dataset_for_kind, tag_for_kind
 from ..models.paper import is_minimal
 from .cli import check_model_kwargs, check_numbers, training_device
-from .cpu_policy import SPLIT_RATES_ENV, cpu_decision, cpu_precision, cpu_threads, default_compile
-from .dataset_names import dataset_kind
+from .cpu.policy import SPLIT_RATES_ENV, cpu_decision, cpu_precision, cpu_threads, default_compile
+from .data.names import dataset_kind
 
 __all__ = ['RunPlan', 'PLANNED', 'resolve_plan', 'resolve_model_name', 'planned_images']
 

@@ -17,7 +17,7 @@ its options from its own ``args.yaml`` and the command line.
 
 Two data paths (``--data-path``): a dataset that fits (MNIST, CIFAR-10, small image folders) lives
 on the training device as uint8 and is augmented there in whole batches
-(``timm_minimal.training.device_data``); the others go through a ``DataLoader`` with timm's per-image
+(``timm_minimal.training.data.device_data``); the others go through a ``DataLoader`` with timm's per-image
 transforms. On a CUDA GPU the model is compiled (``torch.compile``) and runs in bf16 autocast by
 default, AdamW is the fused kernel, and the step never waits for the host: losses, accuracies and
 the non-finite check stay on the device until the loop synchronises anyway. On the CPU the models with
@@ -26,7 +26,7 @@ to repay it; the others run eager in fp32 (``cpu_policy`` decides, with the thre
 ``benchmarks/cpu_modes.md`` measures each mode).
 
 The run folder (``--output``) holds ``run.json``, ``args.yaml``, ``metrics.jsonl`` (one line per
-epoch), ``curves.png`` and ``checkpoints/{last,best}`` (see ``timm_minimal.training.run_folder``).
+epoch), ``curves.png`` and ``checkpoints/{last,best}`` (see ``timm_minimal.training.run.folder``).
 
 Randomness is a function of the seed: the model is initialised from ``--seed``, data order and
 augmentation of a sample depend on (seed, epoch, index), and the RNGs used by the training step
@@ -53,25 +53,25 @@ from timm.models import split_model_name_tag
 from ..cli import EXIT_DIVERGED, EXIT_FAILURE, EXIT_USAGE, Failure, command, listed, torch_threads
 from ..models.layers import set_head_padding
 from ..models.paper import is_minimal
-from . import checkpoint as ckpt
-from .data import ImageData, dataset_len, load_dataset
+from .run import checkpoint as ckpt
+from .data.loading import ImageData, dataset_len, load_dataset
 from .engine import divergence_advice, say as _say
 from .engine import (
     CheckpointNotWritten, Diverged, FiniteGuard, LoopConfig, Run, TrainHooks, TrainState, check_finite, epoch_row,
     evaluate, save_checkpoint, train_one_epoch,
 )
 from .distill import build_distillation, build_teacher, teacher_bf16, teacher_info
-from .files import FolderBusy, describe_write_error, is_disk_full
-from .run_folder import RunFolder
-from .recording import closing_lines, finish_run, launch_elapsed, rank_report, write_run_record
+from .run.files import FolderBusy, describe_write_error, is_disk_full
+from .run.folder import RunFolder
+from .run.recording import closing_lines, finish_run, launch_elapsed, rank_report, write_run_record
 from .trackers import log_epoch, start_trackers
 from .cli import (  # noqa: F401  (also reachable here)
     TOKEN_DISTILL_TYPES, UsageError, build_parser, check_numbers, load_recipe, parse_args,
 )
-from .data_paths import build_data_path, count_batches, data_config
-from .cpu_policy import SPLIT_STATUS_ENV, run_split
+from .data.paths import build_data_path, count_batches, data_config
+from .cpu.policy import SPLIT_STATUS_ENV, run_split
 from .plan import RunPlan, resolve_model_name, resolve_plan
-from .resume import restore
+from .run.resume import restore
 
 _logger = logging.getLogger('timm_minimal.training.train')
 
@@ -396,7 +396,7 @@ def _train(run: Run, state: TrainState, info: Dict[str, Any], last_dir: Optional
     acc.wait_for_everyone()
     acc.end_training()
     if os.environ.get(SPLIT_STATUS_ENV):  # a split run's process: freeing its DDP model can hang (cpu_split.NEVER_FREED)
-        from .cpu_split import NEVER_FREED
+        from .cpu.split import NEVER_FREED
         NEVER_FREED.append(run)
     if status == 'diverged':
         raise Diverged(message)
@@ -467,7 +467,7 @@ def main(argv: Optional[Sequence[str]] = None, hooks: Optional[TrainHooks] = Non
     except Failure:
         raise
     except RuntimeError as e:
-        from .cpu_split import lost_peer
+        from .cpu.split import lost_peer
         world = os.environ.get('WORLD_SIZE', '1')
         lost = lost_peer(e)
         if not (world.isdigit() and int(world) > 1 and lost):

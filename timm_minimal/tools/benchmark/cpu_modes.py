@@ -33,8 +33,8 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import torch
 
-from ...training.cpu_split import cpu_signature
-from ...training.run_folder import RunFolder
+from ...training.cpu.split import cpu_signature
+from ...training.run.folder import RunFolder
 from ..common import write_report
 from ...cli import HelpFormatter, OneLineParser, UsageError, command, positive_int, torch_threads, usable_cores
 
@@ -193,8 +193,8 @@ def run(models: Sequence[str], batch_size: int, modes: Sequence[str], jobs: int,
         if trainer_data_dir:
             # the process split a full run takes by default (cpu_split.decide, measured here once); the short runs
             # below would stay one process, so it is passed to them
-            from ...training.cpu_split import decide
-            from ...training.data import default_cache_dir
+            from ...training.cpu.split import decide
+            from ...training.data.loading import default_cache_dir
             split = decide(model, batch_size, default_cache_dir(), budget=threads).processes  # of the eager step
             r['trainer_processes'] = split
             runs: Dict[str, List[Dict[str, Any]]] = {name: [] for name in TRAINER_MODES}

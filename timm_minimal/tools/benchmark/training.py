@@ -299,7 +299,7 @@ class TimeToTarget:
 def decided_rates(output: Path) -> Optional[Dict[str, float]]:
     """The images per second of each candidate that the run's CPU decision measured (its last launch's record), or
     None where it measured nothing (a GPU, a short run, a count given)."""
-    from ...training.run_folder import RunFolder
+    from ...training.run.folder import RunFolder
     try:
         return RunFolder(output).read_record().last_launch.cpu_rates
     except (OSError, ValueError, AttributeError):

@@ -22,9 +22,9 @@ import yaml
 from ..benchmark import count_flops
 from ...models.paper import PAPER_EPOCHS, TABLE1, TABLE2, VARIANTS
 from ...models.pretrained import HUB_ORG, TAGS, tag_dataset, weights_file_name
-from ...training.checkpoint import CONFIG_FILE, MODEL_FILE, write_file_atomic
-from ...training.run_folder import RunFolder
-from ...training.run_record import Launch, RunRecord
+from ...training.run.checkpoint import CONFIG_FILE, MODEL_FILE, write_file_atomic
+from ...training.run.folder import RunFolder
+from ...training.run.record import Launch, RunRecord
 from ...cli import Failure, UsageError, command
 from .cli import RUN_OPTIONS, ZOO_OPTIONS, build_parser
 from .cards import CARD_LIBRARY, CARD_TAGS, card_template

@@ -35,8 +35,8 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
 from ...cli import HelpFormatter, OneLineParser, UsageError, command, positive_int
-from ...training.checkpoint import write_file_atomic, write_text_atomic
-from ...training.run_folder import RunFolder
+from ...training.run.checkpoint import write_file_atomic, write_text_atomic
+from ...training.run.folder import RunFolder
 from .grid import PAPER_START, finished_run, thread_env
 from .pool import Command, run_commands, say
 from .reproduce import split_argv

@@ -11,8 +11,8 @@ from typing import Any, Dict, List, Optional, Sequence
 from ...models.datasets import DATASETS
 from ...models.paper import PAPER_EPOCHS, TABLE1, TABLE2, TABLE2_CIFAR10, PaperRow
 from ...cli import UsageError, usable_cores
-from ...training.files import FolderBusy
-from ...training.run_folder import RunFolder
+from ...training.run.files import FolderBusy
+from ...training.run.folder import RunFolder
 from .grid_row import GridRow
 from .pool import Command, CommandResult, run_commands, say
 

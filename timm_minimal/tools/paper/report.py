@@ -6,7 +6,7 @@ from typing import Any, Dict, List, Optional
 
 from ...models.datasets import DATASETS
 from ...models.paper import BASELINE, PAPER, PAPER_EPOCHS
-from ...training.run_folder import RunFolder
+from ...training.run.folder import RunFolder
 from ..figures import pyplot
 from .grid import difference
 from .results_summary import cell  # one cell format for both reports

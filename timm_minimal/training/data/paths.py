@@ -9,15 +9,15 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from ..cli import UsageError
-from ..models.datasets import channel_stats
-from ..models.images import convert_image, image_mode
+from ...cli import UsageError
+from ...models.datasets import channel_stats
+from ...models.images import convert_image, image_mode
 from .batch_augment import BatchAugment, BatchAugmentConfig
-from .data import ImageData, build_transforms, subset
-from .engine import say
+from .loading import ImageData, build_transforms, subset
+from ..engine import say
 from .device_data import DeviceDataPath, cache_file, dataset_bytes, device_budget_bytes, images_to_array
 from .loader_data import LoaderDataPath, TransformDataset
-from .seeding import mix_seed
+from ..seeding import mix_seed
 
 __all__ = ['data_config', 'device_path_blockers', 'build_data_path', 'count_batches']
 
@@ -89,7 +89,7 @@ def device_path_blockers(args: argparse.Namespace, data: ImageData, input_size: 
 
 
 def _device_arrays(args, data: ImageData, split: str, indices: np.ndarray, eval_tf, data_cfg, img_mode: str):
-    from .data import default_cache_dir
+    from .loading import default_cache_dir
     ds = data.train if split == 'train' else data.eval
     cache, content = None, data.fingerprints.get('train' if split == 'train' else 'eval')
     if content:  # only where the content is known: a cache is never read for other images
@@ -102,7 +102,7 @@ def _device_arrays(args, data: ImageData, split: str, indices: np.ndarray, eval_
 def build_data_path(args: argparse.Namespace, data: ImageData, data_cfg: Dict[str, Any], accelerator: Any,
                     batches_per_epoch: int) -> Any:
     """The device data path where it can run (``--data-path auto``), else the loader path."""
-    from .data import subset_indices
+    from .loading import subset_indices
     device, world, rank = accelerator.device, accelerator.num_processes, accelerator.process_index
     input_size = data_cfg['input_size']
     try:

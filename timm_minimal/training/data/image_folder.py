@@ -18,9 +18,9 @@ import numpy as np
 from PIL import Image
 from torch.utils.data import Dataset
 
-from ..cli import listed
-from ..models.images import check_image_size, convert_image
-from .dataset_names import DatasetError
+from ...cli import listed
+from ...models.images import check_image_size, convert_image
+from .names import DatasetError
 
 __all__ = ['DatasetError', 'EVAL_SPLIT_DIRS', 'IMAGE_EXTENSIONS', 'FolderScan', 'scan_split', 'folder_classes',
            'FolderDataset', 'open_image', 'stack_same_size']

@@ -12,10 +12,10 @@ import numpy as np
 import torch
 from timm.models import split_model_name_tag
 
-from ..cli import env_number
+from ...cli import env_number
 from . import checkpoint as ckpt
-from .engine import Run, TrainState, weights_hash
-from .run_record import Launch, RunRecord
+from ..engine import Run, TrainState, weights_hash
+from .record import Launch, RunRecord
 
 __all__ = ['versions', 'device_name', 'launch_elapsed', 'write_run_record', 'finish_run', 'closing_lines', 'rank_report']
 
@@ -24,7 +24,7 @@ def versions() -> Dict[str, str]:
     import accelerate
     import timm
     import torchvision
-    from .. import __version__
+    from ... import __version__
     return dict(python=platform.python_version(), torch=torch.__version__, torchvision=torchvision.__version__,
                 timm=timm.__version__, accelerate=accelerate.__version__, timm_minimal=__version__,
                 numpy=np.__version__)
@@ -33,7 +33,7 @@ def versions() -> Dict[str, str]:
 def device_name(device: torch.device) -> str:
     if device.type == 'cuda':
         return torch.cuda.get_device_name(device)
-    from .cpu_split import cpu_signature
+    from ..cpu.split import cpu_signature
     return f"{cpu_signature()['cpu']}, {cpu_signature()['cores']} cores"
 
 
@@ -41,7 +41,7 @@ def cpu_flags(device: torch.device) -> Optional[str]:
     """The CPU's SIMD flags where the run trains on the CPU (they decide its speed and its bf16 path)."""
     if device.type == 'cuda':
         return None
-    from .cpu_split import cpu_signature
+    from ..cpu.split import cpu_signature
     return cpu_signature()['flags']
 
 
@@ -68,7 +68,7 @@ def launcher_command() -> Optional[str]:
     """The command that started this process's distributed run where another launcher did (``accelerate launch``,
     ``torchrun``: this process's parent, as the system shows it), the interpreter's path left out; None for a run of
     one process or the package's own CPU split (whose ``timm-minimal-train`` line relaunches it)."""
-    from .cpu_policy import SPLIT_STATUS_ENV
+    from ..cpu.policy import SPLIT_STATUS_ENV
     world = os.environ.get('WORLD_SIZE', '1')
     if not world.isdigit() or int(world) < 2 or os.environ.get(SPLIT_STATUS_ENV):
         return None

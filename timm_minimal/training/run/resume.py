@@ -10,9 +10,9 @@ from typing import Any, Dict
 import torch
 
 from . import checkpoint as ckpt
-from .cli import UsageError
-from ..cli import listed
-from .engine import Run, TrainState, say, set_rng_state
+from ..cli import UsageError
+from ...cli import listed
+from ..engine import Run, TrainState, say, set_rng_state
 
 __all__ = ['restore', 'FIXED_ON_RESUME', 'FIXED_TEACHER', 'SCHEDULE_OPTIONS']
 

@@ -12,10 +12,10 @@ from typing import Any, Dict, Optional, Sequence
 import torch
 from timm.models import split_model_name_tag
 
-from ..cli import Failure, UsageError
-from .cli import CPU_COMPILE_MIN_IMAGES
-from .data import load_dataset
-from .recording import LAUNCHED_AT_ENV, launched_at
+from ...cli import Failure, UsageError
+from ..cli import CPU_COMPILE_MIN_IMAGES
+from ..data.loading import load_dataset
+from ..run.recording import LAUNCHED_AT_ENV, launched_at
 
 __all__ = ['cpu_has_bf16', 'minimal_with_mlp', 'cpu_bf16_pays', 'cpu_precision', 'default_compile', 'cpu_decision',
            'cpu_threads', 'find_data', 'run_split', 'SPLIT_STATUS_ENV', 'SPLIT_RATES_ENV']
@@ -26,7 +26,7 @@ _logger = logging.getLogger(__name__)
 def cpu_has_bf16() -> bool:
     """Whether this CPU multiplies bf16 natively (AVX512-BF16 or AMX); elsewhere bf16 autocast is emulated and slow.
     Kernels capped below those instructions (``cpu_split.kernels_capped_below_bf16``) emulate it too."""
-    from .cpu_split import kernels_capped_below_bf16
+    from .split import kernels_capped_below_bf16
     probes = ('_is_avx512_bf16_supported', '_is_amx_tile_supported')
     return not kernels_capped_below_bf16() and any(getattr(torch.cpu, name, lambda: False)() for name in probes)
 
@@ -34,7 +34,7 @@ def cpu_has_bf16() -> bool:
 def minimal_with_mlp(model: Optional[str], model_kwargs: Optional[Dict[str, Any]] = None) -> bool:
     """Whether ``model`` is a minimal transformer with an MLP (``*_mlp_*``, or ``use_mlp`` set): the family whose
     step the MLP's matmuls dominate, which the CPU defaults below treat apart. Other timm models: False."""
-    from ..models.paper import parse_arch
+    from ...models.paper import parse_arch
     try:
         mlp = parse_arch(split_model_name_tag(model or '')[0])['mlp']
     except ValueError:
@@ -85,8 +85,8 @@ def cpu_decision(args: argparse.Namespace, model: str, run_images: Optional[int]
 
     A resumed run keeps its count (and its compilation) from ``args.yaml``, on fewer cores too (said), unless
     ``explicit`` (given on this command line) asks for another; a count above the core budget is refused otherwise."""
-    from .cpu_split import SPLIT_MIN_IMAGES, Decision, core_budget, decide
-    from .data import default_cache_dir
+    from .split import SPLIT_MIN_IMAGES, Decision, core_budget, decide
+    from ..data.loading import default_cache_dir
     budget = core_budget()
     ruled = default_compile(args.compile, model, args.model_kwargs, 'cpu', run_images)
     decision = Decision(args.cpu_processes or 1, ruled, args.pad_heads is not False)
@@ -112,7 +112,7 @@ def cpu_decision(args: argparse.Namespace, model: str, run_images: Optional[int]
 def cpu_threads(given: Optional[int]) -> int:
     """The torch threads of a one-process CPU run: ``--threads`` (``given``), else OMP_NUM_THREADS where set, else
     the cores that other work leaves free at the start (``cpu_split.free_cores``)."""
-    from .cpu_split import core_budget, free_cores
+    from .split import core_budget, free_cores
     if given is not None:
         return given
     budget = core_budget()
@@ -136,7 +136,7 @@ def run_split(plan: Any, argv: Sequence[str]) -> int:
     (``cpu_split``); its exit status, the main process's (2 bad input, 3 diverged), which that process writes into a
     pipe that it alone inherits (nothing on disk outlives a launcher that is killed). A process that is killed, or
     ends without a status, is named in one line with the command that resumes the run."""
-    from .cpu_split import core_budget, run_split_processes
+    from .split import core_budget, run_split_processes
     args, processes = plan.options, plan.processes
     threads = max(1, core_budget() // processes)
     find_data(args, processes)  # a missing dataset is one line, not one per process

@@ -1,10 +1,10 @@
 """What a ``--dataset`` name means, without torch: the built-in names, timm's dataset-factory prefixes, an image
 folder, and the error for a dataset that cannot be found or read. The command-line parser reads these before
-anything is imported that trains (``timm_minimal.training.data`` loads the datasets)."""
+anything is imported that trains (``timm_minimal.training.data.loading`` loads the datasets)."""
 import os
 
-from ..cli import UsageError
-from ..models.datasets import DATASETS, SAMPLES
+from ...cli import UsageError
+from ...models.datasets import DATASETS, SAMPLES
 
 __all__ = ['BUILTIN_DATASETS', 'TIMM_FACTORY_PREFIXES', 'DatasetError', 'damaged_file', 'dataset_kind']
 
@@ -14,7 +14,7 @@ TIMM_FACTORY_PREFIXES = ('hfds/', 'hfids/', 'wds/', 'tfds/', 'torch/')
 
 class DatasetError(UsageError):
     """A dataset that cannot be found or read; the message says what was expected and where
-    (``timm_minimal.training.data`` exports it)."""
+    (``timm_minimal.training.data.loading`` exports it)."""
 
 
 def damaged_file(path: object, error: BaseException, as_what: str = '') -> DatasetError:

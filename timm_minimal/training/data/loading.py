@@ -37,10 +37,10 @@ import numpy as np
 from PIL import Image
 from torch.utils.data import Dataset, IterableDataset
 
-from ..cli import listed
-from ..models.datasets import CIFAR10_CLASSES, DATASETS, MNIST_CLASSES, SAMPLES, tag_for_kind
-from .files import missing_folders, remove_empty
-from .dataset_names import BUILTIN_DATASETS, TIMM_FACTORY_PREFIXES, DatasetError, damaged_file, dataset_kind
+from ...cli import listed
+from ...models.datasets import CIFAR10_CLASSES, DATASETS, MNIST_CLASSES, SAMPLES, tag_for_kind
+from ..run.files import missing_folders, remove_empty
+from .names import BUILTIN_DATASETS, TIMM_FACTORY_PREFIXES, DatasetError, damaged_file, dataset_kind
 from .image_archive import read_decoded, read_image_archive
 from .image_folder import EVAL_SPLIT_DIRS, FolderDataset, FolderScan, folder_classes, scan_split, stack_same_size
 
@@ -297,7 +297,7 @@ def scan_image_folder(root: Union[str, Path]) -> Tuple[List[str], str, FolderSca
 
 def load_image_folder(root: Union[str, Path], kind: str = 'folder', name: Optional[str] = None,
                       img_mode: str = 'RGB') -> ImageData:
-    """An image-folder dataset read from disk (``timm_minimal.training.image_folder``: the top-level folder of an
+    """An image-folder dataset read from disk (``timm_minimal.training.data.image_folder``: the top-level folder of an
     image is its class); classes come from ``train/``."""
     classes, eval_split, train, evald = scan_image_folder(root)
     return ImageData(
@@ -323,7 +323,7 @@ def load_image_folder_in_memory(root: Path, cache_dir: Path, name: str, kind: st
         tx, ty = _decode(train.samples, classes)
         ex, ey = _decode(evald.samples, classes)
         arrays = dict(train_images=tx, train_labels=ty, eval_images=ex, eval_labels=ey)
-        from .checkpoint import write_file_atomic
+        from ..run.checkpoint import write_file_atomic
         npz.parent.mkdir(parents=True, exist_ok=True)
         write_file_atomic(npz, lambda tmp: np.savez(tmp, **arrays), suffix='.tmp.npz')
     return _arrays_data(name, kind, arrays, list(classes), str(root), eval_split,
@@ -499,8 +499,8 @@ def check_decode_size(input_size: Sequence[int], crop_pct: float) -> None:
     """``DatasetError`` unless ``crop_pct`` is within [MIN_CROP_PCT, 1] and the size images are resized to before the
     centre crop (input size / crop_pct) is within the image limits (``check_image_size``): bounds on what every image
     of a split is decoded at, checked before the first one is."""
-    from ..models.datasets import MIN_CROP_PCT
-    from ..models.images import check_image_size
+    from ...models.datasets import MIN_CROP_PCT
+    from ...models.images import check_image_size
     if isinstance(crop_pct, bool) or not isinstance(crop_pct, (int, float)) or not MIN_CROP_PCT <= crop_pct <= 1:
         raise DatasetError(f'crop_pct must be a number from {MIN_CROP_PCT} to 1, got {crop_pct!r}.')
     h, w = (math.ceil(int(v) / crop_pct) for v in input_size[1:])

@@ -1,6 +1,6 @@
 """Batched image augmentation on the training device: one affine sampling grid per batch.
 
-The device-resident data path (``timm_minimal.training.device_data``) keeps a dataset as a uint8 tensor on
+The device-resident data path (``timm_minimal.training.data.device_data``) keeps a dataset as a uint8 tensor on
 the training device and augments whole batches there, instead of decoding and transforming every
 image on the CPU. Per sample it draws
 
@@ -26,7 +26,7 @@ from typing import Any, Dict, Sequence, Tuple
 import torch
 import torch.nn.functional as F
 
-from .seeding import mix_seed
+from ..seeding import mix_seed
 
 __all__ = ['BatchAugmentConfig', 'BatchAugment', 'epoch_uniforms', 'NUM_DRAWS']
 

@@ -36,7 +36,7 @@ from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Se
 
 import torch
 
-from ..cli import env_number, usable_cores
+from ...cli import env_number, usable_cores
 
 __all__ = ['Decision', 'SPLIT_MIN_IMAGES', 'core_budget', 'cpu_signature', 'kernel_caps',
            'kernels_capped_below_bf16', 'bare_step_rate',
@@ -137,7 +137,7 @@ def bare_step_rate(model: str, batch: int, threads: int, seconds: float, warmup:
     split's run averages them, through the store the caller serves on 127.0.0.1 (``measure``)."""
     import timm
     import torch.distributed as dist
-    from ..models.layers import set_head_padding
+    from ...models.layers import set_head_padding
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     net = timm.create_model(model, **(model_kwargs or {})).train()
@@ -228,7 +228,7 @@ def _run_probes(model: str, batch: int, processes: int, threads: int, seconds: f
     try:
         for rank in range(processes):
             group = (port, rank, processes) if port is not None else None
-            code = (f'import os; from timm_minimal.training.cpu_split import bare_step_rate; print(bare_step_rate('
+            code = (f'import os; from timm_minimal.training.cpu.split import bare_step_rate; print(bare_step_rate('
                     f'{model!r}, {max(1, batch // processes)}, {threads}, {seconds}, group={group!r}, **{step!r}), '
                     f'flush=True); os._exit(0)')  # os._exit: see NEVER_FREED
             procs.append(subprocess.Popen([sys.executable, '-c', code], stdout=subprocess.PIPE,
@@ -306,7 +306,7 @@ def _pads(model: str, model_kwargs: Optional[Dict[str, Any]], padded: Optional[b
     if padded is not None:
         return [bool(padded)]
     import timm
-    from ..models.layers import set_head_padding
+    from ...models.layers import set_head_padding
     try:
         net = timm.create_model(model, **(model_kwargs or {}))
     except Exception:  # noqa: BLE001 (bad model arguments: the run's own build names them, in one line)
@@ -400,7 +400,7 @@ def decide(model: str, batch: int, cache_dir: Path, budget: Optional[int] = None
     known[key] = dict(processes=best[0], compiled=best[1], padded=best[2], compile_given=compiled, pad_given=padded,
                       **cpu_signature(), model=model, batch=batch, budget=budget, **step, rates=labelled)
     try:
-        from .checkpoint import write_json_atomic
+        from ..run.checkpoint import write_json_atomic
         path.parent.mkdir(parents=True, exist_ok=True)
         write_json_atomic(path, known)
     except OSError:

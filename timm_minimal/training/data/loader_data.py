@@ -1,5 +1,5 @@
 """The loader data path: a ``DataLoader`` over per-image transforms (timm's), for datasets that do not fit on the
-training device; the counterpart of ``timm_minimal.training.device_data``.
+training device; the counterpart of ``timm_minimal.training.data.device_data``.
 
 Keys are ``(epoch, index)`` pairs of a seeded order (``EpochSampler``), each process takes its share of every
 global batch (``RankBatchSampler``), and the transform of a sample is seeded from (seed, epoch, index)
@@ -11,8 +11,8 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset, Sampler
 
-from ..models.images import convert_image
-from .seeding import epoch_order, mix_seed, seed_rngs
+from ...models.images import convert_image
+from ..seeding import epoch_order, mix_seed, seed_rngs
 
 __all__ = ['TransformDataset', 'EpochSampler', 'RankBatchSampler', 'LoaderDataPath']
 

@@ -144,7 +144,7 @@ def find_checkpoint(path: PathLike, name: str = 'last') -> Optional[Path]:
 
 def save_weights(state_dict: Dict[str, 'torch.Tensor'], path: PathLike, metadata: Optional[Dict[str, str]] = None) -> None:
     """A state dict as safetensors (CPU, contiguous, shared storage copied apart)."""
-    from ..models.weights_check import save_weights_file
+    from ...models.weights_check import save_weights_file
     tensors = {k: v.detach().to('cpu').contiguous().clone() for k, v in state_dict.items()}
     save_weights_file(tensors, Path(path), {'format': 'pt', **(metadata or {})})
 

@@ -7,7 +7,7 @@ A run folder holds
 - ``args.yaml``: the resolved options (what ``--resume`` reads back),
 - ``metrics.jsonl``: one JSON line per finished epoch,
 - ``curves.png``: loss, accuracy and learning rate per epoch,
-- ``checkpoints/last`` and ``checkpoints/best`` (see ``timm_minimal.training.checkpoint``),
+- ``checkpoints/last`` and ``checkpoints/best`` (see ``timm_minimal.training.run.checkpoint``),
 - ``.lock``: an OS lock held by the training process, so that two runs never write one folder.
 
 Every file is written atomically (temporary file, then rename). The trainer writes through this
@@ -21,10 +21,10 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 
 import yaml
 
-from ..cli import INT_LIMIT
+from ...cli import INT_LIMIT
 from . import checkpoint as ckpt
 from .files import LOCK_FILE, FolderLock, missing_folders, remove_empty
-from .run_record import RUN_FORMAT, RunRecord
+from .record import RUN_FORMAT, RunRecord
 
 __all__ = ['RunFolder', 'RUN_FORMAT']
 
