@@ -776,3 +776,12 @@ def test_a_resume_restores_the_random_states_the_batches_draw_from(reference, da
     assert state(out)['epoch'] == 1
     assert run_inprocess(['--resume', out]) == 0
     assert_same_run(reference, out)
+
+
+def test_another_timm_model_trains_and_its_checkpoint_records_no_vit_minimal_keywords(data, tmp_path):
+    """The trainer takes any timm model: its checkpoint holds the weights without the keywords record of a
+    vit_minimal model (the record's writer asked every model for them, and a ResNet stopped the run)."""
+    out = tmp_path / 'run'
+    assert run_inprocess(BASE + data + ['--model', 'resnet10t', '--epochs', '1', '--train-subset', '64',
+                                        '--eval-subset', '32', '--output', out]) == 0
+    assert recorded_keywords(out / 'checkpoints' / 'last' / 'model.safetensors') == {}

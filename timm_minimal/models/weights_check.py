@@ -107,8 +107,11 @@ def check_finite_weights(state_dict: Mapping[str, torch.Tensor]) -> None:
                          f'{", ..." if len(bad) > 3 else ""}: refusing to load them.')
 
 
-def weights_record(model_kwargs: Mapping[str, Any]) -> Dict[str, str]:
-    """The safetensors metadata a weights file of a model built with ``model_kwargs`` carries."""
+def weights_record(model_kwargs: Optional[Mapping[str, Any]]) -> Dict[str, str]:
+    """The safetensors metadata a weights file of a model built with ``model_kwargs`` carries; none for a model
+    that is not a ``VisionTransformerMinimal`` (None: another timm model, which has no such keywords)."""
+    if model_kwargs is None:
+        return {}
     return {RECORD_KEY: json.dumps({k: model_kwargs[k] for k in FUNCTION_KEYWORDS}, sort_keys=True)}
 
 

@@ -430,7 +430,7 @@ def _write_checkpoint(run: Run, state: TrainState, is_best: bool) -> None:
     position = dict(epoch=state.epoch, batch=state.batch, update=state.update, epochs=run.loop.epochs,
                     batches_per_epoch=run.batches_per_epoch, completed_epochs=len(state.history))
     meta = dict(model=run.model_name, epoch=str(state.epoch), batch=str(state.batch), update=str(state.update),
-                **weights_record(run.unwrapped.init_kwargs))
+                **weights_record(getattr(run.unwrapped, 'init_kwargs', None)))  # a vit_minimal model's keywords
     training_state = dict(
         optimizer=run.optimizer.state_dict(),
         scheduler=run.scheduler.state_dict() if run.scheduler is not None else None,
