@@ -1,6 +1,7 @@
 #!/usr/bin/env python
 """Give the shipped model cards (model_cards/<architecture>.<tag>.md) the template's library, tags and Usage section,
-leaving their numbers and every other line as they are; then write the README's "which model?" table from them.
+leaving their numbers and every other line as they are; then write the README's "which model?" table and its table of
+the zoo from them.
 
     python scripts/refresh_cards.py            # rewrite what differs
     python scripts/refresh_cards.py --check    # exit 1 if a card or the README's table differs

@@ -244,6 +244,12 @@ def test_the_readmes_which_model_table_is_read_from_the_cards():
     assert '| MNIST | [`vit_minimal_std_mlp_6x4.mnist`]' in table  # 99.52%, the most accurate card
     assert '[`vit_minimal_sym_6x4.mnist`](model_cards/vit_minimal_sym_6x4.mnist.md): 99.21%, 70,930 parameters |' in table
     assert '14 of the 28 architectures ship without weights' in table and '`vit_minimal_chol_6x1`' in table
+    # the zoo's table, every number from a card (the paper's column from its tables): no hand-typed row
+    from timm_minimal.tools.hub.cards import zoo_table
+    rows = zoo_table(CARDS).splitlines()[2:]
+    assert len(rows) == len(list(CARDS.glob('vit_minimal_*.md'))) == 37
+    assert '(model_cards/vit_minimal_sym_6x4.mnist.md) | MNIST | 70,930 | 200 | H100 | 99.21 | 98.24 |' in rows[-1]
+    assert rows[0].endswith('| CIFAR-10 | 70,510 | 300 | H100 | 65.82 | - |')
 
 
 @pytest.mark.slow

@@ -50,16 +50,20 @@ WITHIN_POINTS = 1.0  # the smallest checkpoint whose accuracy is this close to t
 
 
 def _card_facts(path: Path) -> dict:
-    """A shipped card's name, dataset, test accuracy (its eval result) and parameter count (its architecture table)."""
+    """A shipped card's name, dataset, test accuracy (its eval result), parameter count (its architecture table), and
+    the epochs and device of its training (its training paragraph: "N epochs on one GPU (NAME)" or "on one CPU")."""
     import re
     from huggingface_hub import ModelCard
     card = ModelCard.load(path)
     result = card.data.eval_results[0]
     params = re.search(r'^\| parameters \| ([\d,]+) \|$', card.text, re.M)
-    if params is None:
-        raise ValueError(f'{path} gives no parameter count ("| parameters | N |")')
+    training = re.search(r' training images, (\d+) epochs on one (?:GPU \((?:NVIDIA )?(\S+)[^)]*\)|CPU)', card.text)
+    if params is None or training is None:
+        raise ValueError(f'{path} gives no parameter count ("| parameters | N |") or no training paragraph '
+                         f'("N training images, E epochs on one GPU (NAME)" or "... on one CPU")')
     return dict(name=path.name[:-len('.md')], dataset=result.dataset_name, acc=float(result.metric_value),
-                params=int(params.group(1).replace(',', '')))
+                params=int(params.group(1).replace(',', '')), epochs=int(training.group(1)),
+                device=training.group(2) or 'CPU')
 
 
 def _cell(fact: dict, link_base: str) -> str:
@@ -99,8 +103,32 @@ def which_model(cards_dir: Path, link_base: str = 'model_cards') -> str:
 WHICH_MODEL_MARKERS = ('<!-- which-model: start -->\n', '<!-- which-model: end -->\n')
 
 
+ZOO_TABLE_MARKERS = ('<!-- zoo-table: start -->\n', '<!-- zoo-table: end -->\n')
+
+
+def zoo_table(cards_dir: Path, link_base: str = 'model_cards') -> str:
+    """Markdown: every shipped checkpoint with its data, parameters, epochs, device and test accuracy, read from its
+    card, and the paper's validation accuracy for the architecture on that dataset (its Tables 1 and 2)."""
+    from ...models.paper import TABLE1, TABLE2
+    from ...models.pretrained import tag_dataset
+    paper = {}
+    for row in TABLE1 + TABLE2:
+        if row.val_acc is not None:
+            paper.setdefault((row.arch, row.dataset), row.val_acc)
+    lines = ['| checkpoint (model card) | data | parameters | epochs | trained on | test acc % | paper val acc % '
+             '(500 epochs) |', '|---|---|---:|---:|---|---:|---:|']
+    for fact in (_card_facts(p) for p in sorted(Path(cards_dir).glob('vit_minimal_*.md'))):
+        arch, tag = fact['name'].split('.', 1)
+        val = paper.get((arch, tag_dataset(tag)))
+        lines.append(f'| [`{fact["name"]}`]({link_base}/{fact["name"]}.md) | {fact["dataset"]} | {fact["params"]:,} | '
+                     f'{fact["epochs"]} | {fact["device"]} | {fact["acc"]:.2f} | '
+                     f'{"-" if val is None else f"{val:.2f}"} |')
+    return '\n'.join(lines) + '\n'
+
+
 def readme_with_which_model(readme: str, cards_dir: Path) -> str:
-    """The README's text with ``which_model`` between its markers."""
-    start, end = WHICH_MODEL_MARKERS
-    a, b = readme.index(start) + len(start), readme.index(end)
-    return readme[:a] + which_model(cards_dir) + readme[b:]
+    """The README's text with ``which_model`` and ``zoo_table`` between their markers."""
+    for (start, end), table in ((WHICH_MODEL_MARKERS, which_model), (ZOO_TABLE_MARKERS, zoo_table)):
+        a, b = readme.index(start) + len(start), readme.index(end)
+        readme = readme[:a] + table(cards_dir) + readme[b:]
+    return readme
