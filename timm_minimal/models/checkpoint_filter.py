@@ -52,11 +52,11 @@ def checkpoint_filter_fn(state_dict: Dict[str, torch.Tensor], model: nn.Module) 
             elif k == 'patch_embed.proj.weight' and v.shape[-2:] != target.shape[-2:]:
                 v = resample_patch_embed(v, list(target.shape[-2:]), verbose=True)
             elif k in ('head.weight', 'head.bias', 'head_dist.weight', 'head_dist.bias'):
-                _logger.info(f'Dropping {k} {tuple(v.shape)}: the model has {model.num_classes} classes.')
+                _logger.debug(f'Dropping {k} {tuple(v.shape)}: the model has {model.num_classes} classes.')
                 continue
         out_dict[k] = v
     missing = [k for k in DISTILL_KEYS if k in model_sd and k not in out_dict]
     if missing:
-        _logger.info(f'The checkpoint has no distillation token: {", ".join(missing)} keep their initialisation.')
+        _logger.debug(f'The checkpoint has no distillation token: {", ".join(missing)} keep their initialisation.')
         out_dict.update({k: model_sd[k] for k in missing})
     return out_dict

@@ -111,7 +111,7 @@ def read_image_archive(archive: Path, cache_dir: Path) -> Tuple[Dict[str, np.nda
     npz = Path(cache_dir) / f'{stem}-{key}.npz'
     arrays = read_decoded(npz, ('classes', 'eval_split')) if npz.is_file() else None
     if arrays is None:
-        _logger.info(f'Decoding {archive} into {npz} (once)')
+        _logger.debug(f'Decoding {archive} into {npz} (once)')
         arrays = _decode(archive)
         npz.parent.mkdir(parents=True, exist_ok=True)
         write_file_atomic(npz, lambda tmp: np.savez(tmp, **arrays), suffix='.tmp.npz')
