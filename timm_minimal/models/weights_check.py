@@ -15,7 +15,7 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 import torch
 
@@ -29,10 +29,14 @@ FUNCTION_KEYWORDS = ('num_heads', 'pos_embed', 'global_pool')
 RECORD_KEY = 'timm_minimal.function_keywords'
 
 
+def _cfg_fields(pretrained_cfg: Any) -> Mapping[str, Any]:
+    """A pretrained cfg's fields: a dict's, or a ``PretrainedCfg``'s."""
+    return pretrained_cfg if isinstance(pretrained_cfg, Mapping) else getattr(pretrained_cfg, '__dict__', {})
+
+
 def weights_file(pretrained_cfg: Any) -> Optional[Path]:
     """The safetensors file a pretrained cfg of a local folder or file points to, where it exists."""
-    cfg = pretrained_cfg if isinstance(pretrained_cfg, Mapping) else getattr(pretrained_cfg, '__dict__', {})
-    file = cfg.get('file')
+    file = _cfg_fields(pretrained_cfg).get('file')
     if not file:
         return None
     path = Path(file)
@@ -45,7 +49,7 @@ def loaded_weights_file(pretrained_cfg: Any) -> Optional[Path]:
     """The safetensors file a model built from ``pretrained_cfg`` loaded: a local folder's or file's, or the Hub
     cache's copy of ``hf_hub_id``'s ``model.safetensors`` (None where there is none)."""
     path = weights_file(pretrained_cfg)
-    cfg = pretrained_cfg if isinstance(pretrained_cfg, Mapping) else getattr(pretrained_cfg, '__dict__', {})
+    cfg = _cfg_fields(pretrained_cfg)
     if path is not None or not cfg.get('hf_hub_id'):
         return path
     from huggingface_hub import try_to_load_from_cache
@@ -54,13 +58,19 @@ def loaded_weights_file(pretrained_cfg: Any) -> Optional[Path]:
     return Path(found) if isinstance(found, str) else None
 
 
-def _header(path: Path) -> Dict[str, Any]:
+def _read_header(path: Path) -> Tuple[Dict[str, Any], Dict[str, str]]:
+    """A safetensors file's header, read without the tensors: each tensor's (shape, dtype), and the metadata."""
     from safetensors import safe_open
     try:
         with safe_open(str(path), 'pt') as f:
-            return {k: (tuple(f.get_slice(k).get_shape()), f.get_slice(k).get_dtype()) for k in f.keys()}
+            tensors = {k: (tuple(f.get_slice(k).get_shape()), f.get_slice(k).get_dtype()) for k in f.keys()}
+            return tensors, dict(f.metadata() or {})
     except Exception as e:  # noqa: BLE001 (safetensors raises its own error type for a corrupt header)
         raise ValueError(f'Cannot read the weights file {path}: {e} (a truncated or corrupted safetensors file).') from e
+
+
+def _header(path: Path) -> Dict[str, Any]:
+    return _read_header(path)[0]
 
 
 def head_classes(kwargs: Mapping[str, Any]) -> Optional[int]:
@@ -133,12 +143,11 @@ def save_weights_file(tensors: Mapping[str, torch.Tensor], path: Path, metadata:
 
 def recorded_keywords(path: Path) -> Dict[str, Any]:
     """The function keywords a weights file records ({} for a file without the record)."""
-    from safetensors import safe_open
-    try:
-        with safe_open(str(path), 'pt') as f:
-            text = (f.metadata() or {}).get(RECORD_KEY)
-    except Exception as e:  # noqa: BLE001 (safetensors raises its own error type for a corrupt header)
-        raise ValueError(f'Cannot read the weights file {path}: {e} (a truncated or corrupted safetensors file).') from e
+    return _keywords_of(path, _read_header(path)[1])
+
+
+def _keywords_of(path: Path, metadata: Mapping[str, str]) -> Dict[str, Any]:
+    text = metadata.get(RECORD_KEY)
     if text is None:
         return {}
     try:
@@ -155,9 +164,10 @@ def check_recorded_keywords(path: Path, model_kwargs: Mapping[str, Any], num_cla
     """Refuse a model whose function keywords differ from those its weights file records. The pooling counts only
     where the model keeps the weights' head (``num_classes`` as many as the file's head): a new head, or none,
     learns from the pooling it is given."""
-    record = recorded_keywords(path)
+    tensors, metadata = _read_header(path)  # one read of the header: the record and the head's shape
+    record = _keywords_of(path, metadata)
     if 'global_pool' in record:
-        head = _header(path).get('head.weight', ((None,), None))[0]
+        head = tensors.get('head.weight', ((None,), None))[0]
         if not num_classes or head[0] != num_classes:
             record.pop('global_pool')
     wrong = [k for k, v in record.items() if model_kwargs.get(k) != v]
