@@ -100,14 +100,16 @@ def evaluate_split(forwards: Mapping[str, Callable[[torch.Tensor], torch.Tensor]
         raise ValueError(f'the batch size must be at least 1, got {batch_size}')
     normalize = BatchAugment(BatchAugmentConfig(), data_cfg['mean'], data_cfg['std'], torch.device(device))
     sums = {key: torch.zeros(4, dtype=torch.float64, device=device) for key in forwards}
-    confusion = {key: torch.zeros(num_classes * num_classes, dtype=torch.int64, device=device) for key in forwards}
+    confusion = {key: torch.zeros(num_classes * num_classes, dtype=torch.int64, device=device) for key in forwards
+                 if confusion_matrix}
     for i in range(0, len(data.images), batch_size):
         x = normalize(torch.from_numpy(data.images[i:i + batch_size].copy()).to(device), None)
         y = torch.from_numpy(data.labels[i:i + batch_size].copy()).to(device)
         for key, forward in forwards.items():
             logits = forward(x)
             sums[key] += eval_sums(logits, y)
-            confusion[key] += torch.bincount(y * num_classes + logits.argmax(-1), minlength=num_classes ** 2)
+            if confusion_matrix:
+                confusion[key] += torch.bincount(y * num_classes + logits.argmax(-1), minlength=num_classes ** 2)
     results = {}
     for key in forwards:
         res = eval_metrics(sums[key], num_classes=num_classes)
