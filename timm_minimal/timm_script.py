@@ -13,11 +13,10 @@ imports the installed timm and the package, keeps the checkout's folders off the
 import argparse
 import runpy
 import sys
-from importlib import metadata
 from pathlib import Path
 from typing import Optional, Sequence
 
-from timm_minimal_scripts import installed_timm_first
+from timm_minimal_scripts import installed_timm, installed_timm_first
 
 from .cli import OneLineParser, UsageError, command
 
@@ -49,7 +48,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     installed_timm_first()  # the console script did so before the package imported timm; python -m did not
     import timm
     import timm_minimal  # noqa: F401  (registers the vit_minimal architectures)
-    if Path(timm.__file__).resolve().parent != Path(metadata.distribution('timm').locate_file('timm')).resolve():
+    if Path(timm.__file__).resolve().parent != installed_timm():
         raise UsageError(f'timm was imported from {Path(timm.__file__).parent}, not the installed timm: run the '
                          f'console script {PROG}, which keeps that folder off the path before anything imports timm.')
     sys.argv = [str(script), *args.args]

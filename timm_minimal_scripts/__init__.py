@@ -76,12 +76,18 @@ def run(name: str, argv: Sequence[str]) -> int:
     return importlib.import_module(script.main).main(list(argv))
 
 
+def installed_timm():
+    """The folder of the installed ``timm`` package (a ``pathlib.Path``), found without importing it."""
+    from importlib import metadata
+    from pathlib import Path
+    return Path(metadata.distribution('timm').locate_file('timm')).resolve()
+
+
 def installed_timm_first() -> None:
     """Take off ``sys.path`` the folders that hold a ``timm`` package other than the installed one (a
     pytorch-image-models checkout's, on ``PYTHONPATH`` or as the working folder), before anything imports timm."""
-    from importlib import metadata
     from pathlib import Path
-    installed = Path(metadata.distribution('timm').locate_file('timm')).resolve()
+    installed = installed_timm()
     sys.path[:] = [entry for entry in sys.path if not (Path(entry or '.') / 'timm' / '__init__.py').is_file()
                    or (Path(entry or '.') / 'timm').resolve() == installed]
 
