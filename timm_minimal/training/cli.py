@@ -23,7 +23,7 @@ from .trackers import check_trackers, tracker_name
 # On a 2-core CPU a cold torch.compile of std_mlp_6x1 cost 27 s and made its trainer epochs 1.11x faster (the
 # median of three alternated runs, benchmarks/cpu_modes_trainer.md; 1.03x and 1.21x in single runs), which repays
 # the compilation after about 180,000 training images; the default asks about three times that, so the tests, the
-# demo and short runs stay eager (cpu_policy.default_compile).
+# demo and short runs stay eager (cpu.policy.default_compile).
 CPU_COMPILE_MIN_IMAGES = 500_000
 
 __all__ = ['UsageError', 'OneLineParser', 'DATA_PATHS', 'build_parser', 'parse_args', 'load_recipe', 'read_options_yaml',

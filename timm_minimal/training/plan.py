@@ -37,7 +37,7 @@ PLANNED = ('model', 'recipe', 'cpu', 'mixed_precision', 'compile', 'compile_mode
 @dataclass(frozen=True)
 class RunPlan:
     """What a run decided, once: read by every stage after the options are resolved."""
-    dataset_kind: str  # 'mnist', 'cifar10', 'imagenet', 'folder', ... (``dataset_names.dataset_kind``)
+    dataset_kind: str  # 'mnist', 'cifar10', 'imagenet', 'folder', ... (``data.names.dataset_kind``)
     model: str  # the full timm name; an untagged minimal transformer carries its dataset's tag
     recipe: Optional[str]  # the recipe the options started from
     device: str  # the device type the run trains on: 'cuda', 'xpu', 'mps' or 'cpu'
@@ -89,7 +89,7 @@ def planned_images(args: argparse.Namespace, kind: str) -> Optional[int]:
 
 def _precision(args: argparse.Namespace, device: str) -> str:
     """``--mixed-precision``, else accelerate's environment, else bf16 on a GPU that has it, and on the CPU where it
-    pays (``cpu_policy.cpu_precision``); 'no' elsewhere."""
+    pays (``cpu.policy.cpu_precision``); 'no' elsewhere."""
     given = args.mixed_precision or os.environ.get('ACCELERATE_MIXED_PRECISION')
     if given == 'fp16' and device == 'cpu':  # accelerate would train in fp32, saying nothing
         raise UsageError('--mixed-precision fp16 does not run on a CPU (the run would train in fp32); use bf16 or no.')

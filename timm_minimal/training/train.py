@@ -22,7 +22,7 @@ transforms. On a CUDA GPU the model is compiled (``torch.compile``) and runs in 
 default, AdamW is the fused kernel, and the step never waits for the host: losses, accuracies and
 the non-finite check stay on the device until the loop synchronises anyway. On the CPU the models with
 an MLP run in bf16 autocast where the CPU has native bf16 (fp32 otherwise) and are compiled in runs long enough
-to repay it; the others run eager in fp32 (``cpu_policy`` decides, with the threads and processes of a CPU run;
+to repay it; the others run eager in fp32 (``cpu.policy`` decides, with the threads and processes of a CPU run;
 ``benchmarks/cpu_modes.md`` measures each mode).
 
 The run folder (``--output``) holds ``run.json``, ``args.yaml``, ``metrics.jsonl`` (one line per
@@ -395,7 +395,7 @@ def _train(run: Run, state: TrainState, info: Dict[str, Any], last_dir: Optional
         _say('\n'.join(closing_lines(run, summary)))
     acc.wait_for_everyone()
     acc.end_training()
-    if os.environ.get(SPLIT_STATUS_ENV):  # a split run's process: freeing its DDP model can hang (cpu_split.NEVER_FREED)
+    if os.environ.get(SPLIT_STATUS_ENV):  # a split run's process: freeing its DDP model can hang (cpu.split.NEVER_FREED)
         from .cpu.split import NEVER_FREED
         NEVER_FREED.append(run)
     if status == 'diverged':

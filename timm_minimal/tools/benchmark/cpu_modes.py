@@ -191,7 +191,7 @@ def run(models: Sequence[str], batch_size: int, modes: Sequence[str], jobs: int,
             r['jobs'] = {mode: measure_jobs(model, mode, jobs, batch_size, steps, warmup, repeats)
                          for mode in jobs_modes}
         if trainer_data_dir:
-            # the process split a full run takes by default (cpu_split.decide, measured here once); the short runs
+            # the process split a full run takes by default (cpu.split.decide, measured here once); the short runs
             # below would stay one process, so it is passed to them
             from ...training.cpu.split import decide
             from ...training.data.loading import default_cache_dir

@@ -1,5 +1,5 @@
 """How a run trains on the CPU: bf16 where it pays, compilation for a long enough run, the threads of one process
-and the processes of a split (``cpu_split`` measures and launches them). The rules live here; ``plan.resolve_plan``
+and the processes of a split (``cpu.split`` measures and launches them). The rules live here; ``plan.resolve_plan``
 applies them once per run, and ``args.yaml`` keeps the process count and the threads, so a resumed run keeps them."""
 import argparse
 import json
@@ -25,7 +25,7 @@ _logger = logging.getLogger(__name__)
 
 def cpu_has_bf16() -> bool:
     """Whether this CPU multiplies bf16 natively (AVX512-BF16 or AMX); elsewhere bf16 autocast is emulated and slow.
-    Kernels capped below those instructions (``cpu_split.kernels_capped_below_bf16``) emulate it too."""
+    Kernels capped below those instructions (``cpu.split.kernels_capped_below_bf16``) emulate it too."""
     from .split import kernels_capped_below_bf16
     probes = ('_is_avx512_bf16_supported', '_is_amx_tile_supported')
     return not kernels_capped_below_bf16() and any(getattr(torch.cpu, name, lambda: False)() for name in probes)
@@ -72,12 +72,12 @@ def default_compile(given: Optional[bool], model: str, model_kwargs: Optional[Di
 
 
 def cpu_decision(args: argparse.Namespace, model: str, run_images: Optional[int], bf16: bool, explicit: bool = True):
-    """How a CPU run of ``model`` trains (a ``cpu_split.Decision``: processes, compiled, padded).
+    """How a CPU run of ``model`` trains (a ``cpu.split.Decision``: processes, compiled, padded).
 
     - ``--cpu-processes`` where set; compilation then follows ``--compile`` or the rule of ``default_compile``.
     - A short run (under ``SPLIT_MIN_IMAGES`` training images: the tests and the demo among them), a machine of
       one core and a batch that the cores do not divide pay no probe: one process, compiled by the same rule.
-    - Else what ``cpu_split.decide`` measured here on the run's own step (its model kwargs, ``bf16`` autocast): one
+    - Else what ``cpu.split.decide`` measured here on the run's own step (its model kwargs, ``bf16`` autocast): one
       process or one per core, each eager and compiled unless ``--compile``/``--no-compile`` chose, the eager ones
       with the heads padded and not unless ``--pad-heads``/``--no-pad-heads`` chose.
 
@@ -111,7 +111,7 @@ def cpu_decision(args: argparse.Namespace, model: str, run_images: Optional[int]
 
 def cpu_threads(given: Optional[int]) -> int:
     """The torch threads of a one-process CPU run: ``--threads`` (``given``), else OMP_NUM_THREADS where set, else
-    the cores that other work leaves free at the start (``cpu_split.free_cores``)."""
+    the cores that other work leaves free at the start (``cpu.split.free_cores``)."""
     from .split import core_budget, free_cores
     if given is not None:
         return given
@@ -125,7 +125,7 @@ def cpu_threads(given: Optional[int]) -> int:
 
 def find_data(args: argparse.Namespace, processes: int = 1) -> None:
     """Finds the run's data (downloads, extracts them) in the launching process, before what is slow to start: the
-    probe of a CPU split (``cpu_split.decide``) and its processes. A missing dataset is then named at once."""
+    probe of a CPU split (``cpu.split.decide``) and its processes. A missing dataset is then named at once."""
     load_dataset(args.dataset, args.data_dir, download=not args.no_download, cache_dir=args.cache_dir,
                  train_split=args.train_split, eval_split=args.val_split, num_classes=args.num_classes, seed=args.seed,
                  batch_size=args.batch_size // processes, download_hint='drop --no-download')
@@ -133,7 +133,7 @@ def find_data(args: argparse.Namespace, processes: int = 1) -> None:
 
 def run_split(plan: Any, argv: Sequence[str]) -> int:
     """The run of ``plan`` (a ``plan.RunPlan``) as ``plan.processes`` processes of ``cores / processes`` threads each
-    (``cpu_split``); its exit status, the main process's (2 bad input, 3 diverged), which that process writes into a
+    (``cpu.split``); its exit status, the main process's (2 bad input, 3 diverged), which that process writes into a
     pipe that it alone inherits (nothing on disk outlives a launcher that is killed). A process that is killed, or
     ends without a status, is named in one line with the command that resumes the run."""
     from .split import core_budget, run_split_processes
