@@ -17,6 +17,7 @@ import yaml
 from timm_minimal.cli import UsageError
 from timm_minimal.training.cpu import split as cpu_split
 from timm_minimal.training import train as train_mod
+from timm_minimal.training.cli import Provenance
 from timm_minimal.training.plan import PLANNED, resolve_plan
 
 from trainer_runs import DDP_ARGS, metrics, run_inprocess, run_subprocess, weights
@@ -284,7 +285,7 @@ def test_a_decision_kept_from_another_kind_of_probe_is_measured_again(monkeypatc
 def _plan(argv, explicit=None, **kwargs):
     args, provenance = train_mod.parse_args(argv)
     if explicit is not None:
-        provenance['explicit'] = explicit
+        provenance = dataclasses.replace(provenance, explicit=tuple(explicit))
     return resolve_plan(args, provenance, **kwargs)
 
 
@@ -327,9 +328,10 @@ def test_the_plan_is_resolved_once_and_the_options_no_longer_hold_it(monkeypatch
     plan = _plan(['--model', 'vit_minimal_sym_6x4', '--dataset', 'mnist', '--cpu', '--epochs', '1'])
     assert plan.model == 'vit_minimal_sym_6x4.mnist' and plan.dataset_kind == 'mnist' and plan.device == 'cpu'
     assert plan.recipe == 'mnist_cpu' and plan.compile is False and plan.threads == 1
-    for name in PLANNED:
-        with pytest.raises(AttributeError):
-            getattr(plan.options, name)
+    for group in dataclasses.fields(plan.options):
+        for name in PLANNED:
+            with pytest.raises(AttributeError):
+                getattr(getattr(plan.options, group.name), name)
     saved = plan.saved_options()
     assert saved['model'] == 'vit_minimal_sym_6x4' and saved['threads'] == 1 and 'resume' not in saved
     with pytest.raises(dataclasses.FrozenInstanceError):
@@ -369,12 +371,12 @@ def test_more_processes_than_cores_are_refused_unless_a_resume_kept_them(monkeyp
     args, _ = train_mod.parse_args(['--model', 'vit_minimal_sym_6x4', '--dataset', 'cifar10', '--cpu',
                                     '--cpu-processes', '3', '--batch-size', '255'])  # a batch the 3 divide
     with pytest.raises(UsageError, match='--cpu-processes 3 is more than the 2 core'):
-        resolve_plan(args, dict(explicit=['cpu_processes']))
+        resolve_plan(args, Provenance(explicit=('cpu_processes',)))
     args.resume = 'run'  # the count came from the resumed run's args.yaml: said, and kept (the same training)
-    assert resolve_plan(args, dict(explicit=[])).processes == 3
+    assert resolve_plan(args, Provenance()).processes == 3
     assert 'they share them (slower, the same training)' in capsys.readouterr().out
     with pytest.raises(UsageError):  # asked for on this command line: refused
-        resolve_plan(args, dict(explicit=['cpu_processes']))
+        resolve_plan(args, Provenance(explicit=('cpu_processes',)))
 
 
 @pytest.mark.slow
@@ -507,7 +509,7 @@ def test_a_splits_processes_count_elapsed_time_from_their_launcher(monkeypatch):
     """The split's processes get what the launcher measured and when it started: ``elapsed`` in metrics.jsonl and
     the time to a target then include the measurement and the launcher's start-up."""
     from timm_minimal.training.cpu import policy as cpu_policy
-    from timm_minimal.training.run import recording
+    from timm_minimal.training.run import clock as recording
     monkeypatch.setattr(cpu_split, 'decide', lambda *a, **k: cpu_split.Decision(2, False, rates={'2 x 1': 900.0}))
     monkeypatch.setattr(cpu_split, 'core_budget', lambda: 2)
     plan = _plan(['--model', 'vit_minimal_sym_6x4', '--dataset', 'mnist-sample', '--epochs', '30', '--cpu'])

@@ -12,6 +12,7 @@ import timm_minimal  # noqa: F401
 from timm_minimal.models.layers import ATTENTION_LAYERS, MimeticInit
 from timm_minimal.training import train as train_mod
 from timm_minimal.training.distill import build_distillation, build_teacher
+from timm_minimal.training.options import DistillationOptions
 
 from trainer_runs import BASE, assert_same_run, run_inprocess, run_killed, weights
 
@@ -81,12 +82,19 @@ def test_mimetic_changes_only_the_starting_point():
         timm.create_model('vit_minimal_sym_6x4', weight_init='jax')
 
 
+def _options(distill_type, temperature=1.0, weight=None, task_weight=None):
+    return DistillationOptions(teacher='vit_minimal_std_mlp_6x1.mnist', teacher_labels_by_order=False,
+                               distill_type=distill_type, distill_temperature=temperature, distill_weight=weight,
+                               distill_task_weight=task_weight)
+
+
 def _task(distill_type, weight=None, task_weight=None, temperature=2.0, **student_kwargs):
     torch.manual_seed(0)
     student = timm.create_model('vit_minimal_sym_6x1.mnist', depth=1, **student_kwargs)
     teacher = build_teacher('vit_minimal_std_mlp_6x1.mnist', 10, (1, 28, 28), torch.device('cpu'))
-    task = build_distillation(student, teacher, torch.nn.CrossEntropyLoss(), distill_type, temperature, weight,
-                              task_weight, (0.1307,), (0.3081,), torch.device('cpu'))
+    task = build_distillation(student, teacher, torch.nn.CrossEntropyLoss(), _options(distill_type, temperature, weight,
+                                                                                      task_weight),
+                              (0.1307,), (0.3081,), torch.device('cpu'))
     return student, teacher, task
 
 
@@ -113,8 +121,8 @@ def test_every_tensor_of_the_task_sits_on_the_training_device(distill_type):
     device = torch.device('meta')
     student = timm.create_model('vit_minimal_sym_6x1.mnist', depth=1, device=device)
     teacher = build_teacher('vit_minimal_std_mlp_6x1.mnist', 10, (1, 28, 28), device)
-    task = build_distillation(student, teacher, torch.nn.CrossEntropyLoss(), distill_type, 1.0, None, None,
-                              (0.1307,), (0.3081,), device)
+    task = build_distillation(student, teacher, torch.nn.CrossEntropyLoss(), _options(distill_type), (0.1307,),
+                              (0.3081,), device)
     tensors = [*task.buffers(), *task.parameters()]
     assert len(tensors) > 4 and {t.device for t in tensors} == {device}
 

@@ -24,6 +24,7 @@ from safetensors.torch import load_file
 from timm_minimal.models.weights_check import recorded_keywords
 from timm_minimal.training import train as train_mod
 from timm_minimal.training.cpu import policy as cpu_policy
+from timm_minimal.training.cli import Provenance
 from timm_minimal.training.plan import resolve_plan
 
 torch.set_num_threads(1)
@@ -145,11 +146,10 @@ def test_diverging_run_stops_with_clear_message_and_keeps_last_good_checkpoint(d
     (5, [], 'Try a lower --lr, --clip-grad 1.0'),
 ])
 def test_a_divergence_names_the_option_most_likely_to_have_caused_it(update, explicit, expected):
-    args = argparse.Namespace(lr=0.1, smoothing=0.1, distill_weight=None, distill_task_weight=None,
-                              distill_temperature=1.0)
-    provenance = dict(explicit=explicit, recipe_values=dict(lr=0.005))
+    values = dict(lr=0.1, smoothing=0.1, distill_weight=None, distill_task_weight=None, distill_temperature=1.0)
+    provenance = Provenance(explicit=tuple(explicit), recipe_values=dict(lr=0.005))
     from timm_minimal.training.engine import divergence_advice
-    assert expected in divergence_advice(args, provenance, update, compiled=False)
+    assert expected in divergence_advice(values, provenance, update, compiled=False)
 
 
 def free_port():
@@ -433,14 +433,14 @@ def test_the_cpu_cifar10_recipe_starts_a_minimal_transformer_mimetic_and_leaves_
 
 def test_weight_init_builds_the_model_from_that_start_and_records_it_and_model_kwargs_win(data, tmp_path):
     import timm
-    from types import SimpleNamespace
     argv = [str(a) for a in DDP_ARGS + data] + ['--weight-init', 'mimetic']
 
     def built(*extra):
         args, provenance = train_mod.parse_args(argv + list(extra) + ['--output', str(tmp_path / 'built')])
-        return train_mod.build_model(resolve_plan(args, provenance, split=False), SimpleNamespace(num_classes=10))
+        plan = resolve_plan(args, provenance, split=False)
+        return (plan.model, *train_mod.build_model(plan.model, plan.options.model, 10, plan.options.run.seed))
 
-    model, name, kwargs = built()
+    name, model, kwargs = built()
     assert kwargs == {'depth': 1, 'weight_init': 'mimetic'}
     torch.manual_seed(0)
     reference = timm.create_model(name, num_classes=10, depth=1, weight_init='mimetic')

@@ -213,7 +213,7 @@ def number(kind: type = int, low: Optional[float] = None, high: Optional[float] 
                                              + f', got {_shown(text)}')
         return value
     parse.__name__ = kind.__name__  # argparse names the type in its own messages
-    parse.wanted = wanted
+    parse.wanted, parse.kind = wanted, kind
     return parse
 
 

@@ -121,7 +121,8 @@ def train_model(model: str, output: str, epochs: Optional[int]) -> Dict[str, Any
             '--cpu-processes', '1'] + (['--epochs', str(epochs)] if epochs else [])
     args, provenance = parse_args(argv)
     log = io.StringIO()
-    progress = _Progress(args.epochs * count_batches(args, _sample_data())[1], f'training {model}')
+    updates = count_batches(args, args.grad_accum_steps, _sample_data())[1]
+    progress = _Progress(args.epochs * updates, f'training {model}')
     try:
         with contextlib.redirect_stdout(log):
             return train(args, provenance, argv, progress)

@@ -7,9 +7,10 @@ are option names and whose values have the option's type.
 """
 import argparse
 import sys
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import yaml
 
@@ -26,8 +27,9 @@ from .trackers import check_trackers, tracker_name
 # demo and short runs stay eager (cpu.policy.default_compile).
 CPU_COMPILE_MIN_IMAGES = 500_000
 
-__all__ = ['UsageError', 'OneLineParser', 'DATA_PATHS', 'build_parser', 'parse_args', 'load_recipe', 'read_options_yaml',
-           'check_option_types', 'recipe_for', 'help_parser', 'training_device', 'check_numbers', 'check_model_kwargs']
+__all__ = ['UsageError', 'OneLineParser', 'DATA_PATHS', 'Provenance', 'build_parser', 'parse_args', 'load_recipe',
+           'read_options_yaml', 'check_option_types', 'option_groups', 'recipe_for', 'help_parser', 'training_device',
+           'check_numbers', 'check_model_kwargs']
 
 DATA_PATHS = ('auto', 'device', 'loader')
 DESCRIPTION = ('Train a minimal transformer (or any timm model) with accelerate, on one CPU, one GPU or several: MNIST, '
@@ -86,14 +88,8 @@ def build_parser(suppress: bool = False) -> argparse.ArgumentParser:
     def d(value: Any) -> Dict[str, Any]:  # a default, unless suppressed
         return {} if suppress else {'default': value}
 
-    _run_options(p.add_argument_group('run'), d)
-    _model_options(p.add_argument_group('model'), d)
-    _distillation_options(p.add_argument_group(
-        'distillation (timm.task: the teacher sees the same augmented batch, in eval mode)'), d)
-    _optimisation_options(p.add_argument_group('optimisation'), d)
-    _data_path_options(p.add_argument_group('data path'), d)
-    _augmentation_options(p.add_argument_group('augmentation'), d)
-    _system_options(p.add_argument_group('system'), d)
+    for _, title, add in _GROUPS:
+        add(p.add_argument_group(title), d)
     if not suppress:  # the training keys: the default recipe (the one for image folders) is their home
         p.set_defaults(**load_recipe('default'))
     for action in p._actions:  # argparse prints no default for an option without help text
@@ -272,6 +268,25 @@ def _system_options(g: argparse._ArgumentGroup, d: _DefaultOf) -> None:
                         'machine and model, for runs of 500,000 training images or more; 1 otherwise)')
 
 
+# the parser's argument groups: (key, title, what adds its options); ``options`` makes one typed class of each
+_GROUPS = (
+    ('run', 'run', _run_options),
+    ('model', 'model', _model_options),
+    ('distillation', 'distillation (timm.task: the teacher sees the same augmented batch, in eval mode)',
+     _distillation_options),
+    ('optimisation', 'optimisation', _optimisation_options),
+    ('data_path', 'data path', _data_path_options),
+    ('augmentation', 'augmentation', _augmentation_options),
+    ('system', 'system', _system_options),
+)
+
+
+def option_groups(parser: argparse.ArgumentParser) -> Dict[str, List[argparse.Action]]:
+    """The actions of each of ``build_parser``'s argument groups, by the group's key ('run', 'model', ...)."""
+    keys = {title: key for key, title, _ in _GROUPS}
+    return {keys[g.title]: list(g._group_actions) for g in parser._action_groups if g.title in keys}
+
+
 def load_recipe(name_or_path: str) -> Dict[str, Any]:
     """A recipe by name (shipped in timm_minimal/recipes) or from a YAML file."""
     path = Path(name_or_path)
@@ -388,10 +403,18 @@ def _cannot_resume(run_dir: Path) -> str:
             f'--resume takes the --output folder of an earlier run.')
 
 
-def parse_args(argv: Optional[Sequence[str]] = None) -> Tuple[argparse.Namespace, Dict[str, Any]]:
+@dataclass(frozen=True)
+class Provenance:
+    """Where a run's options came from: its recipe, the recipe's values, and the options given on the command line."""
+    recipe: Optional[str] = None
+    recipe_values: Dict[str, Any] = field(default_factory=dict)
+    explicit: Tuple[str, ...] = ()
+
+
+def parse_args(argv: Optional[Sequence[str]] = None) -> Tuple[argparse.Namespace, Provenance]:
     """Resolve the options: defaults < recipe < the resumed run's args.yaml < command line.
 
-    Returns the options and a dict describing where they came from (recipe name and values).
+    Returns the options and where they came from (``Provenance``).
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     if '-h' in argv or '--help' in argv:
@@ -428,7 +451,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> Tuple[argparse.Namespace
     args = argparse.Namespace(**resolved)
     if args.log_with:
         check_trackers(args.log_with)
-    return args, dict(recipe=recipe_name, recipe_values=recipe, explicit=sorted(explicit))
+    return args, Provenance(recipe=recipe_name, recipe_values=recipe, explicit=tuple(sorted(explicit)))
 
 
 def _resumed_options(parser: argparse.ArgumentParser, explicit: Dict[str, Any]) -> Dict[str, Any]:

@@ -28,6 +28,7 @@ from ..cli import UsageError, listed
 from .cli import TOKEN_DISTILL_TYPES
 from .cpu.policy import cpu_bf16_pays
 from .engine import Run, evaluate, say
+from .options import DistillationOptions
 
 __all__ = ['TeacherInfo', 'HardLogitDistillation', 'build_teacher', 'build_distillation', 'check_teacher_labels']
 
@@ -152,17 +153,17 @@ def build_teacher(name: str, num_classes: int, input_size: Sequence[int], device
     return Bf16Teacher(model, device.type).eval() if bf16 else model
 
 
-def build_distillation(student: nn.Module, teacher: nn.Module, criterion: nn.Module, distill_type: str,
-                       temperature: float, distill_weight: float, task_weight: float, mean: Sequence[float],
-                       std: Sequence[float], device: torch.device) -> nn.Module:
+def build_distillation(student: nn.Module, teacher: nn.Module, criterion: nn.Module, opts: DistillationOptions,
+                       mean: Sequence[float], std: Sequence[float], device: torch.device) -> nn.Module:
     """timm's ``LogitDistillationTask`` (or ``HardLogitDistillation``, or ``TokenDistillationTask``) over
-    ``student``; called with (input, target) it returns ``loss`` and ``output``. ``mean`` and ``std``: how the
-    student's batch is normalised."""
+    ``student``, as the distillation options ask; called with (input, target) it returns ``loss`` and ``output``.
+    ``mean`` and ``std``: how the student's batch is normalised."""
     from timm.task import DistillationTeacher, LogitDistillationTask, TokenDistillationTask
+    distill_type, distill_weight, task_weight = opts.distill_type, opts.distill_weight, opts.distill_task_weight
     # the teacher's normalisation buffers go where the run trains (timm's wrapper makes them on the CPU otherwise)
     teacher = DistillationTeacher(teacher, device=device)
     weights = dict(criterion=criterion, distill_loss_weight=distill_weight, task_loss_weight=task_weight,
-                   temperature=temperature, device=device, verbose=False)
+                   temperature=opts.distill_temperature, device=device, verbose=False)
     if distill_type in TOKEN_DISTILL_TYPES:
         try:
             task = TokenDistillationTask(student, teacher, distill_type='hard' if distill_type == 'hard-token'
@@ -188,13 +189,14 @@ def teacher_info(run: Run, distill: nn.Module, name: str, teacher: nn.Module) ->
     """What the run records of its teacher, with the teacher's accuracy on the run's evaluation split."""
     task = getattr(distill, 'task', distill)
     acc = evaluate(run, teacher)['acc']
-    say(f'Teacher {name}: {acc:.2f}% on the evaluation split; {run.args.distill_type} distillation, weights task '
+    opts = run.options.distillation
+    say(f'Teacher {name}: {acc:.2f}% on the evaluation split; {opts.distill_type} distillation, weights task '
         f'{task.task_loss_weight:g} / distillation {task.distill_loss_weight:g}, temperature {task.temperature:g}.')
     return TeacherInfo(name=name, precision='bf16' if isinstance(teacher, Bf16Teacher) else 'fp32',
-                       distill_type=run.args.distill_type, temperature=task.temperature,
+                       distill_type=opts.distill_type, temperature=task.temperature,
                        distill_weight=task.distill_loss_weight, task_weight=task.task_loss_weight,
                        num_params=sum(p.numel() for p in teacher.parameters()), test_acc=acc,
-                       labels_by_order=run.args.teacher_labels_by_order).to_dict()
+                       labels_by_order=opts.teacher_labels_by_order).to_dict()
 
 
 def teacher_bf16(name: str, accelerator: Any) -> bool:

@@ -6,7 +6,6 @@ epoch. The step waits for the host nowhere: losses and accuracies add up on the 
 non-finite loss or gradient norm is recorded on the device by ``FiniteGuard`` and read at the
 synchronisations the loop has anyway (log lines, checkpoints, epoch ends).
 """
-import argparse
 import hashlib
 import json
 import logging
@@ -25,6 +24,9 @@ import torch.nn.functional as F
 from ..models.weights_check import weights_record
 from ..cli import EXIT_DIVERGED, Failure
 from .run import checkpoint as ckpt
+from .cli import Provenance
+from .options import Options
+from .plan import RunPlan
 from .seeding import mix_seed, seed_rngs
 from .run.folder import RunFolder
 
@@ -56,21 +58,21 @@ class Diverged(Failure):
 _LOSS_OPTIONS = ('distill_weight', 'distill_task_weight', 'distill_temperature', 'smoothing')
 
 
-def divergence_advice(args: argparse.Namespace, provenance: Dict[str, Any], update: Optional[int],
-                      compiled: bool) -> str:
+def divergence_advice(values: Dict[str, Any], provenance: Provenance, update: Optional[int], compiled: bool) -> str:
     """What to change after a divergence, the option most likely to have caused it first: in the first update no
     weight has moved yet, so the loss options given are to blame, not the learning rate; later, a --lr above the
-    recipe's, then the loss options given, then the usual remedies."""
-    given = [f'--{k.replace("_", "-")} {getattr(args, k):g}' for k in _LOSS_OPTIONS
-             if k in provenance.get('explicit', ()) and getattr(args, k) is not None]
+    recipe's, then the loss options given, then the usual remedies. ``values``: the run's options by name
+    (``options.Options.values``)."""
+    given = [f'--{k.replace("_", "-")} {values[k]:g}' for k in _LOSS_OPTIONS
+             if k in provenance.explicit and values[k] is not None]
     if update == 1:
         return ('It happened in the first update, before the learning rate had moved a weight: the loss itself was '
                 'not finite. ' + (f'Check the options that scale it: {", ".join(given)}.' if given else
                                   'Check the data (non-finite pixels) and --mixed-precision no.'))
-    recipe_lr = (provenance.get('recipe_values') or {}).get('lr')
+    recipe_lr = provenance.recipe_values.get('lr')
     first = []
-    if recipe_lr and 'lr' in provenance.get('explicit', ()) and args.lr > recipe_lr:
-        first.append(f'--lr {args.lr:g} is above the recipe\'s {recipe_lr:g}: try the recipe\'s')
+    if recipe_lr and 'lr' in provenance.explicit and values['lr'] > recipe_lr:
+        first.append(f'--lr {values["lr"]:g} is above the recipe\'s {recipe_lr:g}: try the recipe\'s')
     if given:
         first.append(f'check the options that scale the loss: {", ".join(given)}')
     usual = ('try a lower --lr, --clip-grad 1.0, a longer --warmup-epochs, or --mixed-precision no'
@@ -156,7 +158,7 @@ class FiniteGuard:
 
 @dataclass(frozen=True)
 class LoopConfig:
-    """The options the training loop reads (from the resolved command line)."""
+    """The options the training loop reads (of the run's and the optimisation's groups)."""
     epochs: int
     batch_size: int
     grad_accum_steps: int
@@ -168,15 +170,15 @@ class LoopConfig:
     no_progress: bool
 
     @classmethod
-    def from_args(cls, args: Any) -> 'LoopConfig':
-        return cls(**{f.name: getattr(args, f.name) for f in fields(cls)})
+    def from_options(cls, options: Options) -> 'LoopConfig':
+        values = options.values()
+        return cls(**{f.name: values[f.name] for f in fields(cls)})
 
 
 @dataclass
 class Run:
     """What the loop needs: built once by ``timm_minimal.training.train``."""
-    args: Any  # the resolved options less what the plan decided (``plan.RunPlan.options``): the record, resuming
-    plan: Any  # the run's ``plan.RunPlan``
+    plan: RunPlan  # what the run decided, and its options (``plan.options``: one typed group per stage)
     loop: LoopConfig
     accelerator: Any
     model: nn.Module  # prepared (DDP) and possibly compiled: the training forward
@@ -197,6 +199,10 @@ class Run:
     compile_checked: bool = False  # the first step ran: later errors are the model's, not the compiler's
     guard: Optional[FiniteGuard] = None
     saves: int = 0
+
+    @property
+    def options(self) -> Options:
+        return self.plan.options
 
     @property
     def device(self) -> torch.device:

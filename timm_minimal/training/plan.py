@@ -3,13 +3,13 @@ stage reads.
 
 The options come from ``cli.parse_args`` (defaults < recipe < a resumed run's ``args.yaml`` < command line).
 ``resolve_plan`` then decides, once and in this order: the dataset kind; the model's full name (an untagged minimal
-transformer takes its dataset's tag); the recipe; the device; the precision; compilation and its mode; the head
-padding; and, on the CPU, the processes and the threads. The stages after it (the accelerator, the model, the loop,
-the run record) read the plan, as transformers' modules read one config. The options they get with it
-(``RunPlan.options``) no longer hold the fields the plan decided, so a stage that reads one of those from the
-Namespace fails at once (``AttributeError``) instead of reading an undecided value. ``args.yaml`` records the
-options as given, with the process count, the threads, the compilation and the padding decided here, so a resumed
-run keeps them.
+transformer takes its dataset's tag); the device; the recipe (the one ``cli.parse_args`` chose for that device); the
+precision; compilation and its mode; the head padding; and, on the CPU, the processes and the threads. The stages
+after it (the accelerator, the model, the loop, the run record) read the plan, as transformers' modules read one
+config, and each takes the typed option groups it reads (``RunPlan.options``, ``options.Options``). Those groups do not
+hold the options the plan decided (``options.PLANNED``), so no stage can read an undecided value. ``args.yaml``
+records the options as given, with the process count, the threads, the compilation and the padding decided here, so
+a resumed run keeps them.
 """
 import argparse
 import json
@@ -23,15 +23,12 @@ from timm.models import split_model_name_tag
 from ..cli import UsageError, env_number
 from ..models.datasets import dataset_for_kind, tag_for_kind
 from ..models.paper import is_minimal
-from .cli import check_model_kwargs, check_numbers, training_device
+from .cli import Provenance, check_model_kwargs, check_numbers, training_device
 from .cpu.policy import SPLIT_RATES_ENV, cpu_decision, cpu_precision, cpu_threads, default_compile
 from .data.names import dataset_kind
+from .options import PLANNED, Options, PlannedOptions, RunOptions, group_of
 
 __all__ = ['RunPlan', 'PLANNED', 'resolve_plan', 'resolve_model_name', 'planned_images']
-
-# The options the plan decides; the stages after it read them from the plan alone.
-PLANNED = ('model', 'recipe', 'cpu', 'mixed_precision', 'compile', 'compile_mode', 'pad_heads', 'cpu_processes',
-           'threads')
 
 
 @dataclass(frozen=True)
@@ -48,18 +45,19 @@ class RunPlan:
     processes: Optional[int]  # the CPU split's process count as args.yaml keeps it; None where none was decided
     starts_split: bool  # this command starts ``processes`` processes of the run itself (the CPU split)
     threads: Optional[int]  # torch threads of this process; None: it keeps what it was given (a launched group)
-    options: argparse.Namespace = field(repr=False)  # the other options, without the ones the plan decided
-    given: Dict[str, Any] = field(repr=False, default_factory=dict)  # the planned options as they were given
+    options: Options = field(repr=False)  # the other options, one typed group per stage
+    given: PlannedOptions = field(repr=False)  # the planned options as they were given
+    provenance: Provenance = field(repr=False, default_factory=Provenance)  # where the options came from
     cpu_rates: Optional[Dict[str, float]] = None  # what the CPU decision measured per candidate (img/s), if it did
 
     def saved_options(self) -> Dict[str, Any]:
         """The run's options for ``args.yaml``: as given, with what the CPU decision chose (the process count, the
         compilation, the head padding) and the threads, so that a resume trains the same way."""
-        saved = {**vars(self.options), **self.given, 'cpu_processes': self.processes, 'threads': self.threads}
+        saved = {**self.options.values(), **self.given.values(), 'cpu_processes': self.processes,
+                 'threads': self.threads}
         if self.processes is not None:  # the CPU decision may have measured the compilation and the padding too
             saved.update(compile=self.compile, pad_heads=self.pad_heads)
-        for key in ('resume', 'quiet', 'verbose'):  # how this launch talks is not the run's
-            saved.pop(key, None)
+        saved.pop('resume')  # how this launch started is not the run's
         return saved
 
 
@@ -77,27 +75,27 @@ def resolve_model_name(name: str, kind: str) -> str:
     return f'{arch}.{tag}' if tag else arch
 
 
-def planned_images(args: argparse.Namespace, kind: str) -> Optional[int]:
+def planned_images(run: RunOptions, kind: str) -> Optional[int]:
     """The training images the run will see (epochs x images per epoch) from the dataset's facts, capped by
     ``--train-subset``; None for a dataset whose size is known only once it is read (image folders, timm
     datasets), which the length-based defaults below then treat as short."""
     info = dataset_for_kind(kind)
     if info is None:
         return None
-    return args.epochs * min(args.train_subset or info.train_samples, info.train_samples)
+    return run.epochs * min(run.train_subset or info.train_samples, info.train_samples)
 
 
-def _precision(args: argparse.Namespace, device: str) -> str:
+def _precision(given: PlannedOptions, model_kwargs: Dict[str, Any], device: str) -> str:
     """``--mixed-precision``, else accelerate's environment, else bf16 on a GPU that has it, and on the CPU where it
     pays (``cpu.policy.cpu_precision``); 'no' elsewhere."""
-    given = args.mixed_precision or os.environ.get('ACCELERATE_MIXED_PRECISION')
-    if given == 'fp16' and device == 'cpu':  # accelerate would train in fp32, saying nothing
+    asked = given.mixed_precision or os.environ.get('ACCELERATE_MIXED_PRECISION')
+    if asked == 'fp16' and device == 'cpu':  # accelerate would train in fp32, saying nothing
         raise UsageError('--mixed-precision fp16 does not run on a CPU (the run would train in fp32); use bf16 or no.')
-    if given:
-        return given
+    if asked:
+        return asked
     if device == 'cuda':
         return 'bf16' if torch.cuda.is_bf16_supported() else 'no'
-    return cpu_precision(args.model, args.model_kwargs) if device == 'cpu' else 'no'
+    return cpu_precision(given.model, model_kwargs) if device == 'cpu' else 'no'
 
 
 def _split_rates() -> Optional[Dict[str, float]]:
@@ -111,32 +109,31 @@ def _split_rates() -> Optional[Dict[str, float]]:
     return rates if ok else None
 
 
-def resolve_plan(args: argparse.Namespace, provenance: Optional[Dict[str, Any]] = None,
-                 split: bool = True) -> RunPlan:
-    """The plan of the run ``args`` describes (checked: every number in its range). ``split``: whether this command
-    may measure and start a CPU split (``timm-minimal-train`` does; ``train(args)`` from Python trains in this
-    process)."""
+def resolve_plan(args: argparse.Namespace, provenance: Optional[Provenance] = None, split: bool = True) -> RunPlan:
+    """The plan of the run ``args`` (``cli.parse_args``'s options) describes, checked: every number in its range.
+    ``split``: whether this command may measure and start a CPU split (``timm-minimal-train`` does; ``train(args)``
+    from Python trains in this process)."""
     check_numbers(args)
     check_model_kwargs(args)
-    provenance = provenance or {}
-    kind = dataset_kind(args.dataset)
-    model = resolve_model_name(args.model, kind)
-    device = training_device(args.cpu)
-    precision = _precision(args, device)
-    images = planned_images(args, kind)
-    compiled = default_compile(args.compile, model, args.model_kwargs, device, images)
+    provenance = provenance or Provenance(recipe=args.recipe)
+    given, options = group_of(PlannedOptions, vars(args)), Options.from_values(vars(args))
+    kind = dataset_kind(options.run.dataset)
+    model = resolve_model_name(given.model, kind)
+    device = training_device(given.cpu)
+    kwargs = options.model.model_kwargs
+    precision = _precision(given, kwargs, device)
+    images = planned_images(options.run, kind)
+    compiled = default_compile(given.compile, model, kwargs, device, images)
     launched = 'WORLD_SIZE' in os.environ  # a process of a group that accelerate, torchrun or the split started
     world = env_number('WORLD_SIZE', int, 1, low=1)
-    mode = args.compile_mode or ('reduce-overhead' if device == 'cuda' and world == 1 else None)
-    processes, threads, padded = args.cpu_processes, args.threads, args.pad_heads is not False
+    mode = given.compile_mode or ('reduce-overhead' if device == 'cuda' and world == 1 else None)
+    processes, threads, padded = given.cpu_processes, given.threads, given.pad_heads is not False
     rates = _split_rates() if launched else None  # a split's process: what its launcher measured
     if device == 'cpu' and not launched and split:
-        processes, compiled, padded, rates = cpu_decision(args, model, images, precision == 'bf16',
-                                                          explicit='cpu_processes' in provenance.get('explicit', ()))
-        threads = cpu_threads(args.threads) if processes == 1 else None
-    planned = {k: getattr(args, k) for k in PLANNED}
-    options = argparse.Namespace(**{k: v for k, v in vars(args).items() if k not in PLANNED})
-    return RunPlan(dataset_kind=kind, model=model, recipe=provenance.get('recipe', args.recipe), device=device,
-                   precision=precision, compile=compiled, compile_mode=mode, pad_heads=padded, processes=processes,
+        processes, compiled, padded, rates = cpu_decision(given, options, model, images, precision == 'bf16',
+                                                          explicit='cpu_processes' in provenance.explicit)
+        threads = cpu_threads(given.threads) if processes == 1 else None
+    return RunPlan(dataset_kind=kind, model=model, recipe=provenance.recipe, device=device, precision=precision,
+                   compile=compiled, compile_mode=mode, pad_heads=padded, processes=processes,
                    starts_split=bool(processes and processes > 1 and device == 'cpu' and not launched and split),
-                   threads=threads, cpu_rates=rates, options=options, given=planned)
+                   threads=threads, cpu_rates=rates, options=options, given=given, provenance=provenance)

@@ -54,7 +54,7 @@ from ..cli import EXIT_DIVERGED, EXIT_FAILURE, EXIT_USAGE, Failure, command, lis
 from ..models.layers import set_head_padding
 from ..models.paper import is_minimal
 from .run import checkpoint as ckpt
-from .data.loading import ImageData, dataset_len, load_dataset
+from .data.loading import ImageData, dataset_len, load_run_data
 from .engine import divergence_advice, say as _say
 from .engine import (
     CheckpointNotWritten, Diverged, FiniteGuard, LoopConfig, Run, TrainHooks, TrainState, check_finite, epoch_row,
@@ -63,11 +63,13 @@ from .engine import (
 from .distill import build_distillation, build_teacher, teacher_bf16, teacher_info
 from .run.files import FolderBusy, describe_write_error, is_disk_full
 from .run.folder import RunFolder
-from .run.recording import closing_lines, finish_run, launch_elapsed, rank_report, write_run_record
+from .run.clock import launch_elapsed
+from .run.recording import RunInputs, closing_lines, finish_run, rank_report, write_run_record
 from .trackers import log_epoch, start_trackers
 from .cli import (  # noqa: F401  (also reachable here)
-    TOKEN_DISTILL_TYPES, UsageError, build_parser, check_numbers, load_recipe, parse_args,
+    TOKEN_DISTILL_TYPES, Provenance, UsageError, build_parser, check_numbers, load_recipe, parse_args,
 )
+from .options import AugmentationOptions, ModelOptions, OptimisationOptions, RunOptions
 from .data.paths import build_data_path, count_batches, data_config
 from .cpu.policy import SPLIT_STATUS_ENV, run_split
 from .plan import RunPlan, resolve_model_name, resolve_plan
@@ -95,7 +97,8 @@ def make_accelerator(plan: RunPlan):
     torchrun, accelerate launch or the CPU split, train as CPU data parallelism: gloo)."""
     from accelerate import Accelerator
     try:
-        return Accelerator(mixed_precision=plan.precision, gradient_accumulation_steps=plan.options.grad_accum_steps,
+        return Accelerator(mixed_precision=plan.precision,
+                           gradient_accumulation_steps=plan.options.optimisation.grad_accum_steps,
                            cpu=plan.device == 'cpu', step_scheduler_with_optimizer=False)
     except ValueError as e:  # a launcher's environment that cannot start (WORLD_SIZE without MASTER_ADDR, ...)
         launch = ', '.join(f'{k}={os.environ[k]}' for k in ('WORLD_SIZE', 'RANK', 'LOCAL_RANK', 'MASTER_ADDR',
@@ -107,17 +110,18 @@ def make_accelerator(plan: RunPlan):
 
 def prepare_folder(plan: RunPlan, accelerator: Any) -> Tuple[RunFolder, Optional[Path]]:
     """The run folder (named by the main process when --output is not given) and the checkpoint to resume."""
-    args, output = plan.options, plan.options.output
+    opts = plan.options.run
+    output = opts.output
     if output is None:
         stamp = datetime.now().strftime('%Y%m%d-%H%M%S')
-        ds_short = Path(args.dataset).name if plan.dataset_kind == 'folder' else args.dataset.replace('/', '_')
-        name = [str(Path('runs') / f'{ds_short}-{plan.given["model"].replace(".", "_")}-{stamp}')]
+        ds_short = Path(opts.dataset).name if plan.dataset_kind == 'folder' else opts.dataset.replace('/', '_')
+        name = [str(Path('runs') / f'{ds_short}-{plan.given.model.replace(".", "_")}-{stamp}')]
         if accelerator.num_processes > 1:  # one folder for all processes: the main process's time stamp
             from accelerate.utils import broadcast_object_list
             broadcast_object_list(name)
         output = name[0]
     folder = RunFolder(output)
-    resuming = args.resume is not None
+    resuming = opts.resume is not None
     if folder.path.exists() and not folder.path.is_dir():
         raise UsageError(f'--output {folder} is a file; the run folder must be a new or empty folder.')
     if not resuming and not folder.is_empty():
@@ -152,32 +156,34 @@ def _refuse_to_start_over(folder: RunFolder) -> None:
                          f'nothing was changed; train into another --output.')
 
 
-def build_model(plan: RunPlan, data: ImageData) -> Tuple[nn.Module, str, Dict[str, Any]]:
-    """The timm model (seeded), its full name with tag, and the model arguments given."""
+def build_model(name: str, opts: ModelOptions, num_classes: int, seed: int, distill_token: bool = False,
+                pad_heads: bool = True) -> Tuple[nn.Module, Dict[str, Any]]:
+    """The timm model ``name`` (its full name with tag) of the model options, seeded, and the model arguments given.
+    ``distill_token``: a distillation token for timm's TokenDistillationTask (a vit_minimal model's keyword)."""
     import timm
-    args, model_name = plan.options, plan.model
-    torch.manual_seed(args.seed)
-    model_kwargs = dict(args.model_kwargs or {})
-    if args.drop_path:
-        model_kwargs.setdefault('drop_path_rate', args.drop_path)
-    if args.drop:
-        model_kwargs.setdefault('drop_rate', args.drop)
-    if args.weight_init != 'default':  # a minimal transformer's starting point (cli: other models keep 'default')
-        model_kwargs.setdefault('weight_init', args.weight_init)
-    if args.teacher and args.distill_type in TOKEN_DISTILL_TYPES and is_minimal(split_model_name_tag(model_name)[0]):
+    torch.manual_seed(seed)
+    model_kwargs = dict(opts.model_kwargs or {})
+    if opts.drop_path:
+        model_kwargs.setdefault('drop_path_rate', opts.drop_path)
+    if opts.drop:
+        model_kwargs.setdefault('drop_rate', opts.drop)
+    if opts.weight_init != 'default':  # a minimal transformer's starting point (cli: other models keep 'default')
+        model_kwargs.setdefault('weight_init', opts.weight_init)
+    if distill_token and is_minimal(split_model_name_tag(name)[0]):
         model_kwargs.setdefault('distill_token', True)  # DeiT's token, which timm's TokenDistillationTask trains
-    create_kwargs = dict(num_classes=data.num_classes, **model_kwargs)
-    if args.pretrained_path:
-        if not Path(args.pretrained_path).is_file():
-            raise UsageError(f'--pretrained-path {args.pretrained_path} does not exist.')
-        create_kwargs['pretrained_cfg_overlay'] = dict(file=str(args.pretrained_path))
+    create_kwargs = dict(num_classes=num_classes, **model_kwargs)
+    if opts.pretrained_path:
+        if not Path(opts.pretrained_path).is_file():
+            raise UsageError(f'--pretrained-path {opts.pretrained_path} does not exist.')
+        create_kwargs['pretrained_cfg_overlay'] = dict(file=str(opts.pretrained_path))
+    pretrained = bool(opts.pretrained or opts.pretrained_path)
     try:
-        model = timm.create_model(model_name, pretrained=bool(args.pretrained or args.pretrained_path), **create_kwargs)
+        model = timm.create_model(name, pretrained=pretrained, **create_kwargs)
     except Exception as e:  # noqa: BLE001 (wrong model arguments, unreadable or mismatched weights)
-        raise UsageError(f'Cannot build {model_name} (model arguments {model_kwargs}'
-                         f'{", pretrained" if args.pretrained or args.pretrained_path else ""}): {e}') from e
-    set_head_padding(model, plan.pad_heads)
-    return model, model_name, model_kwargs
+        raise UsageError(f'Cannot build {name} (model arguments {model_kwargs}'
+                         f'{", pretrained" if pretrained else ""}): {e}') from e
+    set_head_padding(model, pad_heads)
+    return model, model_kwargs
 
 
 def _pretrained_head(model: nn.Module, source: Any, classes: Sequence[str]) -> str:
@@ -208,64 +214,65 @@ def model_config(model: nn.Module, model_name: str, model_kwargs: Dict[str, Any]
 
 # -- optimisation ----------------------------------------------------------------------------------
 
-def build_optimization(args: argparse.Namespace, model: nn.Module, updates_per_epoch: int, device: torch.device):
-    """timm's optimizer (the fused kernel for Adam/AdamW on CUDA) and scheduler, stepped per update."""
+def build_optimization(opt: OptimisationOptions, epochs: int, model: nn.Module, updates_per_epoch: int,
+                       device: torch.device):
+    """timm's optimizer (the fused kernel for Adam/AdamW on CUDA) and scheduler of the optimisation options, stepped
+    per update over ``epochs``."""
     from timm.optim import create_optimizer_v2
     from timm.scheduler import create_scheduler_v2
     extra: Dict[str, Any] = {}
-    if args.opt_eps is not None:
-        extra['eps'] = args.opt_eps
-    if args.opt_betas:
-        extra['betas'] = tuple(args.opt_betas)
-    if device.type == 'cuda' and args.opt.lower() in ('adam', 'adamw'):
+    if opt.opt_eps is not None:
+        extra['eps'] = opt.opt_eps
+    if opt.opt_betas:
+        extra['betas'] = tuple(opt.opt_betas)
+    if device.type == 'cuda' and opt.opt.lower() in ('adam', 'adamw'):
         extra['fused'] = True
     try:
-        optimizer = create_optimizer_v2(model, opt=args.opt, lr=args.lr, weight_decay=args.weight_decay,
-                                        momentum=args.momentum, **extra)
+        optimizer = create_optimizer_v2(model, opt=opt.opt, lr=opt.lr, weight_decay=opt.weight_decay,
+                                        momentum=opt.momentum, **extra)
     except (AssertionError, ValueError, TypeError) as e:
-        raise UsageError(f"Cannot build the optimizer --opt {args.opt}: {e}") from e
+        raise UsageError(f"Cannot build the optimizer --opt {opt.opt}: {e}") from e
     scheduler = None
-    if args.sched and args.sched != 'none':
-        warmup = min(args.warmup_epochs, MAX_WARMUP_FRACTION * args.epochs)
-        if warmup < args.warmup_epochs:
-            _say(f'--warmup-epochs {args.warmup_epochs:g} is more than {MAX_WARMUP_FRACTION:.0%} of the run\'s '
-                  f'{args.epochs} epochs: warming up for {warmup:g} epochs.')
+    if opt.sched and opt.sched != 'none':
+        warmup = min(opt.warmup_epochs, MAX_WARMUP_FRACTION * epochs)
+        if warmup < opt.warmup_epochs:
+            _say(f'--warmup-epochs {opt.warmup_epochs:g} is more than {MAX_WARMUP_FRACTION:.0%} of the run\'s '
+                 f'{epochs} epochs: warming up for {warmup:g} epochs.')
         scheduler, _ = create_scheduler_v2(
-            optimizer, sched=args.sched, num_epochs=args.epochs, warmup_epochs=warmup,
-            warmup_lr=args.warmup_lr, min_lr=args.min_lr, step_on_epochs=False, updates_per_epoch=updates_per_epoch)
+            optimizer, sched=opt.sched, num_epochs=epochs, warmup_epochs=warmup,
+            warmup_lr=opt.warmup_lr, min_lr=opt.min_lr, step_on_epochs=False, updates_per_epoch=updates_per_epoch)
     return optimizer, scheduler
 
 
-def build_loss(args: argparse.Namespace, num_classes: int, per_process_batch: int):
-    """The training loss and timm's batch mixup/cutmix (None when off)."""
+def build_loss(aug: AugmentationOptions, num_classes: int, per_process_batch: int):
+    """The training loss and timm's batch mixup/cutmix (None when off), of the augmentation options."""
     from timm.data import Mixup
     from timm.loss import LabelSmoothingCrossEntropy, SoftTargetCrossEntropy
-    if args.mixup > 0 or args.cutmix > 0 or args.cutmix_minmax is not None:
+    if aug.mixup > 0 or aug.cutmix > 0 or aug.cutmix_minmax is not None:
         if per_process_batch % 2:
             raise UsageError(f'mixup/cutmix needs an even batch per process; got {per_process_batch}.')
-        mixup = Mixup(mixup_alpha=args.mixup, cutmix_alpha=args.cutmix, cutmix_minmax=args.cutmix_minmax,
-                      prob=args.mixup_prob, switch_prob=args.mixup_switch_prob, mode=args.mixup_mode,
-                      label_smoothing=args.smoothing, num_classes=num_classes)
+        mixup = Mixup(mixup_alpha=aug.mixup, cutmix_alpha=aug.cutmix, cutmix_minmax=aug.cutmix_minmax,
+                      prob=aug.mixup_prob, switch_prob=aug.mixup_switch_prob, mode=aug.mixup_mode,
+                      label_smoothing=aug.smoothing, num_classes=num_classes)
         return SoftTargetCrossEntropy(), mixup
-    if args.smoothing > 0:
-        return LabelSmoothingCrossEntropy(smoothing=args.smoothing), None
+    if aug.smoothing > 0:
+        return LabelSmoothingCrossEntropy(smoothing=aug.smoothing), None
     return nn.CrossEntropyLoss(), None
 
 
 # -- the run ---------------------------------------------------------------------------------------
 
-def setup(plan: RunPlan, provenance: Dict[str, Any], argv: Sequence[str],
-          hooks: TrainHooks) -> Tuple[Run, TrainState, Dict[str, Any], Optional[Path]]:
+def setup(plan: RunPlan, argv: Sequence[str], hooks: TrainHooks) -> Tuple[Run, TrainState, RunInputs, Optional[Path]]:
     """Everything a run needs: accelerator, run folder, data, model, optimizer, data path, state."""
-    args = plan.options
+    opts = plan.options.run
     accelerator = make_accelerator(plan)
     world = accelerator.num_processes
-    if args.batch_size % world:
-        raise UsageError(f'--batch-size {args.batch_size} must be a multiple of the number of processes ({world}).')
-    created = args.output is None or not Path(args.output).exists()
+    if opts.batch_size % world:
+        raise UsageError(f'--batch-size {opts.batch_size} must be a multiple of the number of processes ({world}).')
+    created = opts.output is None or not Path(opts.output).exists()
     folder, last_dir = prepare_folder(plan, accelerator)
     try:
-        return _assemble(plan, accelerator, folder, last_dir, provenance, argv, hooks)
+        return _assemble(plan, accelerator, folder, last_dir, argv, hooks)
     except BaseException:
         folder.unlock()
         if created and accelerator.is_main_process:
@@ -273,111 +280,110 @@ def setup(plan: RunPlan, provenance: Dict[str, Any], argv: Sequence[str],
         raise
 
 
-def _assemble(plan: RunPlan, accelerator: Any, folder: RunFolder, last_dir: Optional[Path],
-              provenance: Dict[str, Any], argv: Sequence[str],
-              hooks: TrainHooks) -> Tuple[Run, TrainState, Dict[str, Any], Optional[Path]]:
-    """Data, model, optimizer, data path and state of a run whose folder is prepared (and locked)."""
+def _assemble(plan: RunPlan, accelerator: Any, folder: RunFolder, last_dir: Optional[Path], argv: Sequence[str],
+              hooks: TrainHooks) -> Tuple[Run, TrainState, RunInputs, Optional[Path]]:
+    """Data, model, optimizer, data path and state of a run whose folder is prepared (and locked); each stage takes
+    the option groups it reads."""
     from timm.utils import ModelEmaV3
-    args, world = plan.options, accelerator.num_processes
+    o, world = plan.options, accelerator.num_processes
     with accelerator.main_process_first():
-        data = load_dataset(
-            args.dataset, args.data_dir, download=not args.no_download, cache_dir=args.cache_dir,
-            train_split=args.train_split, eval_split=args.val_split, num_classes=args.num_classes, seed=args.seed,
-            batch_size=args.batch_size // world, download_hint='drop --no-download')
-    model, model_name, model_kwargs = build_model(plan, data)
-    if args.pretrained or args.pretrained_path:
-        _say(_pretrained_head(model, args.pretrained_path or model_name, data.classes))
-    data_cfg = data_config(model, args)
-    n_train, updates_per_epoch, batches_per_epoch = count_batches(args, data)
-    data_path = build_data_path(args, data, data_cfg, accelerator, batches_per_epoch)
-    optimizer, scheduler = build_optimization(args, model, updates_per_epoch, accelerator.device)
-    loss_fn, mixup_fn = build_loss(args, data.num_classes, args.batch_size // world)
+        data = load_run_data(o.run, world)
+    token = bool(o.distillation.teacher) and o.distillation.distill_type in TOKEN_DISTILL_TYPES
+    model, model_kwargs = build_model(plan.model, o.model, data.num_classes, o.run.seed, token, plan.pad_heads)
+    if o.model.pretrained or o.model.pretrained_path:
+        _say(_pretrained_head(model, o.model.pretrained_path or plan.model, data.classes))
+    data_cfg = data_config(model, o.model)
+    n_train, updates_per_epoch, batches_per_epoch = count_batches(o.run, o.optimisation.grad_accum_steps, data)
+    data_path = build_data_path(o.run, o.data_path, o.augmentation, data, data_cfg, accelerator, batches_per_epoch)
+    optimizer, scheduler = build_optimization(o.optimisation, o.run.epochs, model, updates_per_epoch,
+                                              accelerator.device)
+    loss_fn, mixup_fn = build_loss(o.augmentation, data.num_classes, o.run.batch_size // world)
     teacher_name, teacher = _teacher(plan, data.num_classes, data_cfg['input_size'], accelerator, data.classes)
     prepared, optimizer = accelerator.prepare(model, optimizer)
     unwrapped = accelerator.unwrap_model(prepared)
-    compiled = plan.compile
-    train_model = torch.compile(prepared, mode=plan.compile_mode, dynamic=False) if compiled else prepared
+    train_model = torch.compile(prepared, mode=plan.compile_mode, dynamic=False) if plan.compile else prepared
     distill = None if teacher is None else build_distillation(
-        train_model, teacher, loss_fn, args.distill_type, args.distill_temperature, args.distill_weight,
-        args.distill_task_weight, data_cfg['mean'], data_cfg['std'], accelerator.device)
-    ema = ModelEmaV3(unwrapped, decay=args.model_ema_decay, use_warmup=args.model_ema_warmup) if args.model_ema else None
-    run = Run(args=args, plan=plan, loop=LoopConfig.from_args(args), accelerator=accelerator, model=train_model,
-              unwrapped=unwrapped, optimizer=optimizer, scheduler=scheduler, ema=ema, data=data_path, loss_fn=loss_fn, mixup_fn=mixup_fn, folder=folder,
-              model_name=model_name, model_config=model_config(unwrapped, model_name, model_kwargs, data, data_cfg),
-              batches_per_epoch=batches_per_epoch, hooks=hooks, compiled=compiled, distill=distill)
+        train_model, teacher, loss_fn, o.distillation, data_cfg['mean'], data_cfg['std'], accelerator.device)
+    opt = o.optimisation
+    ema = ModelEmaV3(unwrapped, decay=opt.model_ema_decay, use_warmup=opt.model_ema_warmup) if opt.model_ema else None
+    run = Run(plan=plan, loop=LoopConfig.from_options(o), accelerator=accelerator, model=train_model,
+              unwrapped=unwrapped, optimizer=optimizer, scheduler=scheduler, ema=ema, data=data_path, loss_fn=loss_fn,
+              mixup_fn=mixup_fn, folder=folder, model_name=plan.model,
+              model_config=model_config(unwrapped, plan.model, model_kwargs, data, data_cfg),
+              batches_per_epoch=batches_per_epoch, hooks=hooks, compiled=plan.compile, distill=distill)
     state = TrainState()
     if last_dir is not None:
         restore(run, state, last_dir)
     if scheduler is not None:
         scheduler.step_update(state.update)
     run.guard = FiniteGuard(accelerator.device, state.epoch * batches_per_epoch + state.batch)
-    info = dict(argv=list(argv), model_kwargs=model_kwargs, data_cfg=data_cfg, provenance=provenance,
-                num_params=sum(p.numel() for p in unwrapped.parameters()), dataset=_data_info(args, data, n_train))
-    if distill is not None:
-        info['teacher'] = teacher_info(run, distill, teacher_name, teacher)
+    inputs = RunInputs(argv=list(argv), model_kwargs=model_kwargs, data_cfg=data_cfg,
+                       num_params=sum(p.numel() for p in unwrapped.parameters()),
+                       dataset=_data_info(o.run, data, n_train),
+                       teacher=None if distill is None else teacher_info(run, distill, teacher_name, teacher))
     _say(
-        f'{model_name}: {info["num_params"]:,} parameters; {data.name}: {n_train:,} train / '
-        f'{info["dataset"]["eval_samples_used"]:,} {data.eval_split} images, {data.num_classes} classes; {world} '
-        f'process(es) on {accelerator.device}, batch {args.batch_size} ({args.batch_size // world} per process) x '
-        f'{args.grad_accum_steps}, {updates_per_epoch} updates/epoch, {data_path.name} data path, mixed precision '
-        f'{accelerator.mixed_precision}, {"compiled" if compiled else "eager"}.')
-    return run, state, info, last_dir
+        f'{plan.model}: {inputs.num_params:,} parameters; {data.name}: {n_train:,} train / '
+        f'{inputs.dataset["eval_samples_used"]:,} {data.eval_split} images, {data.num_classes} classes; {world} '
+        f'process(es) on {accelerator.device}, batch {o.run.batch_size} ({o.run.batch_size // world} per process) x '
+        f'{opt.grad_accum_steps}, {updates_per_epoch} updates/epoch, {data_path.name} data path, mixed precision '
+        f'{accelerator.mixed_precision}, {"compiled" if plan.compile else "eager"}.')
+    return run, state, inputs, last_dir
 
 
 def _teacher(plan: RunPlan, num_classes: int, input_size: Sequence[int], accelerator: Any,
              classes: Sequence[str]) -> Tuple[Optional[str], Optional[nn.Module]]:
     """The name and the model of ``--teacher`` (None, None without one), built, and refused where it does not fit
     the data (its classes by name, unless ``--teacher-labels-by-order``), before the student trains a step."""
-    args = plan.options
-    if not args.teacher:
+    d = plan.options.distillation
+    if not d.teacher:
         return None, None
-    name = args.teacher if ':' in args.teacher else resolve_model_name(args.teacher, plan.dataset_kind)
+    name = d.teacher if ':' in d.teacher else resolve_model_name(d.teacher, plan.dataset_kind)
     return name, build_teacher(name, num_classes, input_size, accelerator.device, bf16=teacher_bf16(name, accelerator),
-                               classes=None if args.teacher_labels_by_order else classes)
+                               classes=None if d.teacher_labels_by_order else classes)
 
 
-def _data_info(args: argparse.Namespace, data: Any, n_train: int) -> Dict[str, Any]:
+def _data_info(run: RunOptions, data: Any, n_train: int) -> Dict[str, Any]:
     """What run.json says of the data: the dataset's own description and the images the run uses of each split."""
-    eval_used = (len(data.eval) if args.eval_subset is None
-                 else min(args.eval_subset, dataset_len(data.eval) or args.eval_subset))
+    eval_used = (len(data.eval) if run.eval_subset is None
+                 else min(run.eval_subset, dataset_len(data.eval) or run.eval_subset))
     return dict(data.describe(), train_samples_used=n_train, eval_samples_used=eval_used)
 
 
-def train(args: argparse.Namespace, provenance: Optional[Dict[str, Any]] = None,
+def train(args: argparse.Namespace, provenance: Optional[Provenance] = None,
           argv: Optional[Sequence[str]] = None, hooks: Optional[TrainHooks] = None,
           plan: Optional[RunPlan] = None) -> Dict[str, Any]:
-    """Run (or resume) one training run in this process; returns the run summary written to run.json. ``plan``:
-    the run's plan where the caller resolved it (``resolve_plan``), else resolved here without a CPU split."""
+    """Run (or resume) one training run in this process; returns the run summary written to run.json. ``args`` and
+    ``provenance``: ``parse_args``'s; ``plan``: the run's plan where the caller resolved it (``resolve_plan``), else
+    resolved here without a CPU split."""
     t_launch = time.perf_counter()
     argv = list(sys.argv[1:] if argv is None else argv)
     plan = plan or resolve_plan(args, provenance, split=False)
     with torch_threads(plan.threads):
-        run, state, info, last_dir = setup(plan, provenance or {}, argv, hooks or TrainHooks())
+        run, state, inputs, last_dir = setup(plan, argv, hooks or TrainHooks())
         try:
-            return _train(run, state, info, last_dir, plan.options, t_launch)
+            return _train(run, state, inputs, last_dir, t_launch)
         finally:
             run.folder.unlock()
 
 
-def _train(run: Run, state: TrainState, info: Dict[str, Any], last_dir: Optional[Path], args: argparse.Namespace,
-           t_launch: float) -> Dict[str, Any]:
+def _train(run: Run, state: TrainState, inputs: RunInputs, last_dir: Optional[Path], t_launch: float) -> Dict[str, Any]:
     """The epochs of a set-up run, then its record; raises ``Diverged`` or ``WriteFailed`` when it stopped early."""
-    acc = run.accelerator
+    acc, opts = run.accelerator, run.options.run
     if run.is_main:
-        write_run_record(run, state, info, last_dir, run.plan.compile_mode if run.compiled else None)
-    if args.log_with:
-        start_trackers(acc, args.log_with, run.folder.path, dict(vars(args), model=run.model_name))
+        write_run_record(run, state, inputs, last_dir, run.plan.compile_mode if run.compiled else None)
+    if opts.log_with:
+        start_trackers(acc, opts.log_with, run.folder.path, dict(run.options.values(), model=run.model_name))
     status, message, local_samples, last_plot = 'finished', None, 0, time.perf_counter()
     try:
-        for epoch in range(state.epoch, args.epochs):
-            local_samples += (run.batches_per_epoch - state.batch) * (args.batch_size // run.world)
-            last_plot = _epoch(run, state, epoch, info['dataset']['name'], last_plot)
+        for epoch in range(state.epoch, run.loop.epochs):
+            local_samples += (run.batches_per_epoch - state.batch) * (run.loop.batch_size // run.world)
+            last_plot = _epoch(run, state, epoch, inputs.dataset['name'], last_plot)
     except Diverged as e:
         status = 'diverged'
         kept = run.folder.find_checkpoint()
         message = (f'Training diverged: {e}. Stopped without saving; the last good checkpoint is '
                    f'{kept if kept else "none (the run diverged before its first checkpoint)"}. '
-                   f'{divergence_advice(args, info["provenance"], e.update, run.compiled)}')
+                   f'{divergence_advice(run.options.values(), run.plan.provenance, e.update, run.compiled)}')
     except CheckpointNotWritten:  # the main process failed to write and says why; this one stops with it
         status = 'failed'
     except Exception as e:  # noqa: BLE001 (safetensors and torch.save report a full disk in their own types)
@@ -388,7 +394,7 @@ def _train(run: Run, state: TrainState, info: Dict[str, Any], last_dir: Optional
         status, message = 'failed', (f'{describe_write_error(e, run.folder.path)}; the last checkpoint is '
                                      f'{kept or "none"}, and --resume {run.folder} continues from it.')
     acc.wait_for_everyone()
-    if args.rank_report:
+    if opts.rank_report:
         rank_report(run, status, local_samples)
     summary = _finish(run, state, status, message, time.perf_counter() - t_launch) if run.is_main else {}
     if status == 'finished' and summary:
@@ -408,7 +414,6 @@ def _train(run: Run, state: TrainState, info: Dict[str, Any], last_dir: Optional
 def _epoch(run: Run, state: TrainState, epoch: int, dataset_name: str, last_plot: float) -> float:
     """One epoch: its training, the evaluations, the checkpoint, then its metrics line and log line (a logged epoch is
     a saved one); returns when the curves were last drawn."""
-    args = run.args
     part = train_one_epoch(run, state, epoch)
     check_finite(run, state)
     t_eval = time.perf_counter()
@@ -423,10 +428,10 @@ def _epoch(run: Run, state: TrainState, epoch: int, dataset_name: str, last_plot
             run.folder.plot_curves(state.history, title=f'{run.model_name} on {dataset_name}')
             last_plot = time.perf_counter()
     _say(
-        f"epoch {epoch + 1}/{args.epochs}: train loss {row['train_loss']:.4f} acc {row['train_acc']:.2f}% | "
+        f"epoch {epoch + 1}/{run.loop.epochs}: train loss {row['train_loss']:.4f} acc {row['train_acc']:.2f}% | "
         f"test loss {row['test_loss']:.4f} acc {row['test_acc']:.2f}% | lr {row['lr']:.2e} | "
         f"{row['throughput']:.0f} img/s | {row['epoch_time']:.1f} s")
-    if args.log_with:
+    if run.options.run.log_with:
         log_epoch(run.accelerator, row, epoch + 1)
     run.hooks.after_epoch(row)
     return last_plot

@@ -1,7 +1,6 @@
 """How a run trains on the CPU: bf16 where it pays, compilation for a long enough run, the threads of one process
 and the processes of a split (``cpu.split`` measures and launches them). The rules live here; ``plan.resolve_plan``
 applies them once per run, and ``args.yaml`` keeps the process count and the threads, so a resumed run keeps them."""
-import argparse
 import json
 import logging
 import os
@@ -14,8 +13,9 @@ from timm.models import split_model_name_tag
 
 from ...cli import Failure, UsageError
 from ..cli import CPU_COMPILE_MIN_IMAGES
-from ..data.loading import load_dataset
-from ..run.recording import LAUNCHED_AT_ENV, launched_at
+from ..data.loading import load_run_data
+from ..options import Options, PlannedOptions, RunOptions
+from ..run.clock import LAUNCHED_AT_ENV, launched_at
 
 __all__ = ['cpu_has_bf16', 'minimal_with_mlp', 'cpu_bf16_pays', 'cpu_precision', 'default_compile', 'cpu_decision',
            'cpu_threads', 'find_data', 'run_split', 'SPLIT_STATUS_ENV', 'SPLIT_RATES_ENV']
@@ -71,8 +71,10 @@ def default_compile(given: Optional[bool], model: str, model_kwargs: Optional[Di
             and (run_images or 0) >= CPU_COMPILE_MIN_IMAGES)
 
 
-def cpu_decision(args: argparse.Namespace, model: str, run_images: Optional[int], bf16: bool, explicit: bool = True):
-    """How a CPU run of ``model`` trains (a ``cpu.split.Decision``: processes, compiled, padded).
+def cpu_decision(given: PlannedOptions, options: Options, model: str, run_images: Optional[int], bf16: bool,
+                 explicit: bool = True):
+    """How a CPU run of ``model`` trains (a ``cpu.split.Decision``: processes, compiled, padded), from the system
+    options as ``given`` and the run's ``options``.
 
     - ``--cpu-processes`` where set; compilation then follows ``--compile`` or the rule of ``default_compile``.
     - A short run (under ``SPLIT_MIN_IMAGES`` training images: the tests and the demo among them), a machine of
@@ -88,23 +90,24 @@ def cpu_decision(args: argparse.Namespace, model: str, run_images: Optional[int]
     from .split import SPLIT_MIN_IMAGES, Decision, core_budget, decide
     from ..data.loading import default_cache_dir
     budget = core_budget()
-    ruled = default_compile(args.compile, model, args.model_kwargs, 'cpu', run_images)
-    decision = Decision(args.cpu_processes or 1, ruled, args.pad_heads is not False)
+    run, kwargs = options.run, options.model.model_kwargs
+    ruled = default_compile(given.compile, model, kwargs, 'cpu', run_images)
+    decision = Decision(given.cpu_processes or 1, ruled, given.pad_heads is not False)
     # a split is one process per core, and only where the batch divides into them
-    if args.cpu_processes is None and (run_images or 0) >= SPLIT_MIN_IMAGES and budget > 1 and \
-            args.batch_size % budget == 0:
-        cache = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
-        decision = decide(model, args.batch_size, cache, model_kwargs=args.model_kwargs, bf16=bf16,
-                          compiled=args.compile, padded=args.pad_heads, before=lambda: find_data(args))
+    if given.cpu_processes is None and (run_images or 0) >= SPLIT_MIN_IMAGES and budget > 1 and \
+            run.batch_size % budget == 0:
+        cache = Path(run.cache_dir) if run.cache_dir else default_cache_dir()
+        decision = decide(model, run.batch_size, cache, model_kwargs=kwargs, bf16=bf16,
+                          compiled=given.compile, padded=given.pad_heads, before=lambda: find_data(run))
     if decision.processes > budget:
-        if args.resume is None or explicit:
+        if run.resume is None or explicit:
             raise UsageError(f'--cpu-processes {decision.processes} is more than the {budget} core(s) this run may '
                              f'use (its CPU affinity, capped by OMP_NUM_THREADS); give at most {budget}.')
         _logger.info(f'The resumed run trained as {decision.processes} processes; this machine gives it {budget} '
                      f'core(s), so they share them (slower, the same training). --cpu-processes {budget} changes the '
                      f'split.')
-    if args.batch_size % decision.processes:  # refused once, here, before any process of the split starts
-        raise UsageError(f'--batch-size {args.batch_size} must be a multiple of --cpu-processes {decision.processes}: '
+    if run.batch_size % decision.processes:  # refused once, here, before any process of the split starts
+        raise UsageError(f'--batch-size {run.batch_size} must be a multiple of --cpu-processes {decision.processes}: '
                          f'each process trains an equal share of every batch.')
     return decision
 
@@ -123,12 +126,10 @@ def cpu_threads(given: Optional[int]) -> int:
     return threads
 
 
-def find_data(args: argparse.Namespace, processes: int = 1) -> None:
+def find_data(run: RunOptions, processes: int = 1) -> None:
     """Finds the run's data (downloads, extracts them) in the launching process, before what is slow to start: the
     probe of a CPU split (``cpu.split.decide``) and its processes. A missing dataset is then named at once."""
-    load_dataset(args.dataset, args.data_dir, download=not args.no_download, cache_dir=args.cache_dir,
-                 train_split=args.train_split, eval_split=args.val_split, num_classes=args.num_classes, seed=args.seed,
-                 batch_size=args.batch_size // processes, download_hint='drop --no-download')
+    load_run_data(run, processes)
 
 
 def run_split(plan: Any, argv: Sequence[str]) -> int:
@@ -137,9 +138,9 @@ def run_split(plan: Any, argv: Sequence[str]) -> int:
     pipe that it alone inherits (nothing on disk outlives a launcher that is killed). A process that is killed, or
     ends without a status, is named in one line with the command that resumes the run."""
     from .split import core_budget, run_split_processes
-    args, processes = plan.options, plan.processes
+    run, processes = plan.options.run, plan.processes
     threads = max(1, core_budget() // processes)
-    find_data(args, processes)  # a missing dataset is one line, not one per process
+    find_data(run, processes)  # a missing dataset is one line, not one per process
     _logger.info(f'Training as {processes} processes x {threads} thread(s) on the CPU (--cpu-processes 1 for one).')
     read_end, write_end = os.pipe()
     with os.fdopen(read_end, 'r') as status:
@@ -155,7 +156,7 @@ def run_split(plan: Any, argv: Sequence[str]) -> int:
     if rc < 0 or (rc and not text.isdigit()):  # killed, or ended without a status: the main one cannot say why
         how = f'was ended by signal {-rc} ({signal.Signals(-rc).name})' if rc < 0 else f'exited with status {rc}'
         raise Failure(f'process {rank} of the {processes} of this run {how}; the others were stopped. Resume it from '
-                      f'its last checkpoint: timm-minimal-train --resume {args.output}')
+                      f'its last checkpoint: timm-minimal-train --resume {run.output}')
     return int(text) if text.isdigit() else 0
 
 

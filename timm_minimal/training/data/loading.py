@@ -39,6 +39,7 @@ from torch.utils.data import Dataset, IterableDataset
 
 from ...cli import listed
 from ...models.datasets import CIFAR10_CLASSES, DATASETS, MNIST_CLASSES, SAMPLES, tag_for_kind
+from ..options import RunOptions
 from ..run.files import missing_folders, remove_empty
 from .names import BUILTIN_DATASETS, TIMM_FACTORY_PREFIXES, DatasetError, damaged_file, dataset_kind
 from .image_archive import read_decoded, read_image_archive
@@ -48,7 +49,8 @@ _logger = logging.getLogger(__name__)
 
 __all__ = [
     'BUILTIN_DATASETS', 'TIMM_FACTORY_PREFIXES', 'CIFAR10_CLASSES', 'DatasetError', 'ImageData', 'ArrayImageDataset',
-    'load_dataset', 'load_mnist', 'load_cifar10', 'find_image_folder_splits', 'build_transforms', 'default_cache_dir',
+    'load_dataset', 'load_run_data', 'load_mnist', 'load_cifar10', 'find_image_folder_splits', 'build_transforms',
+    'default_cache_dir',
     'subset_indices', 'augment_ops', 'posterize_to_black', 'posterize_on_any_pillow',
 ]
 
@@ -440,6 +442,14 @@ def _classes_of(ds: Any) -> Optional[List[str]]:
 
 
 # -- entry point -----------------------------------------------------------------------------------
+
+def load_run_data(run: RunOptions, processes: int = 1) -> 'ImageData':
+    """The dataset of a run's options (``options.RunOptions``: --dataset, --data-dir, the splits, the cache, the
+    seed), its batch split over ``processes``."""
+    return load_dataset(run.dataset, run.data_dir, download=not run.no_download, cache_dir=run.cache_dir,
+                        train_split=run.train_split, eval_split=run.val_split, num_classes=run.num_classes,
+                        seed=run.seed, batch_size=run.batch_size // processes, download_hint='drop --no-download')
+
 
 def load_dataset(
         name: str,

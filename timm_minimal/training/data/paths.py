@@ -1,9 +1,8 @@
 """How a run's images reach the model: its preprocessing (``data_config``), and one of two data paths (``--data-path``):
 a dataset that fits lives on the training device as uint8 and is augmented there in whole batches
 (``device_data``), the others go through a ``DataLoader`` with timm's per-image transforms (``loader_data``)."""
-import argparse
 from pathlib import Path
-from typing import Any, Dict, Sequence, Tuple
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -15,6 +14,7 @@ from ...models.images import convert_image, image_mode
 from .batch_augment import BatchAugment, BatchAugmentConfig
 from .loading import ImageData, build_transforms, subset
 from ..engine import say
+from ..options import AugmentationOptions, DataPathOptions, ModelOptions, RunOptions
 from .device_data import DeviceDataPath, cache_file, dataset_bytes, device_budget_bytes, images_to_array
 from .loader_data import LoaderDataPath, TransformDataset
 from ..seeding import mix_seed
@@ -22,8 +22,9 @@ from ..seeding import mix_seed
 __all__ = ['data_config', 'device_path_blockers', 'build_data_path', 'count_batches']
 
 
-def data_config(model: nn.Module, args: argparse.Namespace) -> Dict[str, Any]:
-    """Input size and preprocessing for the model: its pretrained config, its actual geometry, overrides."""
+def data_config(model: nn.Module, opts: ModelOptions) -> Dict[str, Any]:
+    """Input size and preprocessing for the model: its pretrained config, its actual geometry, the model options'
+    overrides (--mean, --std, --interpolation, --crop-pct)."""
     from timm.data import resolve_data_config
     cfg = resolve_data_config({}, model=model)
     in_chans = getattr(model, 'in_chans', cfg['input_size'][0])
@@ -33,13 +34,13 @@ def data_config(model: nn.Module, args: argparse.Namespace) -> Dict[str, Any]:
     cfg['input_size'] = (in_chans, *hw)
     for key in ('mean', 'std'):
         try:
-            cfg[key] = tuple(channel_stats(getattr(args, key) or cfg[key], in_chans, f'--{key}'))
+            cfg[key] = tuple(channel_stats(getattr(opts, key) or cfg[key], in_chans, f'--{key}'))
         except ValueError as e:
             raise UsageError(str(e)) from e
-    if args.interpolation:
-        cfg['interpolation'] = args.interpolation
-    if args.crop_pct:
-        cfg['crop_pct'] = args.crop_pct
+    if opts.interpolation:
+        cfg['interpolation'] = opts.interpolation
+    if opts.crop_pct:
+        cfg['crop_pct'] = opts.crop_pct
     return cfg
 
 
@@ -53,34 +54,34 @@ class _ConvertThen:
         return self.transform(convert_image(img, self.mode))
 
 
-def _batch_augment_config(args: argparse.Namespace) -> BatchAugmentConfig:
-    if args.no_aug:
+def _batch_augment_config(aug: AugmentationOptions) -> BatchAugmentConfig:
+    if aug.no_aug:
         return BatchAugmentConfig()
     try:
         return BatchAugmentConfig(
-            scale=tuple(args.scale or (0.08, 1.0)), ratio=tuple(args.ratio or (3 / 4, 4 / 3)),
-            translate=args.translate, rotate=args.rotate, hflip=args.hflip, vflip=args.vflip, reprob=args.reprob,
-            remode=args.remode)
+            scale=tuple(aug.scale or (0.08, 1.0)), ratio=tuple(aug.ratio or (3 / 4, 4 / 3)),
+            translate=aug.translate, rotate=aug.rotate, hflip=aug.hflip, vflip=aug.vflip, reprob=aug.reprob,
+            remode=aug.remode)
     except ValueError as e:
         raise UsageError(str(e)) from e
 
 
-def device_path_blockers(args: argparse.Namespace, data: ImageData, input_size: Sequence[int],
+def device_path_blockers(path: DataPathOptions, aug: AugmentationOptions, data: ImageData, input_size: Sequence[int],
                          device: torch.device) -> list:
     """Why the device data path cannot take this run (empty when it can)."""
     from .batch_augment import ERASE_MODES
     reasons = []
     if isinstance(data.train, torch.utils.data.IterableDataset):
         reasons.append('the dataset is streamed (an iterable dataset)')
-    for opt, value in (('aa', args.aa), ('color-jitter', args.color_jitter)):
-        if value and not args.no_aug:
+    for opt, value in (('aa', aug.aa), ('color-jitter', aug.color_jitter)):
+        if value and not aug.no_aug:
             reasons.append(f'--{opt} {value} is a per-image transform')
-    if args.reprob > 0 and (args.remode not in ERASE_MODES or args.recount != 1):
-        reasons.append(f'random erasing with --remode {args.remode} --recount {args.recount} (the device path '
+    if aug.reprob > 0 and (aug.remode not in ERASE_MODES or aug.recount != 1):
+        reasons.append(f'random erasing with --remode {aug.remode} --recount {aug.recount} (the device path '
                        f'erases one rectangle, --remode {" or ".join(ERASE_MODES)})')
     if not reasons:
         size = dataset_bytes(len(data.train) + len(data.eval), input_size)
-        budget = device_budget_bytes(device, args.device_data_limit)
+        budget = device_budget_bytes(device, path.device_data_limit)
         if size > budget:
             reasons.append(f'the data need {size / 2 ** 30:.2f} GiB at the input size, more than the device path '
                            f'holds ({budget / 2 ** 30:.2f} GiB: --device-data-limit'
@@ -88,19 +89,20 @@ def device_path_blockers(args: argparse.Namespace, data: ImageData, input_size: 
     return reasons
 
 
-def _device_arrays(args, data: ImageData, split: str, indices: np.ndarray, eval_tf, data_cfg, img_mode: str):
+def _device_arrays(cache_dir: Optional[str], data: ImageData, split: str, indices: np.ndarray, eval_tf, data_cfg,
+                   img_mode: str):
     from .loading import default_cache_dir
     ds = data.train if split == 'train' else data.eval
     cache, content = None, data.fingerprints.get('train' if split == 'train' else 'eval')
     if content:  # only where the content is known: a cache is never read for other images
-        cache_dir = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
-        cache = cache_file(cache_dir, content, split, data_cfg['input_size'], img_mode, eval_tf)
+        cache = cache_file(Path(cache_dir) if cache_dir else default_cache_dir(), content, split,
+                           data_cfg['input_size'], img_mode, eval_tf)
     images, labels = images_to_array(ds, eval_tf, data_cfg['input_size'], img_mode, cache)
     return images[indices], labels[indices]
 
 
-def build_data_path(args: argparse.Namespace, data: ImageData, data_cfg: Dict[str, Any], accelerator: Any,
-                    batches_per_epoch: int) -> Any:
+def build_data_path(run: RunOptions, path: DataPathOptions, aug: AugmentationOptions, data: ImageData,
+                    data_cfg: Dict[str, Any], accelerator: Any, batches_per_epoch: int) -> Any:
     """The device data path where it can run (``--data-path auto``), else the loader path."""
     from .loading import subset_indices
     device, world, rank = accelerator.device, accelerator.num_processes, accelerator.process_index
@@ -109,55 +111,58 @@ def build_data_path(args: argparse.Namespace, data: ImageData, data_cfg: Dict[st
         img_mode = image_mode(input_size[0])
     except ValueError as e:
         raise UsageError(f'{e} (the model takes {input_size[0]} input channels)') from e
-    blockers = device_path_blockers(args, data, input_size, device)
-    if args.data_path == 'device' and blockers:
+    blockers = device_path_blockers(path, aug, data, input_size, device)
+    if path.data_path == 'device' and blockers:
         raise UsageError('--data-path device cannot take this run: ' + '; '.join(blockers) + '. Use --data-path loader.')
     _, eval_tf = build_transforms(input_size, data_cfg['mean'], data_cfg['std'],
                                   interpolation=data_cfg['interpolation'], crop_pct=data_cfg['crop_pct'])
-    eval_bs = args.eval_batch_size or 2 * args.batch_size
-    common = dict(device=device, seed=args.seed, batch_size=args.batch_size, batches_per_epoch=batches_per_epoch,
+    eval_bs = run.eval_batch_size or 2 * run.batch_size
+    common = dict(device=device, seed=run.seed, batch_size=run.batch_size, batches_per_epoch=batches_per_epoch,
                   eval_batch_size=eval_bs, world=world, rank=rank)
-    if args.data_path == 'loader' or blockers:
-        if args.data_path == 'auto':
+    if path.data_path == 'loader' or blockers:
+        if path.data_path == 'auto':
             say('Data path: loader (' + '; '.join(blockers) + ').')
-        return _loader_path(args, data, data_cfg, img_mode, eval_tf, common)
+        return _loader_path(run, aug, data, data_cfg, img_mode, eval_tf, common)
     with accelerator.main_process_first():
-        train = _device_arrays(args, data, 'train', subset_indices(len(data.train), args.train_subset,
-                                                                    mix_seed(args.seed, 1)), eval_tf, data_cfg, img_mode)
-        evaluation = _device_arrays(args, data, 'eval', subset_indices(len(data.eval), args.eval_subset,
-                                                                        mix_seed(args.seed, 2)), eval_tf, data_cfg, img_mode)
-    return DeviceDataPath(train, evaluation, _batch_augment_config(args), data_cfg['mean'], data_cfg['std'], **common)
+        train = _device_arrays(run.cache_dir, data, 'train', subset_indices(len(data.train), run.train_subset,
+                                                                             mix_seed(run.seed, 1)),
+                               eval_tf, data_cfg, img_mode)
+        evaluation = _device_arrays(run.cache_dir, data, 'eval', subset_indices(len(data.eval), run.eval_subset,
+                                                                                 mix_seed(run.seed, 2)),
+                                    eval_tf, data_cfg, img_mode)
+    return DeviceDataPath(train, evaluation, _batch_augment_config(aug), data_cfg['mean'], data_cfg['std'], **common)
 
 
-def _loader_path(args, data: ImageData, data_cfg, img_mode: str, eval_tf, common: Dict[str, Any]) -> LoaderDataPath:
+def _loader_path(run: RunOptions, aug: AugmentationOptions, data: ImageData, data_cfg, img_mode: str, eval_tf,
+                 common: Dict[str, Any]) -> LoaderDataPath:
     from timm.data.random_erasing import RandomErasing
     device = common['device']
     train_tf, _ = build_transforms(
         data_cfg['input_size'], data_cfg['mean'], data_cfg['std'], interpolation=data_cfg['interpolation'],
-        crop_pct=data_cfg['crop_pct'], no_aug=args.no_aug, scale=args.scale, ratio=args.ratio, hflip=args.hflip,
-        vflip=args.vflip, color_jitter=args.color_jitter, auto_augment=args.aa,
-        train_interpolation=args.train_interpolation, translate=args.translate, rotate=args.rotate)
-    train_base = subset(data.train, args.train_subset, mix_seed(args.seed, 1))
-    eval_base = subset(data.eval, args.eval_subset, mix_seed(args.seed, 2))
+        crop_pct=data_cfg['crop_pct'], no_aug=aug.no_aug, scale=aug.scale, ratio=aug.ratio, hflip=aug.hflip,
+        vflip=aug.vflip, color_jitter=aug.color_jitter, auto_augment=aug.aa,
+        train_interpolation=aug.train_interpolation, translate=aug.translate, rotate=aug.rotate)
+    train_base = subset(data.train, run.train_subset, mix_seed(run.seed, 1))
+    eval_base = subset(data.eval, run.eval_subset, mix_seed(run.seed, 2))
     if isinstance(train_base, torch.utils.data.IterableDataset):  # streaming: the dataset applies the transform
         train_base.transform = _ConvertThen(img_mode, train_tf)
         eval_base.transform = _ConvertThen(img_mode, eval_tf)
         train_ds, eval_ds = train_base, eval_base
     else:
-        train_ds = TransformDataset(train_base, train_tf, img_mode, seed=args.seed)
+        train_ds = TransformDataset(train_base, train_tf, img_mode, seed=run.seed)
         eval_ds = TransformDataset(eval_base, eval_tf, img_mode, seed=None)
     normalize = BatchAugment(BatchAugmentConfig(), data_cfg['mean'], data_cfg['std'], device).normalize
     eraser = None
-    if args.reprob > 0 and not args.no_aug:
-        eraser = RandomErasing(args.reprob, mode=args.remode, max_count=args.recount, device=device)
-    return LoaderDataPath(train_ds, eval_ds, normalize, eraser, num_workers=args.num_workers, **common)
+    if aug.reprob > 0 and not aug.no_aug:
+        eraser = RandomErasing(aug.reprob, mode=aug.remode, max_count=aug.recount, device=device)
+    return LoaderDataPath(train_ds, eval_ds, normalize, eraser, num_workers=run.num_workers, **common)
 
 
-def count_batches(args: argparse.Namespace, data: ImageData) -> Tuple[int, int, int]:
+def count_batches(run: RunOptions, grad_accum_steps: int, data: ImageData) -> Tuple[int, int, int]:
     """Training samples used, optimizer updates per epoch and batches per epoch (whole global batches only)."""
-    n_train = len(data.train) if args.train_subset is None else min(args.train_subset, len(data.train))
-    updates = n_train // (args.batch_size * args.grad_accum_steps)
+    n_train = len(data.train) if run.train_subset is None else min(run.train_subset, len(data.train))
+    updates = n_train // (run.batch_size * grad_accum_steps)
     if updates < 1:
-        raise UsageError(f'{n_train} training samples make no full batch of {args.batch_size} x '
-                         f'{args.grad_accum_steps} accumulation steps; lower --batch-size.')
-    return n_train, updates, updates * args.grad_accum_steps
+        raise UsageError(f'{n_train} training samples make no full batch of {run.batch_size} x '
+                         f'{grad_accum_steps} accumulation steps; lower --batch-size.')
+    return n_train, updates, updates * grad_accum_steps

@@ -3,7 +3,7 @@ launch of a resumed one), each process's ``rank<N>.json`` at its end, and the cl
 import os
 import platform
 import shlex
-import time
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Dict, List, Optional
@@ -12,12 +12,24 @@ import numpy as np
 import torch
 from timm.models import split_model_name_tag
 
-from ...cli import env_number
 from . import checkpoint as ckpt
 from ..engine import Run, TrainState, weights_hash
+
 from .record import Launch, RunRecord
 
-__all__ = ['versions', 'device_name', 'launch_elapsed', 'write_run_record', 'finish_run', 'closing_lines', 'rank_report']
+__all__ = ['RunInputs', 'versions', 'device_name', 'write_run_record', 'finish_run', 'closing_lines', 'rank_report']
+
+
+@dataclass(frozen=True)
+class RunInputs:
+    """What run.json records of a run's start beyond its options and its plan: the command line, the model's keywords
+    and size, its preprocessing, the data it uses, and a distilled run's teacher."""
+    argv: List[str]
+    model_kwargs: Dict[str, Any]
+    data_cfg: Dict[str, Any]  # timm's data config of the run's preprocessing
+    num_params: int
+    dataset: Dict[str, Any]  # the dataset's own description and the images the run uses of each split
+    teacher: Optional[Dict[str, Any]] = None  # ``distill.TeacherInfo`` as a dict
 
 
 def versions() -> Dict[str, str]:
@@ -45,25 +57,6 @@ def cpu_flags(device: torch.device) -> Optional[str]:
     return cpu_signature()['flags']
 
 
-LAUNCHED_AT_ENV = 'TIMM_MINIMAL_LAUNCHED_AT'  # set by a CPU split for its processes: when its launcher started
-
-
-def launched_at() -> float:
-    """The wall-clock time (``time.time``) at which this launch's first interpreter imported the package: this
-    one's, or for a process of a CPU split its launcher's (which measured the split and loaded the data first)."""
-    import timm_minimal
-    own = time.time() - (time.perf_counter() - timm_minimal.STARTED_AT)
-    given = env_number(LAUNCHED_AT_ENV, float, None, low=0, high=time.time())
-    return own if given is None else given
-
-
-def launch_elapsed() -> float:
-    """Seconds since this launch's first interpreter imported the package (``launched_at``: imports, a CPU split's
-    measurement, data loading and compilation included; a process's creation time would count what a shell ran
-    before it ``exec``-ed Python)."""
-    return time.time() - launched_at()
-
-
 def launcher_command() -> Optional[str]:
     """The command that started this process's distributed run where another launcher did (``accelerate launch``,
     ``torchrun``: this process's parent, as the system shows it), the interpreter's path left out; None for a run of
@@ -83,41 +76,40 @@ def launcher_command() -> Optional[str]:
     return shlex.join([Path(words[0]).name, *words[1:]])
 
 
-def write_run_record(run: Run, state: TrainState, info: Dict[str, Any], last_dir: Optional[Path],
+def write_run_record(run: Run, state: TrainState, inputs: RunInputs, last_dir: Optional[Path],
                      compile_mode: Optional[str]) -> None:
     """args.yaml, run.json (a new record, or a new launch of a resumed one) and the metrics kept so far;
     ``compile_mode`` is torch.compile's mode where the run compiled."""
-    args, acc, folder = run.args, run.accelerator, run.folder
+    opts, acc, folder = run.options, run.accelerator, run.folder
     saved_args = run.plan.saved_options()
     saved_args['output'] = str(folder)
     folder.write_args(saved_args)
-    command = launcher_command() or 'timm-minimal-train ' + ' '.join(shlex.quote(a) for a in info['argv'])
+    command = launcher_command() or 'timm-minimal-train ' + ' '.join(shlex.quote(a) for a in inputs.argv)
     launch = Launch(command=command, started=datetime.now(timezone.utc).isoformat(timespec='seconds'),
                     num_processes=run.world, device=str(run.device), device_name=device_name(run.device),
                     cpu_flags=cpu_flags(run.device), cpu_rates=run.plan.cpu_rates,
                     mixed_precision=acc.mixed_precision,
                     compiled=run.compiled, compile_mode=compile_mode,
                     data_path=run.data.describe(), torch_threads=torch.get_num_threads(),
-                    num_workers=args.num_workers, resumed_from=str(last_dir) if last_dir else None,
+                    num_workers=opts.run.num_workers, resumed_from=str(last_dir) if last_dir else None,
                     first_epoch=len(state.history) + 1)
-    record = folder.read_record() if args.resume is not None and folder.run_file.is_file() else None
+    record = folder.read_record() if opts.run.resume is not None and folder.run_file.is_file() else None
     if record is not None:
         record.add_launch(launch, state.history)
     else:
         record = RunRecord(
             command=command, model=run.model_name,
-            architecture=split_model_name_tag(run.model_name)[0], model_kwargs=info['model_kwargs'],
-            num_params=info['num_params'], num_classes=run.model_config['num_classes'], dataset=info['dataset'],
-            data_config={k: (list(v) if isinstance(v, tuple) else v) for k, v in info['data_cfg'].items()},
-            recipe=run.plan.recipe, recipe_values=info['provenance'].get('recipe_values'),
-            teacher=info.get('teacher'),
+            architecture=split_model_name_tag(run.model_name)[0], model_kwargs=inputs.model_kwargs,
+            num_params=inputs.num_params, num_classes=run.model_config['num_classes'], dataset=inputs.dataset,
+            data_config={k: (list(v) if isinstance(v, tuple) else v) for k, v in inputs.data_cfg.items()},
+            recipe=run.plan.recipe, recipe_values=run.plan.provenance.recipe_values or None, teacher=inputs.teacher,
             args=saved_args,
-            distributed=dict(num_processes=run.world, global_batch_size=args.batch_size,
-                             per_process_batch_size=args.batch_size // run.world,
-                             grad_accum_steps=args.grad_accum_steps,
-                             effective_batch_size=args.batch_size * args.grad_accum_steps),
-            updates_per_epoch=run.batches_per_epoch // args.grad_accum_steps,
-            train_samples_per_epoch=run.batches_per_epoch * args.batch_size,
+            distributed=dict(num_processes=run.world, global_batch_size=run.loop.batch_size,
+                             per_process_batch_size=run.loop.batch_size // run.world,
+                             grad_accum_steps=run.loop.grad_accum_steps,
+                             effective_batch_size=run.loop.batch_size * run.loop.grad_accum_steps),
+            updates_per_epoch=run.batches_per_epoch // run.loop.grad_accum_steps,
+            train_samples_per_epoch=run.batches_per_epoch * run.loop.batch_size,
             units=dict(accuracy='percent', loss='cross-entropy (nats)', throughput='training images per second',
                        time='seconds', elapsed='seconds since the launch\'s interpreter imported timm_minimal'),
             versions=versions(), launches=[launch])
@@ -142,7 +134,7 @@ def finish_run(run: Run, state: TrainState, status: str, message: Optional[str],
 def closing_lines(run: Run, record: Dict[str, Any]) -> List[str]:
     """What a finished run says last: where it went, its last and best test accuracy, and the commands that evaluate,
     export and publish its last checkpoint."""
-    folder, args = run.folder.path, run.args
+    folder, opts = run.folder.path, run.options.run
     final, best = record.get('final') or {}, record.get('best') or {}
     if 'test_acc' not in final:
         return [f'Finished: {folder}']
@@ -150,7 +142,7 @@ def closing_lines(run: Run, record: Dict[str, Any]) -> List[str]:
     if best.get('epoch') and best['epoch'] != final['epoch']:
         scores += f' (best {best["test_acc"]:.2f}% at epoch {best["epoch"]})'
     checkpoint = f'local-dir:{folder / "checkpoints" / "last"}'
-    data = f' --dataset {args.dataset}' + (f' --data-dir {args.data_dir}' if args.data_dir else '')
+    data = f' --dataset {opts.dataset}' + (f' --data-dir {opts.data_dir}' if opts.data_dir else '')
     return [f'Finished {run.model_name} in {folder}: {scores}.',
             f'  evaluate: timm-minimal-evaluate --model {checkpoint}{data}',
             f'  export:   timm-minimal-export --model {checkpoint} --output {folder / "onnx"}',
@@ -160,4 +152,4 @@ def closing_lines(run: Run, record: Dict[str, Any]) -> List[str]:
 def rank_report(run: Run, status: str, samples: int) -> None:
     ckpt.write_json_atomic(run.folder.path / f'rank{run.rank}.json', dict(
         rank=run.rank, num_processes=run.world, weights_sha256=weights_hash(run.unwrapped.state_dict()),
-        per_process_batch_size=run.args.batch_size // run.world, local_train_samples=samples, status=status))
+        per_process_batch_size=run.loop.batch_size // run.world, local_train_samples=samples, status=status))

@@ -25,17 +25,17 @@ FIXED_TEACHER = ('teacher', 'teacher_labels_by_order', 'distill_type', 'distill_
 
 def restore(run: Run, state: TrainState, last_dir: Path) -> None:
     """Load a checkpoint's weights, optimizer, scheduler, scaler, EMA, RNG states and position."""
-    args, acc = run.args, run.accelerator
+    values, acc = run.options.values(), run.accelerator
     saved = run.folder.read_args()  # the options of the launch before this one
     last_weights = last_dir / ckpt.MODEL_FILE
     for keys, why in ((FIXED_ON_RESUME, f"the checkpoint's optimizer state and data order belong to it. Start a new run, "
                                         f"e.g. with --pretrained-path {last_weights} to begin from these weights."),
                       (FIXED_TEACHER, f"the run's record states one teacher for all its epochs. Start a new run, e.g. "
                                       f"with --pretrained-path {last_weights} to distil these weights further.")):
-        changed = next((k for k in keys if k in saved and saved[k] != getattr(args, k)), None)
+        changed = next((k for k in keys if k in saved and saved[k] != values[k]), None)
         if changed:
             raise UsageError(f'--{changed.replace("_", "-")} cannot change when resuming (the run used {saved[changed]}, '
-                             f'the command line asks for {getattr(args, changed)}): {why}')
+                             f'the command line asks for {values[changed]}): {why}')
     try:
         training_state = torch.load(last_dir / ckpt.STATE_FILE, map_location='cpu', weights_only=True)
         weights = ckpt.load_weights(last_dir / ckpt.MODEL_FILE)
@@ -43,7 +43,7 @@ def restore(run: Run, state: TrainState, last_dir: Path) -> None:
         raise UsageError(f'Cannot resume from {last_dir}: its checkpoint files cannot be read ({type(e).__name__}: '
                          f'{str(e).strip()[:200]}).') from e
     _check_resumable(last_dir, training_state, weights)
-    if training_state.get('batch_size') not in (None, args.batch_size):
+    if training_state.get('batch_size') not in (None, values['batch_size']):
         raise UsageError(f"The run was trained with --batch-size {training_state['batch_size']}; resume it with the same.")
     try:
         run.unwrapped.load_state_dict(weights, strict=True)
@@ -52,14 +52,14 @@ def restore(run: Run, state: TrainState, last_dir: Path) -> None:
         raise UsageError(f'Cannot resume from {last_dir}: its weights do not fit {run.model_name} (the model its '
                          f'args.yaml names): {" ".join(str(e).split())[:300]}') from e
     _apply_changed_options(run, saved)
-    changed = [k for k in SCHEDULE_OPTIONS if k in saved and saved[k] != getattr(args, k)]
-    if training_state.get('epochs') not in (None, args.epochs) and 'epochs' not in changed:
+    changed = [k for k in SCHEDULE_OPTIONS if k in saved and saved[k] != values[k]]
+    if training_state.get('epochs') not in (None, values['epochs']) and 'epochs' not in changed:
         changed.append('epochs')
     if run.scheduler is not None and training_state.get('scheduler') is not None:
         if not changed:
             run.scheduler.load_state_dict(training_state['scheduler'])
         else:
-            say('Resuming with ' + ', '.join(f'--{k.replace("_", "-")} {getattr(args, k)}' for k in changed) +
+            say('Resuming with ' + ', '.join(f'--{k.replace("_", "-")} {values[k]}' for k in changed) +
                 ': the learning-rate schedule follows the new values from the current update on.')
     if acc.scaler is not None and training_state.get('scaler') is not None:
         acc.scaler.load_state_dict(training_state['scaler'])
@@ -88,9 +88,9 @@ def _check_resumable(last_dir: Path, training_state: Any, weights: Dict[str, tor
 
 def _apply_changed_options(run: Run, saved: Dict[str, Any]) -> None:
     """Options a resumed run may change that live in the optimizer's param groups (the loaded state holds the old)."""
-    args = run.args
+    opt = run.options.optimisation
     for group in run.optimizer.param_groups:
-        if 'weight_decay' in saved and saved['weight_decay'] != args.weight_decay and group.get('weight_decay'):
-            group['weight_decay'] = args.weight_decay  # groups without decay (norms, biases) keep 0
+        if 'weight_decay' in saved and saved['weight_decay'] != opt.weight_decay and group.get('weight_decay'):
+            group['weight_decay'] = opt.weight_decay  # groups without decay (norms, biases) keep 0
         if run.scheduler is None:
-            group['lr'] = args.lr
+            group['lr'] = opt.lr
