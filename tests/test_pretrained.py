@@ -168,6 +168,25 @@ def test_evaluate_scores_several_models_in_one_table_per_class_and_writes_json_a
     assert Image.open(tmp_path / 'c.png').size[0] > 800
 
 
+def test_models_that_see_the_images_alike_share_one_prepared_split(monkeypatch):
+    """The split is read and prepared once for the models of one preprocessing, and each gets what it would alone;
+    a model of another preprocessing gets its own."""
+    from timm_minimal.tools import evaluate
+    prepared = []
+    load = evaluate.load_eval_split
+    monkeypatch.setattr(evaluate, 'load_eval_split', lambda cfg, *a, **k: prepared.append(cfg) or load(cfg, *a, **k))
+    names = ['vit_minimal_sym_6x4.mnist', 'vit_minimal_std_6x1.mnist']
+    models = {n: timm.create_model(n, pretrained=True) for n in names}
+    together = evaluate.evaluate_models(models, 'mnist-sample', batch_size=300)
+    assert len(prepared) == 1 and list(together) == names
+    for name in names:
+        assert evaluate.evaluate_model(models[name], 'mnist-sample', batch_size=300) == together[name]
+    prepared.clear()
+    other = timm.create_model('vit_minimal_sym_6x4.mnist', pretrained=True, pretrained_cfg_overlay=dict(crop_pct=0.9))
+    assert set(evaluate.evaluate_models(dict(models, other=other), 'mnist-sample', batch_size=300)) == {*names, 'other'}
+    assert [cfg['crop_pct'] for cfg in prepared] == [1.0, 0.9]
+
+
 def test_evaluate_refuses_models_of_other_datasets_and_a_folder_for_a_file(tmp_path, capsys):
     from timm_minimal.tools import evaluate
     assert evaluate.main(['--model', 'vit_minimal_sym_6x4.mnist', 'vit_minimal_sym_6x4.cifar10']) == 2

@@ -147,13 +147,41 @@ def evaluate_model(model: torch.nn.Module, dataset: str, data_dir: Optional[str]
                    confusion_matrix: bool = False) -> Dict[str, Any]:
     """Loss and top-1 / top-5 accuracy (%) of ``model`` over the evaluation split of ``dataset`` (or ``split``),
     with the confusion matrix where asked (``evaluate_split``)."""
+    return evaluate_models({'model': model}, dataset, data_dir, batch_size, device, download, labels_by_order,
+                           download_hint, split, confusion_matrix)['model']
+
+
+def evaluate_models(models: Mapping[str, torch.nn.Module], dataset: str, data_dir: Optional[str] = None,
+                    batch_size: int = EVAL_BATCH_SIZE, device: str = 'cpu', download: bool = False,
+                    labels_by_order: bool = False, download_hint: str = '', split: Optional[str] = None,
+                    confusion_matrix: bool = False) -> Dict[str, Dict[str, Any]]:
+    """``evaluate_model`` of each of ``models`` by name; the models that see the images alike (the same
+    preprocessing, classes and label names) share one reading and preparation of the split and one pass over it.
+    An error (``DatasetError``, ``RuntimeError``, ``ValueError``) names the models it concerns where there are
+    several."""
     from timm.data import resolve_data_config
-    model = model.to(device).eval()
-    cfg = resolve_data_config({}, model=model)
-    check_config_size(model, cfg['input_size'])
-    return evaluate_forwards({'model': model}, cfg, model.num_classes, dataset, data_dir, batch_size, device,
-                             download, model_label_names(model), labels_by_order, download_hint,
-                             split=split, confusion_matrix=confusion_matrix)['model']
+    groups: Dict[str, List[str]] = {}
+    configs = {}
+    for name, model in models.items():
+        model.to(device).eval()
+        configs[name] = resolve_data_config({}, model=model)
+        check_config_size(model, configs[name]['input_size'])
+        seen = (sorted(configs[name].items()), model.num_classes, model_label_names(model))
+        groups.setdefault(repr(seen), []).append(name)
+    results = {}
+    for names in groups.values():
+        first, cfg = models[names[0]], configs[names[0]]
+        try:
+            data = load_eval_split(cfg, first.num_classes, dataset, data_dir, download, model_label_names(first),
+                                   labels_by_order, download_hint, split=split)
+            results.update(evaluate_split({n: models[n] for n in names}, data, cfg, first.num_classes, batch_size,
+                                          device, confusion_matrix))
+        except (DatasetError, RuntimeError, ValueError) as e:
+            if len(models) == 1:
+                raise
+            kind = next(k for k in (DatasetError, RuntimeError, ValueError) if isinstance(e, k))
+            raise kind(f'{", ".join(names)}: {e}') from None
+    return results
 
 
 def check_config_size(model: torch.nn.Module, input_size: Sequence[int]) -> None:
@@ -229,14 +257,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     check_output_files(args)
     models = {name: _load(name) for name in dict.fromkeys(names)}
     dataset = _dataset(args, models)
+    try:
+        evaluated = evaluate_models(models, dataset, args.data_dir, args.batch_size, args.device, args.download,
+                                    args.labels_by_order, download_hint='drop --no-download', split=args.split,
+                                    confusion_matrix=True)
+    except (DatasetError, RuntimeError, ValueError) as e:
+        raise UsageError(str(e)) from None
     results = []
     for name, model in models.items():
-        try:
-            res = evaluate_model(model, dataset, args.data_dir, args.batch_size, args.device, args.download,
-                                 args.labels_by_order, download_hint='drop --no-download', split=args.split,
-                                 confusion_matrix=True)
-        except (DatasetError, RuntimeError, ValueError) as e:
-            raise UsageError(f'{name}: {e}' if len(models) > 1 else str(e)) from None
+        res = evaluated[name]
         confusion = np.asarray(res['confusion'])
         res.update(model=name, params=sum(p.numel() for p in model.parameters()),
                    acc_interval=wilson_interval(int(np.trace(confusion)), res['samples']),
