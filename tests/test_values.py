@@ -313,11 +313,11 @@ def test_evaluate_takes_the_dataset_from_the_tag_as_export_does(monkeypatch, cap
     from timm_minimal.tools import evaluate
     seen = []
 
-    def fake(model, dataset, *a, **k):
+    def fake(models, dataset, *a, **k):
         seen.append(dataset)
-        return dict(dataset=dataset, split='test', samples=1, acc=100.0, acc5=None, loss=0.0, class_names=['a'],
-                    confusion=[[1]])
-    monkeypatch.setattr(evaluate, 'evaluate_model', fake)
+        return {name: dict(dataset=dataset, split='test', samples=1, acc=100.0, acc5=None, loss=0.0,
+                           class_names=['a'], confusion=[[1]]) for name in models}
+    monkeypatch.setattr(evaluate, 'evaluate_models', fake)
     assert evaluate.main(['--model', 'vit_minimal_sym_6x4.cifar10']) == 0
     assert evaluate.main(['--model', 'vit_minimal_sym_6x4.cifar10', '--dataset', 'path/to/folder']) == 0
     assert seen == ['cifar10', 'path/to/folder']
