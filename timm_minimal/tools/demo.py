@@ -116,13 +116,15 @@ def train_model(model: str, output: str, epochs: Optional[int]) -> Dict[str, Any
     """Trains ``model`` on the bundled digits with timm-minimal-train's own code, at the torch threads set by
     ``choose_threads``; its log stays in a buffer that is printed only if the run fails."""
     from ..training.cli import parse_args
+    from ..training.options import Options
     from ..training.train import count_batches, train
     argv = ['--model', model, '--dataset', SAMPLE, '--output', output, '--no-progress', '--log-interval', '1000000',
             '--cpu-processes', '1'] + (['--epochs', str(epochs)] if epochs else [])
     args, provenance = parse_args(argv)
     log = io.StringIO()
-    updates = count_batches(args, args.grad_accum_steps, _sample_data())[1]
-    progress = _Progress(args.epochs * updates, f'training {model}')
+    options = Options.from_values(vars(args))
+    updates = count_batches(options.run, options.optimisation.grad_accum_steps, _sample_data())[1]
+    progress = _Progress(options.run.epochs * updates, f'training {model}')
     try:
         with contextlib.redirect_stdout(log):
             return train(args, provenance, argv, progress)

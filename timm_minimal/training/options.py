@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Literal, Mapping, Optional, Sequence
 from .cli import ModelKwargs, build_parser, option_groups
 
 __all__ = ['PLANNED', 'OptionGroup', 'Options', 'PlannedOptions', 'RunOptions', 'ModelOptions', 'DistillationOptions',
-           'OptimisationOptions', 'DataPathOptions', 'AugmentationOptions']
+           'OptimisationOptions', 'DataPathOptions', 'AugmentationOptions', 'option_class', 'group_of']
 
 # The options the plan decides (``plan.resolve_plan``); the stages after it read them from the plan alone.
 PLANNED = ('model', 'recipe', 'cpu', 'mixed_precision', 'compile', 'compile_mode', 'pad_heads', 'cpu_processes',
