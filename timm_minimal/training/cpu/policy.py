@@ -14,11 +14,11 @@ from timm.models import split_model_name_tag
 from ...cli import Failure, UsageError
 from ..cli import CPU_COMPILE_MIN_IMAGES
 from ..data.loading import load_run_data
-from ..options import Options, PlannedOptions, RunOptions
+from ..options import Options, PlannedOptions
 from ..run.clock import LAUNCHED_AT_ENV, launched_at
 
 __all__ = ['cpu_has_bf16', 'minimal_with_mlp', 'cpu_bf16_pays', 'cpu_precision', 'default_compile', 'cpu_decision',
-           'cpu_threads', 'find_data', 'run_split', 'SPLIT_STATUS_ENV', 'SPLIT_RATES_ENV']
+           'cpu_threads', 'run_split', 'SPLIT_STATUS_ENV', 'SPLIT_RATES_ENV']
 
 _logger = logging.getLogger(__name__)
 
@@ -98,7 +98,7 @@ def cpu_decision(given: PlannedOptions, options: Options, model: str, run_images
             run.batch_size % budget == 0:
         cache = Path(run.cache_dir) if run.cache_dir else default_cache_dir()
         decision = decide(model, run.batch_size, cache, model_kwargs=kwargs, bf16=bf16,
-                          compiled=given.compile, padded=given.pad_heads, before=lambda: find_data(run))
+                          compiled=given.compile, padded=given.pad_heads, before=lambda: load_run_data(run))
     if decision.processes > budget:
         if run.resume is None or explicit:
             raise UsageError(f'--cpu-processes {decision.processes} is more than the {budget} core(s) this run may '
@@ -126,12 +126,6 @@ def cpu_threads(given: Optional[int]) -> int:
     return threads
 
 
-def find_data(run: RunOptions, processes: int = 1) -> None:
-    """Finds the run's data (downloads, extracts them) in the launching process, before what is slow to start: the
-    probe of a CPU split (``cpu.split.decide``) and its processes. A missing dataset is then named at once."""
-    load_run_data(run, processes)
-
-
 def run_split(plan: Any, argv: Sequence[str]) -> int:
     """The run of ``plan`` (a ``plan.RunPlan``) as ``plan.processes`` processes of ``cores / processes`` threads each
     (``cpu.split``); its exit status, the main process's (2 bad input, 3 diverged), which that process writes into a
@@ -140,7 +134,9 @@ def run_split(plan: Any, argv: Sequence[str]) -> int:
     from .split import core_budget, run_split_processes
     run, processes = plan.options.run, plan.processes
     threads = max(1, core_budget() // processes)
-    find_data(run, processes)  # a missing dataset is one line, not one per process
+    # the data are found (downloaded, extracted) here, before the processes: a missing dataset is one line, not one
+    # per process
+    load_run_data(run, processes)
     _logger.info(f'Training as {processes} processes x {threads} thread(s) on the CPU (--cpu-processes 1 for one).')
     read_end, write_end = os.pipe()
     with os.fdopen(read_end, 'r') as status:
