@@ -433,6 +433,23 @@ def _all_ended(family, seconds=60):
     return [psutil.Process(p).cmdline() for p in alive]
 
 
+def _lock_frees(folder, seconds=30):
+    """Take and release ``folder``'s lock once it is free. A process whose main thread is already a zombie may still
+    be ending its other threads (torch's, gloo's), and the OS frees its lock only after the last one: so a lock held
+    past the end of every process counts, not one the last thread frees a moment later."""
+    from timm_minimal.training.run.files import FolderBusy
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            folder.lock()
+            break
+        except FolderBusy:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+    folder.unlock()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize('sig, status', [(signal.SIGINT, 130), (signal.SIGTERM, 128 + signal.SIGTERM),
                                          (signal.SIGHUP, 128 + signal.SIGHUP), (signal.SIGKILL, -signal.SIGKILL)])
@@ -452,9 +469,7 @@ def test_a_signal_to_the_launcher_ends_every_process_of_the_run_and_frees_its_lo
     proc.send_signal(sig)
     assert proc.wait(timeout=60) == status
     assert _all_ended(family) == []
-    folder = RunFolder(run)
-    folder.lock()  # free
-    folder.unlock()
+    _lock_frees(RunFolder(run))
     assert not [p for p in tmp.iterdir() if p.name.startswith(('torchelastic_', 'timm-minimal-split-'))]
 
 
