@@ -319,6 +319,26 @@ def test_short_runs_gpu_runs_and_launched_processes_stay_one_process(monkeypatch
     assert _plan(long_run + ['--cpu-processes', '1']).processes == 1
 
 
+def test_the_decision_is_the_machines_wherever_cache_dir_decodes_the_data(monkeypatch, tmp_path, data, capsys):
+    """The decision describes the CPU: kept in the machine's cache folder ($TIMM_MINIMAL_CACHE), so a run that decodes
+    its data into a new --cache-dir does not measure the machine again, and says what it took and from where."""
+    monkeypatch.delenv('OMP_NUM_THREADS', raising=False)
+    monkeypatch.setenv('TIMM_MINIMAL_CACHE', str(tmp_path / 'machine'))
+    monkeypatch.setattr(cpu_split, 'core_budget', lambda: 2)
+    monkeypatch.setattr(cpu_split, 'free_cores', lambda budget, seconds=0.3: budget)
+    measured = []
+    monkeypatch.setattr(cpu_split, 'measure', lambda m, b, n, t, **step: measured.append(n) or float(n))
+    long_run = ['--model', 'vit_minimal_sym_6x4', '--dataset', 'mnist', '--cpu', '--epochs', '100', *map(str, data)]
+    assert _plan(long_run + ['--cache-dir', str(tmp_path / 'a')]).processes == 2
+    first = len(measured)
+    assert first >= 2 and (tmp_path / 'machine' / 'cpu_split.json').is_file()
+    assert _plan(long_run + ['--cache-dir', str(tmp_path / 'b')]).processes == 2
+    assert len(measured) == first and not (tmp_path / 'a' / 'cpu_split.json').exists()
+    said = capsys.readouterr().out.splitlines()
+    assert [line for line in said if line.startswith('This CPU measured before how vit_minimal_sym_6x4.mnist at batch')
+            and ': 2 x 1' in line and str(tmp_path / 'machine' / 'cpu_split.json') in line]
+
+
 def test_the_plan_is_resolved_once_and_the_options_no_longer_hold_it(monkeypatch):
     """Every field the plan decides is gone from the options that the stages after it read, so a stage that reads
     one there fails at once; args.yaml records them as given, with the decided processes and threads."""

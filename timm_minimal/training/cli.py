@@ -123,7 +123,7 @@ def _run_options(g: argparse._ArgumentGroup, d: _DefaultOf) -> None:
     g.add_argument('--num-classes', type=number(int, 1, MAX_CLASSES), **d(None), help='number of classes (only if the dataset cannot tell)')
     g.add_argument('--no-download', action='store_true', **d(False), help='never download a missing dataset')
     g.add_argument('--cache-dir', **d(None), help='where archives are decoded once (default $TIMM_MINIMAL_CACHE '
-                   'or ~/.cache/timm_minimal)')
+                   'or ~/.cache/timm_minimal; the CPU decision stays there, whatever this says)')
     g.add_argument('--checkpoint-interval', type=COUNT, **d(0),
                    help='also checkpoint every N optimizer updates inside an epoch (0: at epoch ends only)')
     g.add_argument('--no-progress', action='store_true', **d(False), help='no progress bar')

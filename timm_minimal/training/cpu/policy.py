@@ -5,7 +5,6 @@ import json
 import logging
 import os
 import signal
-from pathlib import Path
 from typing import Any, Dict, Optional, Sequence
 
 import torch
@@ -81,7 +80,8 @@ def cpu_decision(given: PlannedOptions, options: Options, model: str, run_images
       one core and a batch that the cores do not divide pay no probe: one process, compiled by the same rule.
     - Else what ``cpu.split.decide`` measured here on the run's own step (its model kwargs, ``bf16`` autocast): one
       process or one per core, each eager and compiled unless ``--compile``/``--no-compile`` chose, the eager ones
-      with the heads padded and not unless ``--pad-heads``/``--no-pad-heads`` chose.
+      with the heads padded and not unless ``--pad-heads``/``--no-pad-heads`` chose; kept in the machine's cache
+      folder (``$TIMM_MINIMAL_CACHE``), which ``--cache-dir`` does not move.
 
     Elsewhere the heads are padded unless ``--no-pad-heads``.
 
@@ -96,8 +96,9 @@ def cpu_decision(given: PlannedOptions, options: Options, model: str, run_images
     # a split is one process per core, and only where the batch divides into them
     if given.cpu_processes is None and (run_images or 0) >= SPLIT_MIN_IMAGES and budget > 1 and \
             run.batch_size % budget == 0:
-        cache = Path(run.cache_dir) if run.cache_dir else default_cache_dir()
-        decision = decide(model, run.batch_size, cache, model_kwargs=kwargs, bf16=bf16,
+        # the machine's cache, not --cache-dir: the answer describes this CPU, not where a dataset is decoded, so a
+        # run with a new data cache does not measure the machine again
+        decision = decide(model, run.batch_size, default_cache_dir(), model_kwargs=kwargs, bf16=bf16,
                           compiled=given.compile, padded=given.pad_heads, before=lambda: load_run_data(run))
     if decision.processes > budget:
         if run.resume is None or explicit:

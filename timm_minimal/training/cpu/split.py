@@ -13,7 +13,7 @@ measurement on this machine says that pays:
   keywords at its batch, in its precision), the processes of a split at once as one DDP group, their gradients
   averaged every step as the run averages them (``measure``);
 - a split, or a compilation, must be measured at least 5% faster (``MARGIN``), or the run stays one eager process;
-- the answer is kept in the cache folder per CPU (model name, flags, cores), torch version, model, batch and step,
+- the answer is kept in the machine's cache folder per CPU (model name, flags, cores), torch version, model, batch and step,
   so a machine measures once (a measurement disturbed by other load is not kept); ``--cpu-processes N`` and
   ``--compile``/``--no-compile`` override it, and every launch records what ran in ``run.json``.
 """
@@ -352,7 +352,8 @@ def decide(model: str, batch: int, cache_dir: Path, budget: Optional[int] = None
            before: Optional[Callable[[], None]] = None) -> Decision:
     """The process count (and, where ``compiled`` or ``padded`` is None, the compilation or the head padding) that
     trains ``model`` at ``batch`` fastest here, measured on the step the run will take (its model kwargs, bf16
-    autocast, compilation, padding) once per machine, model, batch and step, and kept in ``cache_dir/cpu_split.json``;
+    autocast, compilation, padding) once per machine, model, batch and step, and kept in ``cache_dir/cpu_split.json``
+    (said when it is used);
     one process (eager and padded where those were left to it) where nothing else can run or a measurement fails.
     The padding is measured on the eager step (a compiled one takes the padding its eager step measured faster, else
     the one given, else pads); a candidate whose measurement fails is left out. A measurement taken while other work
@@ -371,6 +372,9 @@ def decide(model: str, batch: int, cache_dir: Path, budget: Optional[int] = None
     # a kept decision first: it was measured for these very facts, so no model is built to list the paddings
     cached = _cached(known.get(key), processes, modes, [True, False] if padded is None else [bool(padded)])
     if cached is not None:
+        say(f'This CPU measured before how {model} at batch {batch} trains fastest: '
+            f'{_label(cached.processes, budget // cached.processes, cached.compiled, cached.padded)} ({path}; '
+            f'remove it to measure again).')
         return cached
     pads = _pads(model, model_kwargs, padded)
     candidates = [(n, c, p) for n in processes for c in modes for p in (pads[:1] if c else pads)]
