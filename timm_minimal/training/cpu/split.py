@@ -13,9 +13,9 @@ measurement on this machine says that pays:
   keywords at its batch, in its precision), the processes of a split at once as one DDP group, their gradients
   averaged every step as the run averages them (``measure``);
 - a split, or a compilation, must be measured at least 5% faster (``MARGIN``), or the run stays one eager process;
-- the answer is kept in the machine's cache folder per CPU (model name, flags, cores), torch version, model, batch and step,
-  so a machine measures once (a measurement disturbed by other load is not kept); ``--cpu-processes N`` and
-  ``--compile``/``--no-compile`` override it, and every launch records what ran in ``run.json``.
+- the answer is kept in the machine's cache folder per CPU (model name, flags, cores), torch version, model, batch
+  and step, so a machine measures once (a measurement disturbed by other load is not kept); ``--cpu-processes N``
+  and ``--compile``/``--no-compile`` override it, and every launch records what ran in ``run.json``.
 """
 import contextlib
 import functools
