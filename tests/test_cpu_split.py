@@ -142,40 +142,51 @@ def test_a_run_that_leaves_compilation_to_the_decision_gets_each_candidate_eager
     assert cpu_split.worker_command(['--model', 'm'], 2, False, False)[-2:] == ['--no-compile', '--no-pad-heads']
 
 
-def test_a_run_that_leaves_the_head_padding_to_the_decision_measures_the_eager_step_both_ways(monkeypatch, tmp_path,
-                                                                                            quiet):
-    """Where the padded heads train slower (the kernels capped at AVX2 measured 0.88x, benchmarks/cpu_modes_avx2cap.md)
-    the decision takes the true width; within the margin the padding stays; a model with no width to pad measures
-    nothing more; --pad-heads/--no-pad-heads choose."""
-    rates = {(1, False, True): 845.0, (1, False, False): 1139.0, (2, False, True): 900.0, (2, False, False): 1000.0}
-    measured = []
+def test_a_run_that_leaves_the_head_padding_to_the_decision_measures_it_in_turns_then_every_candidate_with_it(
+        monkeypatch, tmp_path, quiet):
+    """The padding is measured first, the two taking turns in one process of the widest split (one probe after the
+    other, a drift of the machine chose the slower one on an AVX2 EPYC): where the padded heads train slower by the
+    margin the decision takes the true width, within it the padding stays; every candidate is then measured with that
+    padding; a model with no width to pad measures nothing more; --pad-heads/--no-pad-heads choose."""
+    speedups, measured, turns = [0.9], [], []
+    monkeypatch.setattr(cpu_split, 'measure_padding', lambda m, b, t, **step: turns.append((b, t)) or speedups[-1])
     monkeypatch.setattr(cpu_split, 'measure', lambda m, b, n, t, compiled, padded, **step:
-                        measured.append((n, compiled, padded)) or rates[n, compiled, padded])
+                        measured.append((n, compiled, padded)) or {1: 845.0, 2: 1000.0}[n])
+    said = []
     decide = functools.partial(cpu_split.decide, 'vit_minimal_sym_6x4.cifar10', 256, tmp_path, budget=2,
-                               say=lambda *a: None, compiled=False)
+                               say=said.append, compiled=False)
     decision = decide(padded=None)
-    assert decision[:3] == (1, False, False) and sorted(measured) == sorted(rates)
-    assert decision.rates['1 x 2 unpadded'] == 1139.0 and decision.rates['1 x 2'] == 845.0
+    assert decision[:3] == (2, False, False) and measured == [(1, False, False), (2, False, False)]
+    assert turns == [(128, 1)] and decision.rates == {'1 x 2 unpadded': 845.0, '2 x 1 unpadded': 1000.0}
+    assert 'heads padded: 0.90x the true width' in said[-1]
+    assert json.loads((tmp_path / 'cpu_split.json').read_text()).popitem()[1]['padding_speedup'] == 0.9
     pads = cpu_split._pads
     monkeypatch.setattr(cpu_split, '_pads', lambda *a: pytest.fail('a kept decision built the model'))
-    assert decide(padded=None) == decision and len(measured) == 4  # kept, and found without building the model
+    assert decide(padded=None) == decision and len(measured) == 2 and len(turns) == 1  # kept, without the model
     monkeypatch.setattr(cpu_split, '_pads', pads)
     assert decide(padded=True)[:3] == (2, False, True) and measured[-1] == (2, False, True)  # its own entry
-    rates[1, False, False], rates[2, False, False] = 870.0, 930.0  # within the margin: the padding stays
+    assert len(turns) == 1  # the padding given: not measured
+    speedups.append(0.97)  # slower, but within the margin: the padding stays
     assert decide(padded=None, model_kwargs={'depth': 2})[:3] == (2, False, True)
     measured.clear()
     assert decide(padded=None, model_kwargs={'embed_dim': 64})[2] is True  # one head of 64 columns: nothing to pad
-    assert all(padded for _, _, padded in measured)
+    assert all(padded for _, _, padded in measured) and len(turns) == 2
 
 
-def test_a_candidate_whose_probe_fails_is_left_out_and_a_compiled_one_pads_as_its_eager_one_measured_faster(
+def test_the_padding_measured_in_turns_is_a_ratio_of_the_real_step():
+    """The real measurement, briefly: a 1-block model on 2 images, two rounds of one step each."""
+    speedup = cpu_split.padding_speedup('vit_minimal_sym_6x4.mnist', 2, 1, rounds=2, block_seconds=0.0, warmup=1,
+                                        model_kwargs={'depth': 1})
+    assert 0.2 < speedup < 5.0
+
+
+def test_a_candidate_whose_probe_fails_is_left_out_and_a_compiled_one_takes_the_other_padding_only_then(
         monkeypatch, tmp_path, quiet):
     """A compiled step that computes another loss (torch 2.14's inductor computed NaN with AVX2 code) or aborts (its
     AVX-512 code on the unpadded 15-wide heads) fails its probe: that candidate is left out, naming why, and the
-    others still decide. Each compiled candidate takes the padding its eager step measured faster by the margin, and
-    the other one only where that one fails."""
-    rates = {(1, False, True): 800.0, (1, False, False): 900.0, (2, False, True): 1000.0, (2, False, False): 1300.0,
-             (1, True, True): 1100.0, (2, True, True): 1500.0}
+    others still decide. Each compiled candidate takes the padding measured faster, and the other one only where that
+    one fails; a padding whose measurement fails leaves the heads padded."""
+    rates = {(1, False, False): 900.0, (2, False, False): 1300.0, (1, True, True): 1100.0, (2, True, True): 1500.0}
     failures = {(1, True): 'the compiled step computes a loss of nan where the eager step computes 2.303',
                 (2, True, False): 'ended by signal 6 (SIGABRT)'}
     measured = []
@@ -187,11 +198,12 @@ def test_a_candidate_whose_probe_fails_is_left_out_and_a_compiled_one_pads_as_it
             raise RuntimeError(why)
         return rates[n, compiled, padded]
     monkeypatch.setattr(cpu_split, 'measure', fake)
+    monkeypatch.setattr(cpu_split, 'measure_padding', lambda *a, **k: 0.8)
     said = []
     decision = cpu_split.decide('vit_minimal_sym_6x4.cifar10', 256, tmp_path, budget=2, say=said.append,
                                 compiled=None, padded=None)
-    assert measured == [(1, False, True), (1, False, False), (1, True, False), (1, True, True),
-                        (2, False, True), (2, False, False), (2, True, False), (2, True, True)]
+    assert measured == [(1, False, False), (1, True, False), (1, True, True),
+                        (2, False, False), (2, True, False), (2, True, True)]
     assert decision[:3] == (2, True, True) and decision.rates['2 x 1 compiled'] == 1500.0
     assert '1 x 2 compiled unpadded' not in decision.rates and '2 x 1 compiled unpadded' not in decision.rates
     assert '1 x 2 compiled unpadded: left out (the compiled step computes a loss of nan' in said[-1]
@@ -202,6 +214,11 @@ def test_a_candidate_whose_probe_fails_is_left_out_and_a_compiled_one_pads_as_it
     assert cpu_split.decide('vit_minimal_sym_6x1.cifar10', 256, tmp_path, budget=2, say=said.append)[:3] == (1, False,
                                                                                                             True)
     assert 'every measurement failed (the measurement' not in said[-1] and 'every measurement failed (no' in said[-1]
+    monkeypatch.setattr(cpu_split, 'measure', lambda m, b, n, t, padded, **k: measured.append(padded) or float(n))
+    monkeypatch.setattr(cpu_split, 'measure_padding', lambda *a, **k: (_ for _ in ()).throw(RuntimeError('aborted')))
+    assert cpu_split.decide('vit_minimal_sym_6x4.mnist', 256, tmp_path, budget=2, say=said.append,
+                            padded=None)[:3] == (2, False, True)
+    assert measured[-2:] == [True, True] and 'heads padded against unpadded: left out (aborted)' in said[-1]
 
 
 def test_a_compiled_probe_that_computes_another_loss_fails(monkeypatch):
@@ -328,6 +345,7 @@ def test_the_decision_is_the_machines_wherever_cache_dir_decodes_the_data(monkey
     monkeypatch.setattr(cpu_split, 'free_cores', lambda budget, seconds=0.3: budget)
     measured = []
     monkeypatch.setattr(cpu_split, 'measure', lambda m, b, n, t, **step: measured.append(n) or float(n))
+    monkeypatch.setattr(cpu_split, 'measure_padding', lambda m, b, t, **step: measured.append('padding') or 1.2)
     long_run = ['--model', 'vit_minimal_sym_6x4', '--dataset', 'mnist', '--cpu', '--epochs', '100', *map(str, data)]
     assert _plan(long_run + ['--cache-dir', str(tmp_path / 'a')]).processes == 2
     first = len(measured)

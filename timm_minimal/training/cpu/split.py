@@ -11,7 +11,8 @@ measurement on this machine says that pays:
 - the candidates are 1 process with all of them as threads and one process per core, each eager and compiled
   (where the run leaves compilation to the decision), each measured as the run's own training step (its model and
   keywords at its batch, in its precision), the processes of a split at once as one DDP group, their gradients
-  averaged every step as the run averages them (``measure``);
+  averaged every step as the run averages them (``measure``), all with the head padding that trained faster when
+  the two took turns in one process (``padding_speedup``);
 - a split, or a compilation, must be measured at least 5% faster (``MARGIN``), or the run stays one eager process;
 - the answer is kept in the machine's cache folder per CPU (model name, flags, cores), torch version, model, batch
   and step, so a machine measures once (a measurement disturbed by other load is not kept); ``--cpu-processes N``
@@ -26,6 +27,7 @@ import os
 import platform
 import re
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -39,8 +41,8 @@ import torch
 from ...cli import env_number, usable_cores
 
 __all__ = ['Decision', 'SPLIT_MIN_IMAGES', 'core_budget', 'cpu_signature', 'kernel_caps',
-           'kernels_capped_below_bf16', 'bare_step_rate',
-           'measure', 'decide',
+           'kernels_capped_below_bf16', 'bare_step_rate', 'padding_speedup',
+           'measure', 'measure_padding', 'decide',
            'worker_command', 'run_split_processes',
            'end_process_group', 'NEVER_FREED']
 
@@ -48,12 +50,16 @@ SPLIT_MIN_IMAGES = 500_000  # a shorter run (the tests, the demo) stays one proc
 PROBE_SECONDS = 6.0  # timed, after PROBE_WARMUP steps: a 3 s probe measured one process at 0.6x its rate
 PROBE_WARMUP = 5
 PROBE_TIMEOUT = 120.0  # seconds for all the probes of one candidate together
+PAD_ROUNDS = 8  # the head padding against the true width: rounds of one block of steps each (``padding_speedup``)
+PAD_BLOCK_SECONDS = 1.0
 # What a split's processes never free (the DDP models of the probe processes, the run of a split run's process), left
 # to the process's end without its interpreter's cleanup (``_run_probes``, ``training.train._exit``): on torch 2.13
 # freeing one hung at random (3 probes in 30), its reducer freeing the gloo group, which joins its worker threads with
 # the GIL held while a worker waits for the GIL to free a tensor of its last work.
 NEVER_FREED: List[Any] = []
-PROBE = 'ddp'  # a split's processes are measured as one DDP group (``measure``), part of the cache key
+# how the candidates were measured, part of the cache key: a split's processes as one DDP group (``measure``), the
+# head padding in turns in one process (``measure_padding``)
+PROBE = 'ddp, padding in turns'
 MARGIN = 1.05  # a split or a compilation must be measured this much faster: a tie keeps the simpler eager process
 
 
@@ -127,42 +133,55 @@ def kernels_capped_below_bf16() -> bool:
             or onednn not in ('', 'ALL', 'DEFAULT') and not any(w in onednn for w in ('BF16', 'AMX', 'AVX10')))
 
 
-def bare_step_rate(model: str, batch: int, threads: int, seconds: float, warmup: int = PROBE_WARMUP,
-                   model_kwargs: Optional[Dict[str, Any]] = None, bf16: bool = False, compiled: bool = False,
-                   padded: bool = True, group: Optional[Tuple[int, int, int]] = None) -> float:
-    """Images per second of the bare training step (forward, cross-entropy, backward, AdamW) of ``model`` built with
-    ``model_kwargs``, as the run will take it: in bf16 autocast where ``bf16``, through ``torch.compile`` where
-    ``compiled`` (the warm-up steps compile), with the heads padded where ``padded``. ``group`` (store port, rank,
-    processes) makes it one process of a split: the model in DDP over gloo, its gradients averaged every step as the
-    split's run averages them, through the store the caller serves on 127.0.0.1 (``measure``)."""
+def _training_step(model: str, batch: int, threads: int, model_kwargs: Optional[Dict[str, Any]], bf16: bool
+                   ) -> Tuple[torch.nn.Module, Callable[..., torch.Tensor]]:
+    """``model`` built with ``model_kwargs`` on ``threads`` threads, and its bare training step on ``batch`` random
+    images (forward through the module it is given, cross-entropy, backward, AdamW; in bf16 autocast where ``bf16``),
+    which returns the loss (without ``update``: the loss alone, no gradients recorded)."""
     import timm
-    import torch.distributed as dist
-    from ...models.layers import set_head_padding
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     net = timm.create_model(model, **(model_kwargs or {})).train()
-    set_head_padding(net, padded)
     x = torch.randn(batch, *net.pretrained_cfg['input_size'])
     y = torch.randint(0, max(1, net.num_classes), (batch,))
     opt = torch.optim.AdamW(net.parameters(), lr=1e-4)
+
+    def step(forward: Callable[[torch.Tensor], torch.Tensor], update: bool = True) -> torch.Tensor:
+        opt.zero_grad(set_to_none=True)
+        with torch.set_grad_enabled(update), torch.autocast('cpu', dtype=torch.bfloat16, enabled=bf16):
+            loss = torch.nn.functional.cross_entropy(forward(x), y)
+        if update:
+            loss.backward()
+            opt.step()
+        return loss
+    return net, step
+
+
+def bare_step_rate(model: str, batch: int, threads: int, seconds: float, warmup: int = PROBE_WARMUP,
+                   model_kwargs: Optional[Dict[str, Any]] = None, bf16: bool = False, compiled: bool = False,
+                   padded: bool = True, group: Optional[Tuple[int, int, int]] = None) -> float:
+    """Images per second of the bare training step (``_training_step``) of ``model`` built with ``model_kwargs``, as
+    the run will take it: in bf16 autocast where ``bf16``, through ``torch.compile`` where ``compiled`` (the warm-up
+    steps compile), with the heads padded where ``padded``. ``group`` (store port, rank, processes) makes it one
+    process of a split: the model in DDP over gloo, its gradients averaged every step as the split's run averages
+    them, through the store the caller serves on 127.0.0.1 (``measure``)."""
+    import torch.distributed as dist
+    from ...models.layers import set_head_padding
+    net, step = _training_step(model, batch, threads, model_kwargs, bf16)
+    set_head_padding(net, padded)
     if group is not None:
         port, rank, world = group
         store = dist.TCPStore('127.0.0.1', port, is_master=False, timeout=timedelta(seconds=PROBE_TIMEOUT))
         dist.init_process_group('gloo', store=store, rank=rank, world_size=world)
         net = torch.nn.parallel.DistributedDataParallel(net)
-    with torch.no_grad(), torch.autocast('cpu', dtype=torch.bfloat16, enabled=bf16):
-        expected = torch.nn.functional.cross_entropy(net(x), y).item() if compiled else None
+    expected = step(net, update=False).item() if compiled else None
     forward = torch.compile(net, dynamic=False) if compiled else net
     steps, t0 = 0, None
     try:
         while True:
-            opt.zero_grad(set_to_none=True)
-            with torch.autocast('cpu', dtype=torch.bfloat16, enabled=bf16):
-                loss = torch.nn.functional.cross_entropy(forward(x), y)
+            loss = step(forward)
             if steps == 0 and expected is not None:
                 _check_compiled(loss.item(), expected)
-            loss.backward()
-            opt.step()
             steps += 1
             if steps == warmup:
                 t0 = time.perf_counter()
@@ -172,6 +191,33 @@ def bare_step_rate(model: str, batch: int, threads: int, seconds: float, warmup:
         if group is not None:
             dist.destroy_process_group()
             NEVER_FREED.append(net)
+
+
+def padding_speedup(model: str, batch: int, threads: int, rounds: int = PAD_ROUNDS,
+                    block_seconds: float = PAD_BLOCK_SECONDS, warmup: int = PROBE_WARMUP,
+                    model_kwargs: Optional[Dict[str, Any]] = None, bf16: bool = False) -> float:
+    """How many times as fast the eager bare step of ``model`` (``_training_step``) trains with its heads padded as on
+    their true width (> 1: padded is faster): one model in one process takes blocks of steps of about
+    ``block_seconds`` in each padding in turn, the order reversed every round; the median of the rounds' ratios.
+    Taking turns, the two see the same machine: measured one after the other, a probe of the same split gave 1,017
+    and then 783 img/s on a quiet 2-core AVX2 EPYC, and such a drift chose the slower padding there."""
+    from ...models.layers import set_head_padding
+    net, step = _training_step(model, batch, threads, model_kwargs, bf16)
+
+    def timed(padded: bool, steps: int) -> float:
+        set_head_padding(net, padded)
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            step(net)
+        return time.perf_counter() - t0
+    for padded in (False, True):
+        timed(padded, warmup)
+    steps = max(1, round(block_seconds / (timed(True, warmup) / warmup)))
+    ratios = []
+    for r in range(rounds):
+        times = {padded: timed(padded, steps) for padded in ((True, False) if r % 2 == 0 else (False, True))}
+        ratios.append(times[False] / times[True])
+    return statistics.median(ratios)
 
 
 def _check_compiled(loss: float, eager: float) -> None:
@@ -222,26 +268,38 @@ def measure(model: str, batch: int, processes: int, threads: int, seconds: float
 
 def _run_probes(model: str, batch: int, processes: int, threads: int, seconds: float, timeout: float,
                 port: Optional[int], step: Dict[str, Any]) -> float:
+    calls = [f'bare_step_rate({model!r}, {max(1, batch // processes)}, {threads}, {seconds}, '
+             f'group={(port, rank, processes) if port is not None else None!r}, **{step!r})'
+             for rank in range(processes)]
+    return sum(_run_calls(calls, threads, timeout, f'the measurement of {processes} x {threads}'))
+
+
+def measure_padding(model: str, batch: int, threads: int, **step: Any) -> float:
+    """``padding_speedup`` in a process of its own of ``threads`` threads (``step``: its model_kwargs, bf16)."""
+    call = f'padding_speedup({model!r}, {batch}, {threads}, **{step!r})'
+    return _run_calls([call], threads, PROBE_TIMEOUT, 'the measurement of the head padding')[0]
+
+
+def _run_calls(calls: Sequence[str], threads: int, timeout: float, what: str) -> List[float]:
+    """The numbers that the calls of this module's functions return, each run at once in a process of its own of
+    ``threads`` threads; a RuntimeError naming ``what`` and why where one fails. None outlives this call."""
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     procs: List[subprocess.Popen] = []
-    errors = [tempfile.TemporaryFile('w+') for _ in range(processes)]  # files: a full pipe would stall the group
+    errors = [tempfile.TemporaryFile('w+') for _ in calls]  # files: a full pipe would stall the group
     try:
-        for rank in range(processes):
-            group = (port, rank, processes) if port is not None else None
-            code = (f'import os; from timm_minimal.training.cpu.split import bare_step_rate; print(bare_step_rate('
-                    f'{model!r}, {max(1, batch // processes)}, {threads}, {seconds}, group={group!r}, **{step!r}), '
-                    f'flush=True); os._exit(0)')  # os._exit: see NEVER_FREED
-            procs.append(subprocess.Popen([sys.executable, '-c', code], stdout=subprocess.PIPE,
-                                          stderr=errors[rank], text=True, env=env,
+        for call, err in zip(calls, errors):
+            code = (f'import os; from timm_minimal.training.cpu.split import {call.split("(")[0]}; '
+                    f'print({call}, flush=True); os._exit(0)')  # os._exit: see NEVER_FREED
+            procs.append(subprocess.Popen([sys.executable, '-c', code], stdout=subprocess.PIPE, stderr=err,
+                                          text=True, env=env,
                                           preexec_fn=functools.partial(die_with_parent, os.getpid())))
         deadline = time.monotonic() + timeout
         outputs = [p.communicate(timeout=max(1.0, deadline - time.monotonic()))[0] for p in procs]
         for p, err in zip(procs, errors):
             if p.returncode:
                 err.seek(0)
-                raise RuntimeError(f'the measurement of {processes} x {threads} failed: '
-                                   f'{_why(p.returncode, err.read())[:200]}')
-        return sum(float(out.split()[-1]) for out in outputs)
+                raise RuntimeError(f'{what} failed: {_why(p.returncode, err.read())[:200]}')
+        return [float(out.split()[-1]) for out in outputs]
     finally:
         for p in procs:
             if p.poll() is None:
@@ -314,36 +372,48 @@ def _pads(model: str, model_kwargs: Optional[Dict[str, Any]], padded: Optional[b
     return [True, False] if set_head_padding(net, True) else [True]
 
 
-def _odds(candidate: Tuple[int, bool, bool], compile_chosen: bool, pad_chosen: bool) -> float:
-    """What ``candidate`` must win by: ``MARGIN`` for each departure from one eager, padded process."""
-    n, compiled, padded = candidate
-    return MARGIN ** ((n > 1) + (compiled and compile_chosen) + (not padded and pad_chosen))
+def _odds(candidate: Tuple[int, bool, bool], compile_chosen: bool) -> float:
+    """What ``candidate`` must win by: ``MARGIN`` for each departure from one eager process (the padding won its
+    margin in ``_choose_padding``)."""
+    n, compiled, _ = candidate
+    return MARGIN ** ((n > 1) + (compiled and compile_chosen))
+
+
+def _choose_padding(model: str, batch: int, threads: int, pads: Sequence[bool], step: Dict[str, Any],
+                    failed: Dict[str, str]) -> Tuple[bool, Optional[float]]:
+    """The padding every candidate is measured with, and the speed-up of the padded step where it was measured: the
+    one given, else the true width only where the padded step measured slower by the margin, the two taking turns in
+    one process (``measure_padding``, at ``batch`` and ``threads``: one process of the widest split). Where that
+    measurement fails, the padding, with why in ``failed``."""
+    if len(pads) < 2:
+        return pads[0], None
+    try:
+        speedup = measure_padding(model, batch, threads, **step)
+    except (RuntimeError, ValueError, IndexError, subprocess.SubprocessError, OSError) as e:
+        failed['heads padded against unpadded'] = str(e)
+        return True, None
+    return speedup * MARGIN >= 1.0, speedup
 
 
 def _measure_candidates(model: str, batch: int, budget: int, processes: Sequence[int], modes: Sequence[bool],
                         pads: Sequence[bool], step: Dict[str, Any]
-                        ) -> Tuple[Dict[Tuple[int, bool, bool], float], Dict[str, str]]:
-    """The rate of each candidate, eager before compiled; a compiled one takes the padding its process count measured
-    faster eager (by the margin), as compiling both would cost a minute more each, and the other padding only where
-    that one fails (torch 2.14.1's inductor aborted on the unpadded 15-wide heads of an AVX-512 CPU, and compiled the
-    padded ones). A candidate whose probe fails (a compiled step that computes another loss, an abort, a timeout) is
-    left out, with why; the others still count."""
+                        ) -> Tuple[Dict[Tuple[int, bool, bool], float], Dict[str, str], Optional[float]]:
+    """The rate of each candidate, eager before compiled, with the padding ``_choose_padding`` chose (and its
+    speed-up); a compiled one takes the other padding only where that one fails (torch 2.14.1's inductor aborted on
+    the unpadded 15-wide heads of an AVX-512 CPU, and compiled the padded ones). A candidate whose probe fails (a
+    compiled step that computes another loss, an abort, a timeout) is left out, with why; the others still count."""
     rates: Dict[Tuple[int, bool, bool], float] = {}
     failed: Dict[str, str] = {}
+    pad, speedup = _choose_padding(model, max(1, batch // processes[-1]), budget // processes[-1], pads, step, failed)
     for n in processes:
         for c in sorted(modes):
-            eager = {p: rates[(n, False, p)] for p in pads if (n, False, p) in rates}
-            unpadded = len(eager) == 2 and eager[False] > eager[True] * MARGIN
-            one = c and len(pads) > 1  # a compiled step takes one padding: the other only where that one fails
-            for p in ([not unpadded, unpadded] if one else pads):
+            for p in ([pad, not pad] if c and len(pads) > 1 else [pad]):
                 try:
                     rates[(n, c, p)] = measure(model, batch, n, budget // n, compiled=c, padded=p, **step)
+                    break
                 except (RuntimeError, ValueError, IndexError, subprocess.SubprocessError, OSError) as e:
                     failed[_label(n, budget // n, c, p)] = str(e)
-                    continue
-                if one:
-                    break
-    return rates, failed
+    return rates, failed, speedup
 
 
 def decide(model: str, batch: int, cache_dir: Path, budget: Optional[int] = None, say=print,
@@ -355,8 +425,8 @@ def decide(model: str, batch: int, cache_dir: Path, budget: Optional[int] = None
     autocast, compilation, padding) once per machine, model, batch and step, and kept in ``cache_dir/cpu_split.json``
     (said when it is used);
     one process (eager and padded where those were left to it) where nothing else can run or a measurement fails.
-    The padding is measured on the eager step (a compiled one takes the padding its eager step measured faster, else
-    the one given, else pads); a candidate whose measurement fails is left out. A measurement taken while other work
+    The padding is chosen first, the eager step taking turns padded and not in one process (``_choose_padding``), and
+    every candidate is measured with it; a candidate whose measurement fails is left out. A measurement taken while other work
     keeps cores busy decides this run only: it is not kept as the machine's answer. ``before`` runs first where a
     measurement will (the run's checks that are quick beside it: a missing dataset is named before a minute of it)."""
     budget = core_budget() if budget is None else budget
@@ -377,32 +447,35 @@ def decide(model: str, batch: int, cache_dir: Path, budget: Optional[int] = None
             f'remove it to measure again).')
         return cached
     pads = _pads(model, model_kwargs, padded)
-    candidates = [(n, c, p) for n in processes for c in modes for p in (pads[:1] if c else pads)]
-    if len(candidates) < 2:
+    candidates = [(n, c) for n in processes for c in modes]
+    if len(candidates) < 2 and len(pads) < 2:
         return Decision(1, modes[0], pads[0])
     if before is not None:
         before()
     quiet = free_cores(budget) >= budget
-    what = ', '.join(_label(n, budget // n, c, p) for n, c, p in candidates)
-    which = ' (a compiled one with the padding measured faster eager)' if len(pads) > 1 and len(modes) > 1 else ''
-    seconds = sum(PROBE_SECONDS + (60 if c else 8) for _, c, _ in candidates)
+    what = ', '.join(_label(n, budget // n, c) for n, c in candidates)
+    which = ', each with the heads padded or not as the two measure in turns' if len(pads) > 1 else ''
+    seconds = (sum(PROBE_SECONDS + (60 if c else 8) for _, c in candidates)
+               + (2 * PAD_ROUNDS * PAD_BLOCK_SECONDS + 12) * (len(pads) > 1))
     say(f'Measuring once on this CPU how {model} at batch {batch}{", bf16" if bf16 else ""} trains fastest '
         f'(processes x threads): {what}{which} ({seconds:.0f} s or so) ...')
-    rates, failed = _measure_candidates(model, batch, budget, processes, modes, pads, step)
+    rates, failed, speedup = _measure_candidates(model, batch, budget, processes, modes, pads, step)
     if not rates:
         say('  every measurement failed (' + '; '.join(failed.values()) + '): 1 process')
         return Decision(1, modes[0], pads[0])
     # each departure from one eager, padded process must win by the margin: a tie keeps the simpler
-    best = max(rates, key=lambda k: rates[k] / _odds(k, len(modes) > 1, len(pads) > 1))
+    best = max(rates, key=lambda k: rates[k] / _odds(k, len(modes) > 1))
     labelled = {_label(n, budget // n, c, p): round(r, 1) for (n, c, p), r in rates.items()}
-    say('  ' + ', '.join([f'{label}: {r:,.0f} img/s' for label, r in labelled.items()]
+    say('  ' + ', '.join(([f'heads padded: {speedup:.2f}x the true width'] if speedup is not None else [])
+                         + [f'{label}: {r:,.0f} img/s' for label, r in labelled.items()]
                          + [f'{label}: left out ({why})' for label, why in failed.items()])
         + f' -> {best[0]} process(es){", compiled" if best[1] else ""}{"" if best[2] else ", heads unpadded"}')
     if not quiet:
         say('  (other work kept cores busy: this decision is not kept, the next long run measures again)')
         return Decision(*best, labelled)
     known[key] = dict(processes=best[0], compiled=best[1], padded=best[2], compile_given=compiled, pad_given=padded,
-                      **cpu_signature(), model=model, batch=batch, budget=budget, **step, rates=labelled)
+                      **cpu_signature(), model=model, batch=batch, budget=budget, **step, rates=labelled,
+                      padding_speedup=speedup)
     try:
         from ..run.checkpoint import write_json_atomic
         path.parent.mkdir(parents=True, exist_ok=True)
