@@ -454,7 +454,7 @@ def decide(model: str, batch: int, cache_dir: Path, budget: Optional[int] = None
         before()
     quiet = free_cores(budget) >= budget
     what = ', '.join(_label(n, budget // n, c) for n, c in candidates)
-    which = ', each with the heads padded or not as the two measure in turns' if len(pads) > 1 else ''
+    which = ', all with the head padding that trains faster when the two take turns' if len(pads) > 1 else ''
     seconds = (sum(PROBE_SECONDS + (60 if c else 8) for _, c in candidates)
                + (2 * PAD_ROUNDS * PAD_BLOCK_SECONDS + 12) * (len(pads) > 1))
     say(f'Measuring once on this CPU how {model} at batch {batch}{", bf16" if bf16 else ""} trains fastest '
