@@ -426,9 +426,10 @@ def decide(model: str, batch: int, cache_dir: Path, budget: Optional[int] = None
     (said when it is used);
     one process (eager and padded where those were left to it) where nothing else can run or a measurement fails.
     The padding is chosen first, the eager step taking turns padded and not in one process (``_choose_padding``), and
-    every candidate is measured with it; a candidate whose measurement fails is left out. A measurement taken while other work
-    keeps cores busy decides this run only: it is not kept as the machine's answer. ``before`` runs first where a
-    measurement will (the run's checks that are quick beside it: a missing dataset is named before a minute of it)."""
+    every candidate is measured with it; a candidate whose measurement fails is left out. A measurement taken while
+    other work keeps cores busy decides this run only: it is not kept as the machine's answer. ``before`` runs first
+    where a measurement will (the run's checks that are quick beside it: a missing dataset is named before a minute of
+    it)."""
     budget = core_budget() if budget is None else budget
     processes = [n for n in _candidates(budget) if batch % n == 0]
     modes = [False, True] if compiled is None else [bool(compiled)]
@@ -463,7 +464,7 @@ def decide(model: str, batch: int, cache_dir: Path, budget: Optional[int] = None
     if not rates:
         say('  every measurement failed (' + '; '.join(failed.values()) + '): 1 process')
         return Decision(1, modes[0], pads[0])
-    # each departure from one eager, padded process must win by the margin: a tie keeps the simpler
+    # each departure from one eager process must win by the margin (the padding won its own): a tie keeps the simpler
     best = max(rates, key=lambda k: rates[k] / _odds(k, len(modes) > 1))
     labelled = {_label(n, budget // n, c, p): round(r, 1) for (n, c, p), r in rates.items()}
     say('  ' + ', '.join(([f'heads padded: {speedup:.2f}x the true width'] if speedup is not None else [])
