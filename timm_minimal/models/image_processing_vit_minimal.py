@@ -6,9 +6,14 @@ channel count first: grayscale for 1-channel models (MNIST), RGB for 3-channel o
 is the one ``timm.data.create_transform(**timm.data.resolve_data_config({}, model=model))`` builds,
 so pixel values are the same in both libraries.
 
+The settings have one home, the model's timm ``pretrained_cfg``: a saved processor holds it, and so does the model's
+``config.json``, so the processor is the same whichever file transformers reads (``config.json`` for a local timm-style
+folder on 5.25, ``preprocessor_config.json`` on earlier releases and for Hub repositories). A processor given no
+settings refuses; it never falls back to another model's preprocessing.
+
 This file travels with saved checkpoints (``trust_remote_code=True``).
 """
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -16,6 +21,7 @@ from PIL import Image
 
 from transformers.image_processing_backends import TorchvisionBackend
 from transformers.image_processing_utils import BaseImageProcessor, BatchFeature
+from transformers.processing_utils import ImagesKwargs
 
 from .configuration_vit_minimal import AUTO_MAP
 from .datasets import MIN_CROP_PCT, channel_stats
@@ -24,45 +30,111 @@ from .images import CHANNEL_MODES, array_to_image, check_image_size, check_layou
 
 __all__ = ['VitMinimalImageProcessor', 'VitMinimalImageProcessorFast']
 
-# what a processor's JSON holds: the transform's settings, its class, and where remote code finds both classes
-_SAVED = ('size', 'crop_pct', 'crop_mode', 'interpolation', 'image_mean', 'image_std', 'num_channels',
-          'image_processor_type', 'processor_class', 'auto_map')
+# what a processor's JSON holds: its timm pretrained cfg (the one home of its settings), its class, and where remote
+# code finds both classes; the settings themselves are attributes, derived from the cfg
+_SAVED = ('pretrained_cfg', 'image_processor_type', 'processor_class', 'auto_map')
 INTERPOLATIONS = ('nearest', *PIL_FILTERS)
 CROP_MODES = ('center', 'squash', 'border')
+# the settings of timm's evaluation transform; each is needed, but crop_mode, which is timm's 'center' when unsaid
+SETTINGS = ('size', 'num_channels', 'image_mean', 'image_std', 'interpolation', 'crop_pct', 'crop_mode')
+_CFG_NEEDS = ('input_size', 'mean', 'std')  # what a pretrained cfg must say itself (timm's defaults are ImageNet's)
+# the keys of a processor's JSON that transformers' base classes take; config.json's model keys are not set on it
+_PASSED = ('image_processor_type', 'processor_class', 'auto_map', 'feature_extractor_type')
+_PROCESSOR_FILE, _CONFIG_FILE = 'preprocessor_config.json', 'config.json'
+
+
+class VitMinimalImageProcessorKwargs(ImagesKwargs, total=False):
+    """What the processors declare to transformers beyond ``ImagesKwargs``: their settings, the timm pretrained cfg
+    that gives them, and ``dtype`` (the pipeline passes it; the pipeline casts the pixel values itself)."""
+    crop_pct: Optional[float]
+    crop_mode: Optional[str]
+    interpolation: Optional[str]
+    num_channels: Optional[int]
+    pretrained_cfg: Optional[Dict[str, Any]]
+    dtype: Any
+
+
+def settings_of_pretrained_cfg(pretrained_cfg: Any) -> Dict[str, Any]:
+    """The processor settings a timm pretrained cfg gives: those of the transform timm builds for it
+    (``resolve_data_config``); a cfg without its input size, mean or std is refused."""
+    from timm.data import resolve_data_config
+    if not isinstance(pretrained_cfg, Mapping):
+        raise TypeError(f'pretrained_cfg must be a dict (a timm pretrained cfg), got {type(pretrained_cfg).__name__}.')
+    missing = [k for k in _CFG_NEEDS if pretrained_cfg.get(k) is None]
+    if missing:
+        raise ValueError(f'The pretrained_cfg gives no {", ".join(missing)}; a processor needs the input size, mean '
+                         f'and std of its model (timm would assume ImageNet\'s).')
+    data_cfg = resolve_data_config({}, pretrained_cfg=dict(pretrained_cfg), verbose=False)
+    channels, height, width = data_cfg['input_size']
+    return dict(size={'height': height, 'width': width}, num_channels=channels, image_mean=data_cfg['mean'],
+                image_std=data_cfg['std'], interpolation=data_cfg['interpolation'], crop_pct=data_cfg['crop_pct'],
+                crop_mode=data_cfg.get('crop_mode') or 'center')
+
+
+def _resolve_settings(cls_name: str, pretrained_cfg: Any, given: Dict[str, Any]) -> Dict[str, Any]:
+    """The settings of a processor: those of ``pretrained_cfg``, overridden by those ``given``; one that neither says
+    is refused, never assumed."""
+    settings = {'crop_mode': 'center', **(settings_of_pretrained_cfg(pretrained_cfg) if pretrained_cfg is not None
+                                          else {}), **{k: v for k, v in given.items() if v is not None}}
+    missing = [k for k in SETTINGS if settings.get(k) is None]
+    if missing:
+        raise ValueError(
+            f'{cls_name} was given no {", ".join(missing)}: they were looked for as keywords (the keys of '
+            f'preprocessor_config.json) and in pretrained_cfg (the timm pretrained cfg of config.json or '
+            f'preprocessor_config.json), and there is {"no pretrained_cfg" if pretrained_cfg is None else "none there"}; '
+            f'make it with {cls_name}.from_pretrained(<checkpoint folder or repository>) or '
+            f'{cls_name}.from_pretrained_cfg(model.pretrained_cfg).')
+    return settings
 
 
 class _TimmEvalSettings:
     r"""The settings of timm's evaluation transform that both processors apply, from a model's timm pretrained cfg.
 
     Args:
+        pretrained_cfg (`dict`, *optional*): the model's timm pretrained cfg (``input_size``, ``mean``, ``std``,
+            ``interpolation``, ``crop_pct``, ``crop_mode``): it gives every setting below. It is what a saved
+            processor holds, and what ``config.json`` holds too, so that either file gives the same processor.
         size (`dict`, *optional*): ``{"height": H, "width": W}`` of the model input (28x28 for MNIST).
-        crop_pct (`float`, *optional*, defaults to 1.0): images are resized to ``size / crop_pct``
-            (shortest edge) and center-cropped to ``size``, as in timm's evaluation transform.
+        crop_pct (`float`, *optional*): images are resized to ``size / crop_pct`` (shortest edge) and
+            center-cropped to ``size``, as in timm's evaluation transform.
         crop_mode (`str`, *optional*, defaults to ``"center"``): timm's crop mode (``center``,
             ``squash`` or ``border``).
-        interpolation (`str`, *optional*, defaults to ``"bilinear"``): resize interpolation.
+        interpolation (`str`, *optional*): resize interpolation.
         image_mean, image_std (`list[float]`, *optional*): normalisation per channel.
-        num_channels (`int`, *optional*, defaults to 1): 1 converts images to grayscale, 3 to RGB.
+        num_channels (`int`, *optional*): 1 converts images to grayscale, 3 to RGB.
+        dtype (*optional*): accepted from transformers' pipeline, which casts the pixel values to the model's dtype.
+
+    A setting given by its keyword overrides the pretrained cfg's; one that neither gives is refused with the names of
+    the missing settings: no processor falls back to another model's preprocessing.
     """
 
     model_input_names = ['pixel_values']
+    valid_kwargs = VitMinimalImageProcessorKwargs
     _auto_class = 'AutoImageProcessor'  # save_pretrained copies this file and records it in auto_map
 
     def __init__(
             self,
             size: Optional[Dict[str, int]] = None,
-            crop_pct: float = 1.0,
-            crop_mode: str = 'center',
-            interpolation: str = 'bilinear',
+            crop_pct: Optional[float] = None,
+            crop_mode: Optional[str] = None,
+            interpolation: Optional[str] = None,
             image_mean: Optional[Sequence[float]] = None,
             image_std: Optional[Sequence[float]] = None,
-            num_channels: int = 1,
+            num_channels: Optional[int] = None,
+            pretrained_cfg: Optional[Dict[str, Any]] = None,
+            dtype: Any = None,
             **kwargs,
     ) -> None:
-        super().__init__(**kwargs)
+        super().__init__(**{k: v for k, v in kwargs.items() if k in _PASSED})  # not config.json's model keys
+        given = dict(size=size, crop_pct=crop_pct, crop_mode=crop_mode, interpolation=interpolation,
+                     image_mean=image_mean, image_std=image_std, num_channels=num_channels)
+        self._set_settings(**_resolve_settings(type(self).__name__, pretrained_cfg, given))
+
+    def _set_settings(self, size: Dict[str, int], crop_pct: float, crop_mode: str, interpolation: str,
+                      image_mean: Sequence[float], image_std: Sequence[float], num_channels: int) -> None:
         if num_channels not in CHANNEL_MODES:
             raise ValueError(f'num_channels must be 1 (grayscale) or 3 (RGB), got {num_channels}.')
-        size = {'height': 28, 'width': 28} if size is None else dict(size)
+        size = dict(size)
         if set(size) != {'height', 'width'} or min(size.values()) < 1:
             raise ValueError(f'size must be {{"height": H, "width": W}} with positive H, W, got {size}.')
         if isinstance(crop_pct, bool) or not isinstance(crop_pct, (int, float)) or not MIN_CROP_PCT <= crop_pct <= 1:
@@ -72,10 +144,8 @@ class _TimmEvalSettings:
             raise ValueError(f"Unknown crop_mode '{crop_mode}'; choose one of {', '.join(CROP_MODES)}.")
         if interpolation not in INTERPOLATIONS:
             raise ValueError(f"Unknown interpolation '{interpolation}'; choose one of {', '.join(INTERPOLATIONS)}.")
-        image_mean = [0.5] * num_channels if image_mean is None else [float(v) for v in image_mean]
-        image_std = [0.5] * num_channels if image_std is None else [float(v) for v in image_std]
-        image_mean = channel_stats(image_mean, num_channels, 'image_mean')
-        image_std = channel_stats(image_std, num_channels, 'image_std')
+        image_mean = channel_stats([float(v) for v in image_mean], num_channels, 'image_mean')
+        image_std = channel_stats([float(v) for v in image_std], num_channels, 'image_std')
         if min(image_std) <= 0:
             raise ValueError(f'image_std must be positive, got {image_std}.')
         self.size = {'height': int(size['height']), 'width': int(size['width'])}
@@ -86,22 +156,41 @@ class _TimmEvalSettings:
         self.image_std = image_std
         self.num_channels = num_channels
 
+    @property
+    def pretrained_cfg(self) -> Dict[str, Any]:
+        """The settings as the timm pretrained cfg a saved processor holds (``timm_data_config`` as JSON)."""
+        cfg = self.timm_data_config()
+        return dict(cfg, input_size=list(cfg['input_size']), mean=list(cfg['mean']), std=list(cfg['std']))
+
+    @pretrained_cfg.setter
+    def pretrained_cfg(self, value: Optional[Dict[str, Any]]) -> None:
+        """A cfg replaces every setting; None (what transformers' torchvision backend sets each declared keyword to
+        at construction, where it was not given) changes nothing."""
+        if value is not None:
+            self._set_settings(**_resolve_settings(type(self).__name__, value, {}))
+
     @classmethod
     def from_pretrained_cfg(cls, pretrained_cfg: Dict[str, Any], **kwargs) -> 'VitMinimalImageProcessor':
         """The processor for a timm pretrained cfg (``model.pretrained_cfg`` or ``config.pretrained_cfg``)."""
-        from timm.data import resolve_data_config
-        data_cfg = resolve_data_config({}, pretrained_cfg=dict(pretrained_cfg), verbose=False)
-        channels, height, width = data_cfg['input_size']
-        return cls(
-            size={'height': height, 'width': width},
-            crop_pct=data_cfg['crop_pct'],
-            crop_mode=data_cfg.get('crop_mode') or 'center',
-            interpolation=data_cfg['interpolation'],
-            image_mean=data_cfg['mean'],
-            image_std=data_cfg['std'],
-            num_channels=channels,
-            **kwargs,
-        )
+        return cls(pretrained_cfg=dict(pretrained_cfg), **kwargs)
+
+    @classmethod
+    def get_image_processor_dict(cls, pretrained_model_name_or_path: Any, **kwargs) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+        """transformers' reading of ``preprocessor_config.json``; where a checkpoint has none, its ``config.json``,
+        whose ``pretrained_cfg`` gives the same settings (what transformers itself reads for a timm checkpoint)."""
+        try:
+            return super().get_image_processor_dict(pretrained_model_name_or_path, **kwargs)
+        except OSError as missing:
+            if kwargs.get('image_processor_filename') not in (None, _PROCESSOR_FILE):
+                raise
+            try:
+                found = super().get_image_processor_dict(
+                    pretrained_model_name_or_path, **dict(kwargs, image_processor_filename=_CONFIG_FILE))
+            except OSError:
+                raise missing from None
+            if 'pretrained_cfg' not in found[0]:
+                raise missing
+            return found
 
     @classmethod
     def from_config(cls, config: Any, **kwargs) -> 'VitMinimalImageProcessor':
@@ -164,6 +253,7 @@ class _TimmEvalSettings:
 
     def to_dict(self) -> Dict[str, Any]:
         output = {k: v for k, v in super().to_dict().items() if k in _SAVED}
+        output['pretrained_cfg'] = self.pretrained_cfg  # a property: not in the instance's __dict__
         if 'auto_map' in output:  # both processors, as transformers picks them: (PIL, torchvision)
             output['auto_map'] = dict(output['auto_map'], AutoImageProcessor=AUTO_MAP['AutoImageProcessor'])
         return output
