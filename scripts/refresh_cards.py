@@ -1,7 +1,8 @@
 #!/usr/bin/env python
 """Give the shipped model cards (model_cards/<architecture>.<tag>.md) the template's library, tags and Usage section,
 leaving their numbers and every other line as they are; then write the README's "which model?" table and its table of
-the zoo from them.
+the zoo from them, and the package's weights index (timm_minimal/models/weights/SHA256SUMS) from the SHA-256 each card
+records of the weights it measured.
 
     python scripts/refresh_cards.py            # rewrite what differs
     python scripts/refresh_cards.py --check    # exit 1 if a card or the README's table differs
@@ -13,8 +14,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the package of this checkout
 
-from timm_minimal.models.pretrained import HUB_ORG  # noqa: E402
-from timm_minimal.tools.hub.cards import readme_with_which_model, refreshed_card  # noqa: E402
+from timm_minimal.models.pretrained import HUB_ORG, WEIGHTS_INDEX  # noqa: E402
+from timm_minimal.tools.hub.cards import readme_with_which_model, refreshed_card, weights_index  # noqa: E402
 
 
 def main() -> int:
@@ -30,13 +31,14 @@ def main() -> int:
             stale.append(path.name)
             if not args.check:
                 path.write_text(new, encoding='utf-8')
-    readme = ROOT / 'README.md'
-    text = readme.read_text(encoding='utf-8')
-    new = readme_with_which_model(text, ROOT / 'model_cards')
-    if new != text:
-        stale.append(readme.name)
-        if not args.check:
-            readme.write_text(new, encoding='utf-8')
+    for path, make in ((ROOT / 'README.md', lambda text: readme_with_which_model(text, ROOT / 'model_cards')),
+                       (WEIGHTS_INDEX, lambda text: weights_index(ROOT / 'model_cards'))):
+        text = path.read_text(encoding='utf-8') if path.is_file() else ''
+        new = make(text)
+        if new != text:
+            stale.append(path.name)
+            if not args.check:
+                path.write_text(new, encoding='utf-8')
     print(f'{len(stale)} file(s) {"differ" if args.check else "rewritten"}: {", ".join(stale) or "none"}')
     return 1 if args.check and stale else 0
 

@@ -11,7 +11,9 @@ from huggingface_hub import HfApi, ModelCard
 from PIL import Image
 
 import timm_minimal  # noqa: F401
+from timm_minimal.models.pretrained import file_sha256
 from timm_minimal.tools.hub import publish
+from timm_minimal.tools.hub.cards import card_weights_sha256
 from timm_minimal.training.train import main as train_main
 
 torch.set_num_threads(1)
@@ -65,6 +67,8 @@ def test_export_folder_and_card_numbers_come_from_the_run(mnist_run, tmp_path):
     assert "'testuser/vit_minimal_sym_6x1.mnist', trust_remote_code=True)" in text and 'pretrained_folder' not in text
     assert (tmp_path / 'cards' / 'sym.md').read_text() == (out / 'README.md').read_text()
     assert 'autocast' not in text  # an fp32 run's card states no precision
+    # the weights the card measured, by the digest a user can check the repository's file against
+    assert card_weights_sha256(text, 'the card') == file_sha256(out / 'model.safetensors')
 
 
 def test_card_states_the_autocast_precision_its_test_accuracy_was_measured_in(mnist_run, tmp_path):

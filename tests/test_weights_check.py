@@ -10,8 +10,10 @@ from safetensors.torch import load_file, save_file
 
 import timm_minimal  # noqa: F401
 from timm_minimal import VitMinimalForImageClassification
+from timm_minimal.models.config_checks import NAME_KEYWORDS, registered_architecture
 from timm_minimal.models.paper import FLAGSHIP
 from timm_minimal.models.pretrained import WEIGHTS_DIR
+from timm_minimal.models.vit_minimal import ARCHITECTURES
 from timm_minimal.models.weights_check import FUNCTION_KEYWORDS, RECORD_KEY, recorded_keywords
 from timm_minimal.tools.common import create_named_model
 from transformers import AutoModelForImageClassification
@@ -118,8 +120,10 @@ def saved(tmp_path):
 
 
 def _edit_model_args(folder, **changes):
+    """Change model_args, and the architecture the config names with them, as a consistent config would."""
     cfg = json.loads((folder / 'config.json').read_text())
     cfg['model_args'].update(changes)
+    cfg['architecture'] = registered_architecture(*(cfg['model_args'][k] for k in NAME_KEYWORDS), ARCHITECTURES)
     (folder / 'config.json').write_text(json.dumps(cfg))
 
 
@@ -145,12 +149,42 @@ def test_a_config_that_changes_the_function_of_its_weights_is_refused_by_timm_an
         assert torch.equal(timm.create_model(f'local-dir:{saved}', pretrained=True).eval()(x), before)
 
 
-def test_a_new_head_may_pool_otherwise_and_a_file_without_the_record_loads_as_before(saved, folder):
+def test_a_new_head_may_pool_otherwise_and_a_file_without_the_record_loads_with_a_warning(saved, folder):
     _edit_model_args(saved, global_pool='max')
     assert timm.create_model(f'local-dir:{saved}', pretrained=True, num_classes=5).global_pool == 'max'
-    assert recorded_keywords(folder / 'model.safetensors') == {}  # timm's own writer: no record, nothing to check
+    assert recorded_keywords(folder / 'model.safetensors') == {}  # timm's own writer: no record to check against
     _edit_config(folder, num_heads=1)
-    assert timm.create_model(f'local-dir:{folder}', pretrained=True).num_classes == 10
+    with pytest.warns(UserWarning, match='does not record the keywords it was trained with .* so num_heads=1 cannot be '
+                                         'checked'):
+        assert timm.create_model(f'local-dir:{folder}', pretrained=True).num_classes == 10
+
+
+def test_weights_whose_record_a_copy_dropped_warn_that_the_heads_cannot_be_checked(saved):
+    """``save_file(load_file(f))`` drops the metadata: a 3-head config on 4-head weights then loads, and says so."""
+    path = saved / 'model.safetensors'
+    save_file(load_file(str(path)), str(path))
+    _edit_model_args(saved, num_heads=3)
+    for load in (lambda: timm.create_model(f'local-dir:{saved}', pretrained=True),
+                 lambda: VitMinimalForImageClassification.from_pretrained(saved),
+                 lambda: AutoModelForImageClassification.from_pretrained(saved, trust_remote_code=True)):
+        with pytest.warns(UserWarning, match='num_heads=3 cannot be checked'):
+            load()
+
+
+@pytest.mark.parametrize('edit', [dict(architecture='vit_minimal_std_mlp_12x4'), dict(model_args=dict(num_heads=3)),
+                                  dict(model_args=dict(attn_type='qk'))])
+def test_a_config_whose_architecture_contradicts_its_model_args_is_refused(saved, edit):
+    """The config names its model twice (architecture, model_args): where they disagree, neither is trusted."""
+    cfg = json.loads((saved / 'config.json').read_text())
+    cfg['architecture'] = edit.get('architecture', cfg['architecture'])
+    cfg['model_args'].update(edit.get('model_args', {}))
+    (saved / 'config.json').write_text(json.dumps(cfg))
+    for load in (lambda: timm.create_model(f'local-dir:{saved}', pretrained=True),
+                 lambda: VitMinimalForImageClassification.from_pretrained(saved),
+                 lambda: AutoModelForImageClassification.from_pretrained(saved, trust_remote_code=True)):
+        with pytest.raises(ValueError, match=r"The config names the architecture 'vit_minimal_.*', but its model_args "
+                                             r"\(attn_type=.*\) describe 'vit_minimal_.*': one of the two is not"):
+            load()
 
 
 def test_an_unreadable_record_is_named(saved):

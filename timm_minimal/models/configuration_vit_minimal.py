@@ -29,8 +29,8 @@ from typing import Any, Dict, List, Literal, Optional, Tuple, Union, get_args, g
 from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
 
+from .config_checks import architecture_args, check_architecture, registered_architecture
 from .datasets import channel_stats
-from .paper import arch_name, parse_arch
 from .pretrained import (dataset_label_names, describe_pretrained_cfg, jsonable, pretrained_cfg_for, tag_dataset,
                          tag_geometry)
 from .model_size import check_model_size
@@ -109,16 +109,6 @@ def _pair(value: Union[int, List[int], Tuple[int, int]]) -> Tuple[int, int]:
     return (int(value[0]), int(value[1])) if isinstance(value, (list, tuple)) else (int(value), int(value))
 
 
-def _architecture_args(name: str) -> Dict[str, Any]:
-    """attn_type, use_mlp, depth and num_heads of a registered ``vit_minimal_*`` architecture name."""
-    if name not in ARCHITECTURES:
-        raise ValueError(
-            f"Unknown architecture '{name}'; a vit_minimal config names one of the registered "
-            f"architectures: {', '.join(ARCHITECTURES)}.")
-    parts = parse_arch(name)
-    return dict(attn_type=parts['attn'], use_mlp=parts['mlp'], depth=parts['depth'], num_heads=parts['heads'])
-
-
 @strict
 class VitMinimalConfig(PreTrainedConfig, _ModelFields):
     r"""Configuration of a minimal vision transformer (``VisionTransformerMinimal``).
@@ -170,6 +160,7 @@ class VitMinimalConfig(PreTrainedConfig, _ModelFields):
             raise ValueError(
                 f"Unknown model_args {unknown} for a vit_minimal config; allowed: {', '.join(MODEL_ARG_NAMES)}.")
         if architecture is not None:
+            check_architecture(architecture, model_args, ARCHITECTURES)
             self._add_architecture_args(architecture, model_args)
         for key, value in model_args.items():
             setattr(self, key, value)
@@ -190,7 +181,7 @@ class VitMinimalConfig(PreTrainedConfig, _ModelFields):
         """Adds to ``model_args`` what a registered ``architecture`` name implies (attention variant, MLP, depth,
         heads) and the geometry of its pretrained tag or input size, where ``model_args`` leaves them out; a field
         given otherwise that contradicts the name is refused."""
-        for key, value in _architecture_args(architecture).items():
+        for key, value in architecture_args(architecture, ARCHITECTURES).items():
             if key in model_args:
                 continue
             if getattr(self, key) not in (value, self.__dataclass_fields__[key].default):
@@ -256,8 +247,7 @@ class VitMinimalConfig(PreTrainedConfig, _ModelFields):
     def architecture(self) -> str:
         """The registered timm entry point: this exact architecture if registered, else its family
         (``model_args`` then carry the differences, e.g. the depth)."""
-        name = arch_name(self.attn_type, self.use_mlp, self.depth, self.num_heads)
-        return name if name in ARCHITECTURES else arch_name(self.attn_type, self.use_mlp, 6, 1)
+        return registered_architecture(self.attn_type, self.use_mlp, self.depth, self.num_heads, ARCHITECTURES)
 
     @property
     def model_args(self) -> Dict[str, Any]:

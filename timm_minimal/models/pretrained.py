@@ -4,15 +4,16 @@ A pretrained cfg (timm's ``PretrainedCfg``) of ``vit_minimal_<...>.<tag>`` holds
 classes (``timm_minimal.models.datasets``), the paper, and, where trained weights ship inside the package
 (``weights/<architecture>.<tag>.safetensors``), the file and its Hub repository ``timm-minimal/<architecture>.<tag>``.
 """
+import hashlib
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Union
 
 from timm.layers import to_2tuple
 
 from .datasets import DATASETS
 from .paper import PAPER_ARXIV, PAPER_TITLE
 
-__all__ = ['WEIGHTS_DIR', 'HUB_ORG', 'RECIPE_TAGS', 'TAGS', 'RENAMED_TAGS', 'check_tag_spelling', 'tag_dataset', 'weights_file_name', 'tag_geometry',
+__all__ = ['WEIGHTS_DIR', 'WEIGHTS_INDEX', 'file_sha256', 'shipped_digests', 'check_shipped_file', 'HUB_ORG', 'RECIPE_TAGS', 'TAGS', 'RENAMED_TAGS', 'check_tag_spelling', 'tag_dataset', 'weights_file_name', 'tag_geometry',
            'tag_for_geometry', 'dataset_label_names', 'describe_pretrained_cfg', 'pretrained_cfg_for', 'jsonable']
 
 
@@ -70,6 +71,44 @@ def dataset_label_names(tag: Optional[str]) -> Optional[List[str]]:
 # published on the Hub as <HUB_ORG>/<architecture>.<tag>. Tags without a file have no weights.
 WEIGHTS_DIR = Path(__file__).parent / 'weights'
 HUB_ORG = 'timm-minimal'
+# The SHA-256 of each shipped file, as `sha256sum` writes it (`sha256sum -c SHA256SUMS` checks them in that folder):
+# the digests the model cards record, the weights each card measured (scripts/refresh_cards.py writes it from them).
+WEIGHTS_INDEX = WEIGHTS_DIR / 'SHA256SUMS'
+
+
+def file_sha256(path: Union[str, Path]) -> str:
+    """The SHA-256 of a file, hex."""
+    h = hashlib.sha256()
+    with open(path, 'rb') as f:
+        for block in iter(lambda: f.read(1 << 20), b''):
+            h.update(block)
+    return h.hexdigest()
+
+
+def shipped_digests(index: Path = WEIGHTS_INDEX) -> Dict[str, str]:
+    """File name -> SHA-256 of every shipped weights file, from the index (empty where there is none)."""
+    if not index.is_file():
+        return {}
+    digests = {}
+    for line in index.read_text(encoding='utf-8').splitlines():
+        digest, _, name = line.partition('  ')
+        if line.strip():
+            digests[name] = digest
+    return digests
+
+
+def check_shipped_file(path: Path) -> Optional[str]:
+    """The SHA-256 of a weights file of the package, refused where it is not the one its model card measured (the
+    index's); None for a file outside the package's weights folder, which has no card here."""
+    path = Path(path)
+    if path.resolve().parent != WEIGHTS_DIR.resolve():
+        return None
+    want, got = shipped_digests().get(path.name), file_sha256(path)
+    if want != got:
+        raise ValueError(f'The weights file {path} has the SHA-256 {got[:16]}..., but its model card measured '
+                         + (f'{want[:16]}...' if want else f'no such file ({WEIGHTS_INDEX.name} has no line for it)')
+                         + ': it is not the checkpoint the card describes; reinstall the package.')
+    return got
 
 # Keys of a timm pretrained cfg that say where weights came from or what the checkpoint's head is,
 # not how its inputs are prepared.

@@ -33,13 +33,14 @@ except ImportError:
     update_model_input_size = None
 
 from .checkpoint_filter import checkpoint_filter_fn
+from .config_checks import check_architecture, check_config_values
 from .datasets import DATASETS
 from .layers import Block, CholAttention, MimeticInit, MinimalAttention, get_attn_layer, sincos_2d_pos_embed
 from .model_args import GlobalPoolType, PosEmbedType, WeightInitType, _check_choice, check_input, check_model_args
 from .model_size import check_model_size, max_tokens
 from .pretrained import (  # noqa: F401  (HUB_ORG, WEIGHTS_DIR: where the weights are, also reachable here)
-    HUB_ORG, TAGS, WEIGHTS_DIR, RECIPE_TAGS, _cfg, _weights, check_tag_spelling, tag_dataset, tag_geometry,
-    weights_file_name,
+    HUB_ORG, TAGS, WEIGHTS_DIR, RECIPE_TAGS, _cfg, _weights, check_shipped_file, check_tag_spelling, tag_dataset,
+    tag_geometry, weights_file_name,
 )
 from .weights_check import check_recorded_keywords, check_weights_fit, head_classes, loaded_weights_file, weights_file
 
@@ -499,17 +500,6 @@ def _resolve_tag(variant: str, pretrained_cfg: Any) -> Optional[str]:
     return default.tag if default is not None else None
 
 
-def _check_config_values(pretrained_cfg: Any) -> None:
-    """A config read from a file (local-dir:, hf-hub:) must be valid: timm would otherwise drop the classifier
-    of a checkpoint whose class count the config misstates and load the rest silently."""
-    cfg = pretrained_cfg.to_dict() if isinstance(pretrained_cfg, PretrainedCfg) else pretrained_cfg
-    if not isinstance(cfg, dict):
-        return
-    n = cfg.get('num_classes')
-    if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < 0):
-        raise ValueError(f'The model config gives num_classes={n!r}; it must be an integer >= 0.')
-
-
 def _check_cfg_input_size(model: 'VisionTransformerMinimal') -> None:
     """The input size of the model's pretrained cfg (what tools resize every image to, and what a model built with
     ``dynamic_img_size`` then runs at) within the model's size limits: a config.json that asks for 4004 x 4004
@@ -533,7 +523,9 @@ _TIMM_NO_WEIGHTS = 'No pretrained weights exist'  # how timm's build_model_with_
 
 def _create_vit_minimal(variant: str, pretrained: bool = False, **kwargs) -> VisionTransformerMinimal:
     out_indices = kwargs.pop('out_indices', 3)
-    _check_config_values(kwargs.get('pretrained_cfg'))
+    check_config_values(kwargs.get('pretrained_cfg'))
+    if kwargs.get('pretrained_model_args'):  # timm read a config.json (local-dir:, hf-hub:): its two names must agree
+        check_architecture(variant, kwargs['pretrained_model_args'], ARCHITECTURES)
     tag = _resolve_tag(variant, kwargs.get('pretrained_cfg'))
     if tag_dataset(tag):
         for key, value in tag_geometry(tag).items():
@@ -567,6 +559,7 @@ def _create_vit_minimal(variant: str, pretrained: bool = False, **kwargs) -> Vis
     _check_cfg_input_size(model)
     loaded = loaded_weights_file(model.pretrained_cfg) if pretrained else None
     if loaded is not None:
+        check_shipped_file(loaded)  # a file of the package: the one its model card measured
         check_recorded_keywords(loaded, model.init_kwargs, model.num_classes)
     if tag_dataset(tag) and model.in_chans != DATASETS[tag_dataset(tag)].input_size[0]:
         c, h, w = DATASETS[tag_dataset(tag)].input_size

@@ -8,12 +8,13 @@ against the config first; the values are checked for non-finite numbers when the
 Some keywords change what a model computes without changing the shape of any tensor (``FUNCTION_KEYWORDS``: the
 number of heads, the position embedding, the pooling a kept head was trained on). Every weights file this package
 writes records them in its safetensors metadata (``weights_record``), and a model that loads such a file is checked
-against the record (``check_recorded_keywords``). A file without the record (timm's own, a third party's) loads as
-before.
+against the record (``check_recorded_keywords``). A file without the record (timm's own, a third party's, or one whose
+metadata a copy dropped) loads with a warning that its head count cannot be checked.
 """
 import json
 import os
 import re
+import warnings
 from pathlib import Path
 from typing import Any, Dict, Mapping, Optional, Tuple
 
@@ -165,6 +166,11 @@ def check_recorded_keywords(path: Path, model_kwargs: Mapping[str, Any], num_cla
     where the model keeps the weights' head (``num_classes`` as many as the file's head): a new head, or none,
     learns from the pooling it is given."""
     tensors, metadata = _read_header(path)  # one read of the header: the record and the head's shape
+    if RECORD_KEY not in metadata:
+        warnings.warn(f'The weights file {path} does not record the keywords it was trained with ({RECORD_KEY}: '
+                      f'{", ".join(FUNCTION_KEYWORDS)}), so num_heads={model_kwargs.get("num_heads")!r} cannot be '
+                      f'checked against it: the same tensors split into other heads compute another function.',
+                      UserWarning, stacklevel=3)
     record = _keywords_of(path, metadata)
     if 'global_pool' in record:
         head = tensors.get('head.weight', ((None,), None))[0]

@@ -29,21 +29,16 @@ from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Type
 
 from ..cli import Failure, listed
+from ..models.pretrained import file_sha256
 from ..training.run.files import describe_write_error, is_disk_full
 
-__all__ = ['staged_folder', 'recorded_files', 'unrecorded_entries', 'recover', 'RECORD_FORMAT']
+__all__ = ['staged_folder', 'refusal', 'recorded_files', 'unrecorded_entries', 'recover', 'RECORD_FORMAT']
 
 _logger = logging.getLogger(__name__)
 
 RECORD_FORMAT = 'timm-minimal-output/1'
 
 
-def _digest(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, 'rb') as f:
-        for block in iter(lambda: f.read(1 << 20), b''):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _entries(folder: Path) -> List[Path]:
@@ -53,7 +48,7 @@ def _entries(folder: Path) -> List[Path]:
 
 def _files(folder: Path) -> Dict[str, str]:
     """The relative name and digest of every regular file below ``folder``."""
-    return {p.relative_to(folder).as_posix(): _digest(p) for p in _entries(folder) if p.is_file() and not p.is_symlink()}
+    return {p.relative_to(folder).as_posix(): file_sha256(p) for p in _entries(folder) if p.is_file() and not p.is_symlink()}
 
 
 def _records() -> Path:
@@ -102,7 +97,7 @@ def unrecorded_entries(folder: Path, out: Optional[Path] = None) -> List[str]:
             if not any(p.iterdir()):
                 unrecorded.append(name + '/')
             continue
-        if p.is_symlink() or not p.is_file() or listed.get(name) != _digest(p):
+        if p.is_symlink() or not p.is_file() or listed.get(name) != file_sha256(p):
             unrecorded.append(name)
     return unrecorded
 
@@ -148,7 +143,7 @@ def recover(out: Path) -> Optional[str]:
     return '; '.join(done) or None
 
 
-def _refusal(out: Path, overwrite: bool, folder: Optional[Path] = None) -> Optional[str]:
+def refusal(out: Path, overwrite: bool, folder: Optional[Path] = None) -> Optional[str]:
     """Why ``out`` may not be replaced now (None: it may); ``folder``: where its content lies now, if not there."""
     folder = folder or out
     if not folder.exists() and not folder.is_symlink():
@@ -207,7 +202,7 @@ def staged_folder(out: Path, overwrite: bool = False, record: bool = False,
         done = recover(out)
     if done:
         _logger.info(f'note: {done}.')
-    why = _refusal(out, overwrite)
+    why = refusal(out, overwrite)
     if why:
         raise error(why)
     try:
@@ -233,7 +228,7 @@ def _swap_in(stage: Path, out: Path, overwrite: bool, record: bool, error: Type[
     """Rename ``stage`` to ``out``, logged first. An earlier ``out`` is moved aside and checked where it lies (nobody can
     add to it there): if it is not replaceable it goes back untouched and ``error`` is raised; else it is removed after
     the rename, or put back when the rename fails."""
-    why = _refusal(out, overwrite)
+    why = refusal(out, overwrite)
     if why:
         raise error(why)
     old = stage.with_name(stage.name.replace('.tmp-', '.old-', 1))
@@ -245,7 +240,7 @@ def _swap_in(stage: Path, out: Path, overwrite: bool, record: bool, error: Type[
     # path that ends here removes it.
     if out.exists():
         out.rename(old)
-        why = _refusal(out, overwrite, folder=old)
+        why = refusal(out, overwrite, folder=old)
         if why:
             old.rename(out)
             log_file.unlink(missing_ok=True)

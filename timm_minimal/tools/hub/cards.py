@@ -1,12 +1,14 @@
 """What a model card of this package says about where and how the model is used: its library and tags (the Hub
 shows the "Use this model" snippet of that library), the template every card is rendered from, and its Usage section,
-which ``refreshed_card`` puts into a card written by an earlier template (``scripts/refresh_cards.py``)."""
+which ``refreshed_card`` puts into a card written by an earlier template (``scripts/refresh_cards.py``); and the SHA-256
+of the weights each card measured, which the package's weights index repeats (``weights_index``)."""
+import re
 from importlib import resources
 from pathlib import Path
 from typing import Optional
 
 __all__ = ['CARD_LIBRARY', 'CARD_TAGS', 'card_template', 'card_usage', 'refreshed_card', 'which_model',
-           'readme_with_which_model']
+           'readme_with_which_model', 'card_weights_sha256', 'weights_index']
 
 # The card's library and tags decide the snippet of the Hub's "Use this model" button (zoo.hub_snippets): transformers
 # with custom_code is the one that runs where only torch, timm and transformers are installed (timm's needs this package).
@@ -42,6 +44,31 @@ def refreshed_card(text: str, repo_id: str, shipped: Optional[str]) -> str:
     text = str(card)
     where = _section(text, '## Usage')
     return text[:where.start] + card_usage(repo_id, shipped) + text[where.stop:]
+
+
+# -- the weights each card measured ----------------------------------------------------------------------------------
+
+# how the template's Results section records the weights (model_cards/template.md: "... checkpoint: `model.safetensors`,
+# SHA-256 `<hex>`.")
+_WEIGHTS_SHA256 = re.compile(r'`model\.safetensors`, SHA-256 `([0-9a-f]{64})`')
+
+
+def card_weights_sha256(text: str, where: str) -> str:
+    """The SHA-256 of the weights a card measured; a card that records none, or more than one, is refused."""
+    found = _WEIGHTS_SHA256.findall(text)
+    if len(found) != 1:
+        raise ValueError(f'{where} records {"no" if not found else "more than one"} SHA-256 of the weights it '
+                         f'measured (a line "`model.safetensors`, SHA-256 `<64 hex digits>`", as the template writes '
+                         f'it)')
+    return found[0]
+
+
+def weights_index(cards_dir: Path) -> str:
+    """The text of the package's weights index (``models.pretrained.WEIGHTS_INDEX``) that the cards give: a line
+    ``<sha256>  <architecture>.<tag>.safetensors`` per card, as ``sha256sum`` writes it."""
+    lines = [f'{card_weights_sha256(p.read_text(encoding="utf-8"), str(p))}  {p.name[:-len(".md")]}.safetensors'
+             for p in sorted(Path(cards_dir).glob('vit_minimal_*.md'))]
+    return '\n'.join(lines) + '\n'
 
 
 # -- the README's "which model?" table, from the cards --------------------------------------------------------------

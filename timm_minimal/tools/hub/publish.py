@@ -21,14 +21,14 @@ import yaml
 
 from ..benchmark import count_flops
 from ...models.paper import PAPER_EPOCHS, TABLE1, TABLE2, VARIANTS
-from ...models.pretrained import HUB_ORG, TAGS, tag_dataset, weights_file_name
+from ...models.pretrained import HUB_ORG, TAGS, file_sha256, tag_dataset, weights_file_name
 from ...training.run.checkpoint import CONFIG_FILE, MODEL_FILE, write_file_atomic
 from ...training.run.folder import RunFolder
 from ...training.run.record import Launch, RunRecord
 from ...cli import Failure, UsageError, command
 from .cli import RUN_OPTIONS, ZOO_OPTIONS, build_parser
 from .cards import CARD_LIBRARY, CARD_TAGS, card_template
-from .zoo import push_zoo, repo_files, select_names, write_zoo
+from .zoo import check_zoo, push_zoo, repo_files, select_names, write_zoo
 from ..staging import staged_folder
 from ..common import portable_command
 from ...models.datasets import DatasetInfo, dataset_for_kind
@@ -183,8 +183,10 @@ def _comparison(paper_rows, last) -> str:
             f'{"below" if gap < 0 else "above"} the validation accuracy the paper reports after {PAPER_EPOCHS} epochs.')
 
 
-def render_card(info: RunInfo, repo_id: str, model, template: Optional[Path] = None, note: str = ''):
-    """The model card of a run (``huggingface_hub.ModelCard``); every number comes from the run's files."""
+def render_card(info: RunInfo, repo_id: str, model, weights_sha256: str, template: Optional[Path] = None,
+                note: str = ''):
+    """The model card of a run (``huggingface_hub.ModelCard``); every number comes from the run's files, and
+    ``weights_sha256`` is the SHA-256 of the ``model.safetensors`` they were measured on."""
     from huggingface_hub import ModelCard
 
     arch, kind = info.architecture, info.dataset_kind
@@ -223,6 +225,7 @@ def render_card(info: RunInfo, repo_id: str, model, template: Optional[Path] = N
         paper_rows=paper_rows,
         comparison_note=comparison,
         weights_from=info.checkpoint.name,
+        weights_sha256=weights_sha256,
         epochs=last['epoch'],
         command=portable_command(info.run.command, info.run.model),
         recipe=yaml.safe_dump(_resolved_recipe(info.run), sort_keys=False).strip(),
@@ -297,7 +300,9 @@ def _write_repo_folder(info: RunInfo, model, folder: Path, repo_id: str, note: s
     classes = info.run.dataset.get('classes')
     if classes and len(classes) == model.num_classes:
         model.pretrained_cfg = dict(model.pretrained_cfg, label_names=list(classes))
-    repo_files(model, folder, str(render_card(info, repo_id, model, note=note)))
+    repo_files(model, folder)
+    card = render_card(info, repo_id, model, file_sha256(folder / MODEL_FILE), note=note)
+    (folder / 'README.md').write_text(str(card), encoding='utf-8')
 
 
 def push_folder(folder: Path, repo_id: str, private: bool = False, revision: Optional[str] = None,
@@ -369,6 +374,7 @@ def publish_zoo(args) -> int:
     """--zoo: every selected checkpoint's repository folder, refused whole before anything is written; pushed with
     --push."""
     names = select_names(args.cards, args.only)
+    check_zoo(args.output, names, args.cards, args.namespace)
     folders = write_zoo(args.output, names, args.cards)
     print(f'{len(folders)} repository folder{"s" if len(folders) != 1 else ""} in {args.output}')
     if args.push:

@@ -18,14 +18,16 @@ a shipped checkpoint by its name offline: ``AutoModelForImageClassification.from
 import fnmatch
 import hashlib
 import logging
+import os
 import shutil
 from importlib import resources
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence
 
 from ...cli import UsageError
+from ...models.pretrained import check_shipped_file, file_sha256
 
-__all__ = ['ZooError', 'shipped_names', 'select_names', 'write_zoo', 'repo_files', 'pretrained_folder',
+__all__ = ['ZooError', 'shipped_names', 'select_names', 'check_zoo', 'write_zoo', 'repo_files', 'pretrained_folder',
            'remote_differences', 'push_zoo', 'hub_snippets', 'LICENSE_FILE']
 
 _logger = logging.getLogger(__name__)
@@ -97,17 +99,85 @@ def repo_files(model: Any, folder: Path, card: Optional[str] = None) -> None:
             raise RuntimeError(f'the repository folder {folder} gives other logits in {library} than the model.')
 
 
+def check_zoo(out_dir: Path, names: Sequence[str], cards_dir: Path, namespace: str) -> None:
+    """Refuse, before anything is written, a zoo that ``write_zoo`` and a push could not finish as asked: an output
+    that is not a writable folder or holds a folder the zoo did not write; a card that is not UTF-8, has no front
+    matter of its library and result, or records no SHA-256 of its weights; weights whose SHA-256 is not the one their
+    card measured, or that hold non-finite values; a namespace that makes no repository id."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+    from ..staging import refusal
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ZooError(f'--output {out_dir} exists and is not a folder; nothing was written')
+    existing = next(p for p in (out_dir, *out_dir.parents) if p.exists())
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ZooError(f'--output {out_dir}: {existing} is not writable; nothing was written')
+    for name in names:
+        try:
+            validate_repo_id(f'{namespace}/{name}')
+        except HFValidationError as e:
+            raise ZooError(f"--namespace '{namespace}' makes no Hub repository id of {namespace}/{name}: {e}; nothing "
+                           f"was written") from None
+        why = refusal(out_dir / name, overwrite=True)
+        if why:
+            raise ZooError(f'{why}; nothing was written')
+        _check_card_and_weights(name, Path(cards_dir) / f'{name}.md')
+
+
+def _check_card_and_weights(name: str, card_path: Path) -> str:
+    """The SHA-256 of a shipped checkpoint's weights, refused unless its card is readable and measured those weights,
+    the package's index agrees, and the weights are finite."""
+    import yaml
+    from huggingface_hub import ModelCard
+    from safetensors.torch import load_file
+    from timm.models import get_pretrained_cfg
+    from ...models.pretrained import WEIGHTS_INDEX, shipped_digests
+    from ...models.weights_check import check_finite_weights
+    from .cards import CARD_LIBRARY, card_weights_sha256
+    try:
+        text = card_path.read_bytes().decode('utf-8')
+        card = ModelCard(text, ignore_metadata_errors=False)
+    except (UnicodeDecodeError, ValueError, yaml.YAMLError) as e:
+        why = ' '.join(str(e).split())[:200]
+        raise ZooError(f'{card_path}: not a model card in UTF-8 with a readable front matter ({why}); nothing was '
+                       f'written') from None
+    if card.data.library_name != CARD_LIBRARY or not card.data.eval_results:
+        raise ZooError(f'{card_path}: its front matter gives no library_name: {CARD_LIBRARY} or no model-index result; '
+                       f'nothing was written')
+    try:
+        want = card_weights_sha256(text, str(card_path))
+    except ValueError as e:
+        raise ZooError(f'{e}; nothing was written') from None
+    weights = Path(get_pretrained_cfg(name).file)
+    got = file_sha256(weights)
+    if got != want:
+        raise ZooError(f'{weights}: its SHA-256 is {got[:16]}..., but its card {card_path} measured {want[:16]}...: '
+                       f'these are not the weights the card describes; nothing was written')
+    if shipped_digests().get(weights.name) != want:
+        raise ZooError(f'{WEIGHTS_INDEX} does not give {weights.name} the SHA-256 its card records; run python '
+                       f'scripts/refresh_cards.py; nothing was written')
+    try:
+        check_finite_weights(load_file(str(weights)))
+    except ValueError as e:
+        raise ZooError(f'{weights}: {e}; nothing was written') from None
+    return want
+
+
 def write_zoo(out_dir: Path, names: Iterable[str], cards_dir: Path) -> List[Path]:
-    """``out_dir/<name>`` for each name: a complete Hub repository folder, written whole or not at all. A folder an
-    earlier run of the zoo wrote is replaced; any other folder of that name is refused, left as it was."""
+    """``out_dir/<name>`` for each name: a complete Hub repository folder, written whole or not at all, whose weights are
+    those its card measured. A folder an earlier run of the zoo wrote is replaced; any other folder of that name is
+    refused, left as it was (``check_zoo`` refuses all of this before the first write)."""
     import timm
     from ..staging import staged_folder
     folders = []
     for name in names:
         out = Path(out_dir) / name
-        card = (Path(cards_dir) / f'{name}.md').read_text(encoding='utf-8')
+        card_path = Path(cards_dir) / f'{name}.md'
+        digest = _check_card_and_weights(name, card_path)
         with staged_folder(out, overwrite=True, record=True, error=ZooError) as stage:
-            repo_files(timm.create_model(name, pretrained=True), stage, card)
+            repo_files(timm.create_model(name, pretrained=True), stage, card_path.read_text(encoding='utf-8'))
+            if file_sha256(stage / 'model.safetensors') != digest:
+                raise ZooError(f'{out}: the written model.safetensors is not the file its card measured')
         _logger.info(f'wrote {out}')
         folders.append(out)
     return folders
@@ -116,20 +186,37 @@ def write_zoo(out_dir: Path, names: Iterable[str], cards_dir: Path) -> List[Path
 def pretrained_folder(name: str) -> Path:
     """A folder that transformers loads ``name``, a shipped checkpoint (``vit_minimal_sym_6x4.kd2_cifar10``), from,
     offline: its Hub repository's files without the card, made on first use in the user's cache and kept there
-    under the digest of the weights it holds."""
+    under the digest of the weights it holds. Every call checks the folder's weights against the SHA-256 its card
+    recorded (the package's weights index): a folder missing a file is written again; one whose files were changed
+    after it was written is refused in one line, and left as it was."""
     import timm
     from timm.models import get_pretrained_cfg
-    from ..staging import staged_folder
+    from ..staging import staged_folder, unrecorded_entries
     from ...training.data.loading import default_cache_dir
     cfg = get_pretrained_cfg(name) if name in shipped_names() else None
     if cfg is None:
         raise ValueError(f"no shipped checkpoint is named '{name}'; the shipped ones: {', '.join(shipped_names())}")
-    digest = hashlib.sha256(Path(cfg.file).read_bytes()).hexdigest()[:16]
-    out = default_cache_dir() / 'pretrained' / f'{name}-{digest}'
-    if not (out / 'config.json').is_file():  # written whole or not at all; a second writer replaces the same files
-        with staged_folder(out, overwrite=True, record=True) as stage:
-            repo_files(timm.create_model(name, pretrained=True), stage)
+    digest = check_shipped_file(Path(cfg.file))  # the package's own file is the one its card measured
+    out = default_cache_dir() / 'pretrained' / f'{name}-{digest[:16]}'
+    if _holds_weights(out, digest):
+        return out
+    changed = unrecorded_entries(out) if out.is_dir() else []
+    if changed:
+        raise ValueError(f'the cached folder {out} of {name} holds files that were changed after it was written '
+                         f'({", ".join(changed)}), and its model.safetensors is not the shipped weights (SHA-256 '
+                         f'{digest[:16]}...); remove the folder, and the next call writes it again')
+    with staged_folder(out, overwrite=True, record=True) as stage:  # whole or not at all; a second writer: the same
+        repo_files(timm.create_model(name, pretrained=True), stage)
+    if not _holds_weights(out, digest):
+        raise RuntimeError(f'the folder {out} was written with other weights than the shipped {name}')
     return out
+
+
+def _holds_weights(folder: Path, digest: str) -> bool:
+    """Whether a repository folder is complete and its ``model.safetensors`` has the SHA-256 ``digest``."""
+    weights = folder / 'model.safetensors'
+    complete = all((folder / f).is_file() for f in ('config.json', 'preprocessor_config.json')) and weights.is_file()
+    return complete and file_sha256(weights) == digest
 
 
 def _git_blob_id(data: bytes) -> str:
