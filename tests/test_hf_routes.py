@@ -105,6 +105,19 @@ def test_every_route_gives_the_models_preprocessing(folders, name):
     assert saved_dict['pretrained_cfg'] == want  # the saved processor's one home of its settings
 
 
+def test_a_hub_repository_gives_the_same_processor_with_or_without_preprocessor_config(hub_server, folders):
+    """A repository id is no local timm checkpoint to transformers: it reads preprocessor_config.json, and where the
+    repository has none, config.json (5.25's fallback; the class's own reading on earlier releases)."""
+    from huggingface_hub import HfApi
+    _, model, bare = folders[NAMES[1]]
+    for path in folders[NAMES[1]][::2]:
+        repo = HfApi().create_repo(f'testuser/{path.name}').repo_id
+        HfApi().upload_folder(folder_path=str(path), repo_id=repo)
+        for backend in ('pil', 'torchvision'):
+            assert _timm_settings_of(AutoImageProcessor.from_pretrained(repo, backend=backend)) == \
+                _timm_settings(model), (repo, backend)
+
+
 def _timm_settings_of(processor):
     return {k: list(v) if isinstance(v, tuple) else v for k, v in processor.timm_data_config().items()}
 
