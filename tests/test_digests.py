@@ -2,9 +2,7 @@
 repeats it, ``timm-minimal-publish --zoo`` refuses other weights (and every other flaw it can see) before it writes
 anything, ``timm.create_model`` refuses a changed shipped file, and ``pretrained_folder`` checks its cached folder on
 every call."""
-import os
 import shutil
-from pathlib import Path
 
 import pytest
 import timm
@@ -16,22 +14,12 @@ from timm.models import get_pretrained_cfg
 import timm_minimal
 from timm_minimal.models import pretrained
 from timm_minimal.models.pretrained import WEIGHTS_DIR, WEIGHTS_INDEX, file_sha256, shipped_digests
-from timm_minimal.tools.hub import publish
 from timm_minimal.tools.hub.cards import card_weights_sha256, weights_index
 from timm_minimal.tools.hub.zoo import pretrained_folder, shipped_names
 
-ROOT = Path(__file__).resolve().parents[1]
-CARDS = ROOT / 'model_cards'
+from test_zoo import CARDS, _zoo
+
 NAME = 'vit_minimal_sym_6x4.mnist'
-
-
-def _zoo(tmp_path, *argv):
-    here = os.getcwd()
-    os.chdir(ROOT)
-    try:
-        return publish.main(['--zoo', '--output', str(tmp_path / 'zoo'), *argv])
-    finally:
-        os.chdir(here)
 
 
 def test_each_card_records_the_sha256_of_the_weights_that_ship_and_the_index_repeats_it():
