@@ -231,3 +231,47 @@ def test_processor_saved_with_the_model(saved):
     assert content['image_processor_type'] == 'VitMinimalImageProcessor'
     assert content['auto_map']['AutoImageProcessor'] == ['image_processing_vit_minimal.VitMinimalImageProcessor',
                                                          'image_processing_vit_minimal.VitMinimalImageProcessorFast']
+
+
+def test_images_are_read_as_pil_and_transformers_read_them():
+    """A 16-bit PNG by its mode (not by whether its values stay under 256), EXIF orientation applied, transparency
+    composed onto white; bfloat16 tensors taken; a float image that is neither [0, 1] nor [0, 255], and an integer
+    image with negative values, refused by name rather than read as black."""
+    import io
+    processor = VitMinimalImageProcessor.from_pretrained_cfg(
+        timm.create_model('vit_minimal_sym_6x4.mnist').pretrained_cfg)
+    digit = (np.arange(28 * 28).reshape(28, 28) % 200).astype(np.uint8)
+
+    def png(image, **kwargs):
+        buffer = io.BytesIO()
+        image.save(buffer, **kwargs)
+        buffer.seek(0)
+        return Image.open(buffer)
+
+    sixteen = png(Image.fromarray(digit.astype(np.uint16)), format='PNG')  # 16-bit values all below 256: near black
+    assert sixteen.mode == 'I;16'
+    torch.testing.assert_close(processor(sixteen)['pixel_values'], processor(np.zeros_like(digit))['pixel_values'],
+                               rtol=0, atol=1 / 255 / 0.3081 + 1e-6)
+    torch.testing.assert_close(processor(digit.astype(np.uint16))['pixel_values'],
+                               processor(sixteen)['pixel_values'])
+    tall = np.zeros((40, 20), np.uint8)
+    tall[:5] = 255  # a bright band at the top, stored turned (orientation 6: shown rotated 90 degrees clockwise)
+    exif = Image.new('L', (1, 1)).getexif()
+    exif[0x0112] = 6
+    turned = png(Image.fromarray(tall), format='JPEG', exif=exif.tobytes(), quality=100)
+    shown = np.asarray(Image.fromarray(tall).transpose(Image.Transpose.ROTATE_270))
+    torch.testing.assert_close(processor(turned)['pixel_values'], processor(shown)['pixel_values'], rtol=0, atol=0.1)
+    ink = np.zeros((28, 28, 4), np.uint8)
+    ink[..., 3] = digit  # black ink drawn in the alpha channel only
+    over_white = Image.alpha_composite(Image.new('RGBA', (28, 28), 'white'), Image.fromarray(ink, 'RGBA'))
+    for image in (Image.fromarray(ink, 'RGBA'), ink):
+        torch.testing.assert_close(processor(image)['pixel_values'], processor(over_white.convert('L'))['pixel_values'])
+    as_float = torch.from_numpy(digit / 255.0)[None]
+    torch.testing.assert_close(processor(as_float.to(torch.bfloat16))['pixel_values'],
+                               processor(as_float.float())['pixel_values'], rtol=0, atol=4 / 255 / 0.3081)
+    overshoot = (digit / 255.0).astype(np.float32)
+    overshoot[0, 0] = 1.6
+    with pytest.raises(ValueError, match=r'running from 0 to 1.6 is neither a \[0, 1\] image .* nor a \[0, 255\] one'):
+        processor(overshoot)
+    with pytest.raises(ValueError, match=r'must hold values in \[0, 255\] .* this int64 one runs from -199 to 0'):
+        processor(-digit.astype(np.int64))

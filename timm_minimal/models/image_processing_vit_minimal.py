@@ -26,7 +26,7 @@ from transformers.processing_utils import ImagesKwargs
 from .configuration_vit_minimal import AUTO_MAP
 from .datasets import MIN_CROP_PCT, channel_stats
 from .resample import PIL_FILTERS, pil_resize
-from .images import CHANNEL_MODES, array_to_image, check_image_size, check_layout, convert_image, image_mode
+from .images import CHANNEL_MODES, array_to_image, check_image_size, check_layout, convert_image, image_mode, upright
 
 __all__ = ['VitMinimalImageProcessor', 'VitMinimalImageProcessorFast']
 
@@ -215,6 +215,7 @@ class _TimmEvalSettings:
     def _to_pil(self, image: Any, layout: Optional[str] = None) -> Image.Image:
         if isinstance(image, Image.Image):
             check_image_size(*image.size)
+            image = upright(image)
         else:
             image = array_to_image(image, layout)
         return convert_image(image, image_mode(self.num_channels))

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-__all__ = ['CHANNEL_MODES', 'LAYOUTS', 'check_layout', 'image_mode', 'convert_image', 'array_to_image',
+__all__ = ['CHANNEL_MODES', 'LAYOUTS', 'check_layout', 'image_mode', 'upright', 'convert_image', 'array_to_image',
            'check_image_size', 'ImageTooLarge', 'MAX_IMAGE_PIXELS', 'MAX_IMAGE_SIDE', 'MAX_ASPECT_RATIO']
 
 CHANNEL_MODES = {1: 'L', 3: 'RGB'}  # a model's input channels -> the PIL mode its images are converted to
@@ -54,23 +54,48 @@ def image_mode(channels: int) -> str:
     return CHANNEL_MODES[channels]
 
 
+def upright(image: Image.Image) -> Image.Image:
+    """``image`` as it is shown: turned by its EXIF orientation (a phone's JPEG), as transformers' ``load_image`` and
+    image viewers turn it; an image without one is returned as it is."""
+    from PIL import ImageOps
+    if image.getexif().get(0x0112, 1) == 1:  # 0x0112: the orientation tag; 1 is upright
+        return image
+    return ImageOps.exif_transpose(image)
+
+
 def convert_image(image: Image.Image, mode: str) -> Image.Image:
-    """``image`` in ``mode``; 16- and 32-bit integer and float images are scaled to 8 bits by their range
-    (PIL's own conversion clips them, which turns a 16-bit image white)."""
+    """``image`` in ``mode``. A 16-bit image (``I;16`` modes) is scaled to 8 bits by its mode, a 32-bit integer one
+    (``I``) and a float one (``F``) by their range (PIL's own conversion clips them, which turns a 16-bit image white);
+    an image with transparency is composed onto white first, as transformers' ``convert_to_rgb`` does."""
     if image.mode == mode:
         return image
     if image.mode == 'F':  # the float rule of arrays and tensors
         image = Image.fromarray(_float_to_uint8(np.asarray(image, dtype=np.float64)), 'L')
+    elif image.mode.startswith('I;16'):
+        image = Image.fromarray(_int_to_uint8(np.asarray(image), 65535), 'L')
     elif image.mode.startswith('I'):
-        values = np.asarray(image, dtype=np.float64)
-        top = 255.0 if values.max(initial=0) <= 255 else 65535.0 if values.max(initial=0) <= 65535 else values.max()
-        image = Image.fromarray(np.clip(np.rint(values * (255.0 / top)), 0, 255).astype(np.uint8), 'L')
+        image = Image.fromarray(_int_to_uint8(np.asarray(image)), 'L')
+    elif image.mode in ('RGBA', 'LA', 'PA', 'La', 'RGBa') or (image.mode == 'P' and 'transparency' in image.info):
+        image = Image.alpha_composite(Image.new('RGBA', image.size, 'white'), image.convert('RGBA'))
     return image.convert(mode)
 
 
+def _int_to_uint8(array: np.ndarray, top: Optional[int] = None) -> np.ndarray:
+    """An integer image as uint8, scaled from ``top`` (16-bit: 65535), else from its range: 0..255 as 8-bit,
+    0..65535 as 16-bit; negative values or values past 16 bits are refused rather than clipped."""
+    low, high = int(array.min(initial=0)), int(array.max(initial=0))
+    if low < 0 or high > (top or 65535):
+        raise ValueError(f'An integer image must hold values in [0, 255] (8-bit) or [0, 65535] (16-bit); this '
+                         f'{array.dtype} one runs from {low} to {high}.')
+    top = top or (255 if high <= 255 else 65535)
+    return np.rint(array.astype(np.float64) * (255.0 / top)).astype(np.uint8)
+
+
 # A float image whose values stay below this is a [0, 1] image: an interpolation's overshoot (a bicubic resize) or
-# arithmetic can take a value a little past 1, while a [0, 255] image reaching no further is black to the eye.
+# arithmetic can take a value a little past 1, while a [0, 255] image reaching no further is black to the eye. One
+# that reaches above it but not above ``BYTE_RANGE_FLOOR`` is neither, and is refused rather than guessed.
 UNIT_RANGE_LIMIT = 1.5
+BYTE_RANGE_FLOOR = 16.0
 _HALF_STEP = 0.5 / 255  # within this of [0, 1], a value rounds to the same 8-bit level as the clipped one
 
 
@@ -91,6 +116,10 @@ def _float_to_uint8(array: np.ndarray) -> np.ndarray:
     if low < -0.5 or high > 255.5:
         raise ValueError(f'A float image must hold values in [0, 1] or [0, 255]; this one runs from {low:g} to '
                          f'{high:g}.')
+    if high <= BYTE_RANGE_FLOOR:
+        raise ValueError(f'A float image running from {low:g} to {high:g} is neither a [0, 1] image (values up to '
+                         f'{UNIT_RANGE_LIMIT:g}, clipped to 1) nor a [0, 255] one (values reaching above '
+                         f'{BYTE_RANGE_FLOOR:g}); clip it to [0, 1], or pass it as uint8.')
     return np.clip(np.rint(array), 0, 255).astype(np.uint8)
 
 
@@ -119,7 +148,8 @@ def array_to_image(array: Any, layout: Optional[str] = None) -> Image.Image:
     16-bit integers, or floats in [0, 1]. ``layout`` ('channels_first', 'channels_last' or None to infer it) says
     where a 3-D array has its channels, as transformers' ``input_data_format`` does."""
     if isinstance(array, torch.Tensor):
-        array = array.detach().cpu().numpy()
+        tensor = array.detach().cpu()
+        array = (tensor.float() if tensor.dtype in (torch.bfloat16, torch.float16) else tensor).numpy()
     if not isinstance(array, np.ndarray):
         raise TypeError(f'Expected a PIL image, numpy array or torch tensor (or a list of them), got '
                         f'{type(array).__name__}.')
@@ -135,7 +165,8 @@ def array_to_image(array: Any, layout: Optional[str] = None) -> Image.Image:
         array = _float_to_uint8(array)
     elif array.dtype == np.bool_:
         array = array.astype(np.uint8) * 255
-    elif array.dtype != np.uint8:
-        top = 255 if array.max(initial=0) <= 255 else 65535
-        array = np.clip(array.astype(np.float64) * (255.0 / top), 0, 255).round().astype(np.uint8)
+    elif array.dtype.kind not in 'ui':
+        raise TypeError(f'Expected an image of integers, floats or booleans, got dtype {array.dtype}.')
+    elif array.dtype != np.uint8:  # 16 bits by its dtype; a wider integer by its range
+        array = _int_to_uint8(array, 65535 if array.dtype == np.uint16 else None)
     return Image.fromarray(np.ascontiguousarray(array))

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from PIL import Image, UnidentifiedImageError
 
-from ...models.images import ImageTooLarge, check_image_size, convert_image, image_mode
+from ...models.images import ImageTooLarge, check_image_size, convert_image, image_mode, upright
 from ..common import allowed_models, create_named_model, model_label
 from ...cli import UsageError, command
 from .cli import DEFAULT_MODEL, build_parser
@@ -122,7 +122,7 @@ def load_image(path: Union[str, Path]) -> Image.Image:
         with Image.open(path) as im:
             check_image_size(*im.size, what=str(path))  # from the header, before the pixels are decoded
             im.load()
-            return im.copy()
+            return upright(im).copy()  # as it is shown: turned by its EXIF orientation
     except ImageTooLarge as e:
         raise AttentionInputError(str(e)) from e
     except Image.DecompressionBombError as e:

@@ -19,7 +19,7 @@ from PIL import Image
 from torch.utils.data import Dataset
 
 from ...cli import listed
-from ...models.images import check_image_size, convert_image
+from ...models.images import check_image_size, convert_image, upright
 from .names import DatasetError
 
 __all__ = ['DatasetError', 'EVAL_SPLIT_DIRS', 'IMAGE_EXTENSIONS', 'FolderScan', 'scan_split', 'folder_classes',
@@ -106,7 +106,7 @@ def open_image(source: Any, name: str, img_mode: str) -> Image.Image:
         with Image.open(source) as im:
             check_image_size(*im.size, what=f'image {name}')  # from the header, before anything is decoded
             im.load()
-            return convert_image(im, img_mode)
+            return convert_image(upright(im), img_mode)  # as it is shown: turned by its EXIF orientation
     except (OSError, ValueError, Image.DecompressionBombError) as e:
         raise DatasetError(f'cannot read image {name}: {e}') from e
 
