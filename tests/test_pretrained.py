@@ -49,7 +49,9 @@ def test_a_recipe_tag_is_its_datasets_geometry_and_preprocessing_and_exists_only
     assert {k: mixup.pretrained_cfg.get(k) for k in same} == {k: plain.pretrained_cfg.get(k) for k in same}
     assert mixup.pretrained_cfg['tag'] == 'mixup_cifar10' and mixup.num_classes == 10
     assert any((a != b).any() for a, b in zip(mixup.state_dict().values(), plain.state_dict().values()))
-    with pytest.raises(RuntimeError, match=r'Invalid pretrained tag \(mixup_cifar10\)'):
+    with pytest.raises(RuntimeError, match=r'Invalid pretrained tag \(mixup_cifar10\) for vit_minimal_sym_6x4: its '
+                                           r'tags are mnist, cifar10, in1k, kd2_cifar10; with weights: mnist, cifar10, '
+                                           r'kd2_cifar10\.'):
         timm.create_model('vit_minimal_sym_6x4.mixup_cifar10')  # no sym_6x4 weights of that recipe
     with pytest.raises(ValueError, match=r'the tags are .mnist, .cifar10, .in1k, .mixup_cifar10'):
         create_named_model('vit_minimal_sym_6x4.cifar100', pretrained=False)
@@ -317,3 +319,11 @@ def test_the_eval_batch_script_sets_each_batch_size_against_the_first(capsys):
     assert 'CPU flags: ' in out and '(10,000 test images)' in out
     assert script.main(['--data-dir', str(DATA), '--models', 'vit_minimal_sym_6x4']) == 2
     assert 'name a shipped checkpoint with its tag' in capsys.readouterr().err
+
+
+def test_a_distillation_head_the_checkpoint_never_trained_is_said():
+    """A shipped checkpoint built with distill_token=True predicts the mean of its trained head and a new one: below
+    its card's accuracy until both are trained. timm loads it; the package says so."""
+    with pytest.warns(UserWarning, match=r'no distillation token or head .* until they are trained the model predicts '
+                                         r'the mean of the checkpoint\'s head and an untrained one'):
+        timm.create_model('vit_minimal_sym_6x4.mnist', pretrained=True, distill_token=True)

@@ -3,6 +3,7 @@
 This module imports only its siblings and timm: it travels with a checkpoint's remote code.
 """
 import logging
+import warnings
 from typing import Dict
 
 import torch
@@ -57,6 +58,11 @@ def checkpoint_filter_fn(state_dict: Dict[str, torch.Tensor], model: nn.Module) 
         out_dict[k] = v
     missing = [k for k in DISTILL_KEYS if k in model_sd and k not in out_dict]
     if missing:
-        _logger.debug(f'The checkpoint has no distillation token: {", ".join(missing)} keep their initialisation.')
+        if 'head.weight' in out_dict and any(k.startswith('head_dist.') for k in missing):
+            warnings.warn(f'The checkpoint has no distillation token or head ({", ".join(missing)}): they keep their '
+                          f'initialisation, and until they are trained the model predicts the mean of the '
+                          f'checkpoint\'s head and an untrained one, below the checkpoint\'s accuracy; train them '
+                          f'(timm\'s distillation task), or build the model without distill_token=True.', UserWarning,
+                          stacklevel=2)
         out_dict.update({k: model_sd[k] for k in missing})
     return out_dict

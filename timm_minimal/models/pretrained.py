@@ -13,7 +13,7 @@ from timm.layers import to_2tuple
 from .datasets import DATASETS
 from .paper import PAPER_ARXIV, PAPER_TITLE
 
-__all__ = ['WEIGHTS_DIR', 'WEIGHTS_INDEX', 'file_sha256', 'shipped_digests', 'check_shipped_file', 'HUB_ORG', 'RECIPE_TAGS', 'TAGS', 'RENAMED_TAGS', 'check_tag_spelling', 'tag_dataset', 'weights_file_name', 'tag_geometry',
+__all__ = ['WEIGHTS_DIR', 'WEIGHTS_INDEX', 'file_sha256', 'shipped_digests', 'check_shipped_file', 'HUB_ORG', 'RECIPE_TAGS', 'TAGS', 'RENAMED_TAGS', 'check_tag_spelling', 'check_tag', 'tag_dataset', 'weights_file_name', 'tag_geometry',
            'tag_for_geometry', 'dataset_label_names', 'describe_pretrained_cfg', 'pretrained_cfg_for', 'jsonable']
 
 
@@ -36,6 +36,17 @@ def check_tag_spelling(tag: Optional[str]) -> None:
     if tag in RENAMED_TAGS:
         raise ValueError(f"the tag .{tag} is now .{RENAMED_TAGS[tag]} (timm's order: the recipe first, the dataset "
                          f"last); the weights are the same")
+
+
+def check_tag(arch: str, tag: str, registered: List[str]) -> None:
+    """Refuse a tag that ``arch`` does not have (``registered``: its ``<arch>.<tag>`` names), in timm's words and type
+    with the tags it has, and which of them have weights."""
+    check_tag_spelling(tag)
+    tags = [name.split('.', 1)[1] for name in registered]
+    if tag not in tags:
+        weighted = [t for t in tags if (WEIGHTS_DIR / weights_file_name(arch, t)).is_file()]
+        raise RuntimeError(f'Invalid pretrained tag ({tag}) for {arch}: its tags are {", ".join(tags)}; with weights: '
+                           f'{", ".join(weighted) or "none"}.')
 
 
 def tag_dataset(tag: Optional[str]) -> Optional[str]:

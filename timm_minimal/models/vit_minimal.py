@@ -25,7 +25,7 @@ from timm.models import register_model as _timm_register_model
 from timm.models._features import feature_take_indices
 from timm.models._manipulate import checkpoint, checkpoint_seq
 from timm.models._pretrained import PretrainedCfg
-from timm.models._registry import get_pretrained_cfg
+from timm.models._registry import get_arch_pretrained_cfgs, get_pretrained_cfg
 from timm.models.vision_transformer import global_pool_nlc
 try:  # timm 1.0.31 records a resize for its save_for_hf; remote code may run on an older timm, which has no record
     from timm.models._input import update_model_input_size
@@ -39,7 +39,7 @@ from .layers import Block, CholAttention, MimeticInit, MinimalAttention, get_att
 from .model_args import GlobalPoolType, PosEmbedType, WeightInitType, _check_choice, check_input, check_model_args
 from .model_size import check_model_size, max_tokens
 from .pretrained import (  # noqa: F401  (HUB_ORG, WEIGHTS_DIR: where the weights are, also reachable here)
-    HUB_ORG, TAGS, WEIGHTS_DIR, RECIPE_TAGS, _cfg, _weights, check_shipped_file, check_tag_spelling, tag_dataset,
+    HUB_ORG, TAGS, WEIGHTS_DIR, RECIPE_TAGS, _cfg, _weights, check_shipped_file, check_tag, tag_dataset,
     tag_geometry, weights_file_name,
 )
 from .weights_check import check_recorded_keywords, check_weights_fit, head_classes, loaded_weights_file, weights_file
@@ -494,7 +494,7 @@ def _resolve_tag(variant: str, pretrained_cfg: Any) -> Optional[str]:
     if isinstance(pretrained_cfg, dict):
         return pretrained_cfg.get('tag')
     if isinstance(pretrained_cfg, str):
-        check_tag_spelling(pretrained_cfg)
+        check_tag(variant, pretrained_cfg, list(get_arch_pretrained_cfgs(variant)))
         return pretrained_cfg
     default = get_pretrained_cfg(variant, allow_unregistered=True)
     return default.tag if default is not None else None
