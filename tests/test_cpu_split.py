@@ -4,6 +4,7 @@ trains what one process trains, and a resumed run keeps its process count."""
 import dataclasses
 import functools
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -336,7 +337,7 @@ def test_short_runs_gpu_runs_and_launched_processes_stay_one_process(monkeypatch
     assert _plan(long_run + ['--cpu-processes', '1']).processes == 1
 
 
-def test_the_decision_is_the_machines_wherever_cache_dir_decodes_the_data(monkeypatch, tmp_path, data, capsys):
+def test_the_decision_is_the_machines_wherever_cache_dir_decodes_the_data(monkeypatch, tmp_path, data, caplog):
     """The decision describes the CPU: kept in the machine's cache folder ($TIMM_MINIMAL_CACHE), so a run that decodes
     its data into a new --cache-dir does not measure the machine again, and says what it took and from where."""
     monkeypatch.delenv('OMP_NUM_THREADS', raising=False)
@@ -347,12 +348,13 @@ def test_the_decision_is_the_machines_wherever_cache_dir_decodes_the_data(monkey
     monkeypatch.setattr(cpu_split, 'measure', lambda m, b, n, t, **step: measured.append(n) or float(n))
     monkeypatch.setattr(cpu_split, 'measure_padding', lambda m, b, t, **step: measured.append('padding') or 1.2)
     long_run = ['--model', 'vit_minimal_sym_6x4', '--dataset', 'mnist', '--cpu', '--epochs', '100', *map(str, data)]
+    caplog.set_level(logging.INFO, logger='timm_minimal')
     assert _plan(long_run + ['--cache-dir', str(tmp_path / 'a')]).processes == 2
     first = len(measured)
     assert first >= 2 and (tmp_path / 'machine' / 'cpu_split.json').is_file()
     assert _plan(long_run + ['--cache-dir', str(tmp_path / 'b')]).processes == 2
     assert len(measured) == first and not (tmp_path / 'a' / 'cpu_split.json').exists()
-    said = capsys.readouterr().out.splitlines()
+    said = caplog.messages
     assert [line for line in said if line.startswith('This CPU measured before how vit_minimal_sym_6x4.mnist at batch')
             and ': 2 x 1' in line and str(tmp_path / 'machine' / 'cpu_split.json') in line]
 
@@ -615,3 +617,52 @@ def test_a_batch_the_processes_do_not_divide_is_refused_once_before_any_process_
                                          'trains an equal share of every batch.'):
         _plan(sample + ['--cpu-processes', '2'])
     assert _plan(sample + ['--epochs', '1000']).processes == 1  # 20 million images: long enough to measure
+
+
+def _record(tmp_path, content):
+    path = tmp_path / 'cpu_split.json'
+    path.write_text(content)
+    return path
+
+
+@pytest.mark.parametrize('content, says', [
+    ('[' * 100_000 + ']' * 100_000, 'RecursionError'),
+    (json.dumps({'k': dict(processes=2, rates={f'c{i}': 1.0 for i in range(100_000)})}), 'bytes, over the'),
+    (json.dumps({'k': dict(processes=2, rates={f'c{i}': 1.0 for i in range(40)})}), 'not at most 16 labelled numbers'),
+    ('{"k": {"processes": "2"}}', 'no whole "processes"'),
+], ids=['nested', 'huge', 'many rates', 'a string'])
+def test_a_record_that_is_not_one_is_set_aside_once_and_measured_again(tmp_path, caplog, content, says):
+    path = _record(tmp_path, content)
+    assert cpu_split.read_cache(path) == {}
+    assert [r.levelname for r in caplog.records] == ['WARNING'] and says in caplog.text
+    assert not path.exists() and (tmp_path / 'cpu_split.json.invalid').read_text() == content
+    assert cpu_split.read_cache(path) == {} and len(caplog.records) == 1  # said once: the file is aside
+
+
+def test_a_read_only_cache_is_said_and_the_run_goes_on(monkeypatch, tmp_path, quiet, caplog):
+    monkeypatch.setattr(cpu_split, 'measure', lambda m, b, n, t, **k: float(n))
+    monkeypatch.setattr(cpu_split, 'measure_padding', lambda m, b, t, **step: 1.0)
+    monkeypatch.setattr('timm_minimal.training.run.checkpoint.write_json_atomic',
+                        lambda *a, **k: (_ for _ in ()).throw(PermissionError(13, 'Permission denied')))
+    assert cpu_split.decide('vit_minimal_sym_6x4.cifar10', 256, tmp_path, budget=2, say=lambda *a: None).processes == 2
+    warned = [r.getMessage() for r in caplog.records if r.levelname == 'WARNING']
+    assert len(warned) == 1 and 'cannot be kept in' in warned[0] and 'Permission denied' in warned[0], warned
+
+
+def test_the_decision_speaks_through_the_log_so_q_silences_it(monkeypatch, tmp_path, quiet, capsys, caplog):
+    """-q sets the package's log to warnings: the decision's lines are info, the log's, not prints."""
+    monkeypatch.setattr(cpu_split, 'measure', lambda m, b, n, t, **k: float(n))
+    monkeypatch.setattr(cpu_split, 'measure_padding', lambda m, b, t, **step: 1.0)
+    caplog.set_level(logging.WARNING, logger='timm_minimal')
+    cpu_split.decide('vit_minimal_sym_6x4.cifar10', 256, tmp_path, budget=2)
+    assert capsys.readouterr().out == '' and not caplog.records
+    caplog.set_level(logging.INFO, logger='timm_minimal')
+    cpu_split.decide('vit_minimal_sym_6x4.mnist', 256, tmp_path, budget=2)
+    assert any(m.startswith('Measuring once on this CPU') for m in caplog.messages)
+
+
+def test_an_empty_cache_variable_means_the_default_folder(monkeypatch):
+    from pathlib import Path
+    from timm_minimal.training.data.loading import default_cache_dir
+    monkeypatch.setenv('TIMM_MINIMAL_CACHE', '')
+    assert default_cache_dir() == Path.home() / '.cache' / 'timm_minimal'

@@ -22,6 +22,7 @@ import contextlib
 import functools
 import hashlib
 import json
+import logging
 import math
 import os
 import platform
@@ -45,6 +46,8 @@ __all__ = ['Decision', 'SPLIT_MIN_IMAGES', 'core_budget', 'cpu_signature', 'kern
            'measure', 'measure_padding', 'decide',
            'worker_command', 'run_split_processes',
            'end_process_group', 'NEVER_FREED']
+
+_logger = logging.getLogger(__name__)
 
 SPLIT_MIN_IMAGES = 500_000  # a shorter run (the tests, the demo) stays one process: a split costs seconds to start
 PROBE_SECONDS = 6.0  # timed, after PROBE_WARMUP steps: a 3 s probe measured one process at 0.6x its rate
@@ -328,25 +331,49 @@ def _candidates(budget: int) -> List[int]:
     return [1] if budget < 2 else [1, budget]
 
 
-def read_cache(path: Path, say=print) -> Dict[str, Dict[str, Any]]:
-    """The decisions kept in ``path``, each checked (an object with a whole ``processes`` of at least 1); a file that
-    is not such a record is set aside with a one-line warning and measured anew (it is this module's own derived
-    file: it is never trusted as it is)."""
+# The record of every decision a machine kept is a few kB; a file far larger is not one (nor read whole). A decision
+# measured at most a few candidates, and its rates travel to the processes of a split in their environment.
+MAX_CACHE_BYTES = 1 << 20
+MAX_RATES = 16
+
+
+def _check_entry(key: str, entry: Any) -> None:
+    """One kept decision: a whole ``processes`` of at least 1, true-or-false flags, at most ``MAX_RATES`` rates."""
+    if not isinstance(entry, dict) or type(entry.get('processes')) is not int or entry['processes'] < 1:
+        raise ValueError(f'entry {key} has no whole "processes" of at least 1')
+    for flag in ('compiled', 'padded'):
+        if not isinstance(entry.get(flag, False), bool):
+            raise ValueError(f'entry {key} has a "{flag}" that is not true or false')
+    rates = entry.get('rates', {})
+    if not isinstance(rates, dict) or len(rates) > MAX_RATES or not all(
+            isinstance(k, str) and len(k) <= 100 and isinstance(v, (int, float)) for k, v in rates.items()):
+        raise ValueError(f'entry {key} has "rates" that are not at most {MAX_RATES} labelled numbers')
+
+
+def read_cache(path: Path, say=_logger.warning) -> Dict[str, Dict[str, Any]]:
+    """The decisions kept in ``path``, each checked (``_check_entry``); a file that is not such a record (too large,
+    nested past reading, or with an entry that fails) is set aside as ``<name>.invalid`` with a one-line warning and
+    measured anew: it is this module's own derived file, never trusted as it is."""
     if not path.is_file():
         return {}
     try:
+        size = path.stat().st_size
+        if size > MAX_CACHE_BYTES:
+            raise ValueError(f'{size:,} bytes, over the {MAX_CACHE_BYTES:,} a record of decisions may take')
         known = json.loads(path.read_text())
         if not isinstance(known, dict):
             raise ValueError('not a JSON object')
         for key, entry in known.items():
-            if not isinstance(entry, dict) or type(entry.get('processes')) is not int or entry['processes'] < 1:
-                raise ValueError(f'entry {key} has no whole "processes" of at least 1')
-            for flag in ('compiled', 'padded'):
-                if not isinstance(entry.get(flag, False), bool):
-                    raise ValueError(f'entry {key} has a "{flag}" that is not true or false')
+            _check_entry(key, entry)
         return known
-    except (OSError, ValueError) as e:
-        say(f'WARNING: {path} is not a record of CPU measurements ({str(e)[:120]}); measuring again.')
+    except (OSError, ValueError, RecursionError) as e:
+        aside = path.with_name(path.name + '.invalid')
+        try:
+            os.replace(path, aside)
+        except OSError:
+            aside = None
+        say(f'{path} is not a record of CPU measurements ({type(e).__name__}: {str(e)[:120]}); '
+            + (f'set aside as {aside.name}; ' if aside else '') + 'measuring again.')
         return {}
 
 
@@ -416,7 +443,7 @@ def _measure_candidates(model: str, batch: int, budget: int, processes: Sequence
     return rates, failed, speedup
 
 
-def decide(model: str, batch: int, cache_dir: Path, budget: Optional[int] = None, say=print,
+def decide(model: str, batch: int, cache_dir: Path, budget: Optional[int] = None, say=_logger.info,
            model_kwargs: Optional[Dict[str, Any]] = None, bf16: bool = False,
            compiled: Optional[bool] = False, padded: Optional[bool] = True,
            before: Optional[Callable[[], None]] = None) -> Decision:
@@ -439,7 +466,7 @@ def decide(model: str, batch: int, cache_dir: Path, budget: Optional[int] = None
                  probe=PROBE, **step)
     key = hashlib.sha256(json.dumps(facts, sort_keys=True, default=repr).encode()).hexdigest()[:16]
     path = Path(cache_dir) / 'cpu_split.json'
-    known = read_cache(path, say)
+    known = read_cache(path)
     # a kept decision first: it was measured for these very facts, so no model is built to list the paddings
     cached = _cached(known.get(key), processes, modes, [True, False] if padded is None else [bool(padded)])
     if cached is not None:
@@ -481,8 +508,9 @@ def decide(model: str, batch: int, cache_dir: Path, budget: Optional[int] = None
         from ..run.checkpoint import write_json_atomic
         path.parent.mkdir(parents=True, exist_ok=True)
         write_json_atomic(path, known)
-    except OSError:
-        pass  # measured again next time
+    except OSError as e:
+        _logger.warning(f'The CPU decision cannot be kept in {path} ({type(e).__name__}: {e.strerror or e}): the next '
+                        f'long run measures again; set TIMM_MINIMAL_CACHE to a writable folder to keep it.')
     return Decision(*best, labelled)
 
 

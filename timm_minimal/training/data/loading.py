@@ -56,8 +56,9 @@ __all__ = [
 
 
 def default_cache_dir() -> Path:
-    """Where decoded archives and arrays are kept: $TIMM_MINIMAL_CACHE or ~/.cache/timm_minimal."""
-    return Path(os.environ.get('TIMM_MINIMAL_CACHE', Path.home() / '.cache' / 'timm_minimal'))
+    """Where decoded archives and arrays are kept: $TIMM_MINIMAL_CACHE, or ~/.cache/timm_minimal where it is unset or
+    empty (an empty one would be the working folder)."""
+    return Path(os.environ.get('TIMM_MINIMAL_CACHE') or Path.home() / '.cache' / 'timm_minimal')
 
 
 # -- datasets --------------------------------------------------------------------------------------
