@@ -327,3 +327,29 @@ def test_a_distillation_head_the_checkpoint_never_trained_is_said():
     with pytest.warns(UserWarning, match=r'no distillation token or head .* until they are trained the model predicts '
                                          r'the mean of the checkpoint\'s head and an untrained one'):
         timm.create_model('vit_minimal_sym_6x4.mnist', pretrained=True, distill_token=True)
+
+
+def test_evaluate_writes_nothing_onto_its_inputs_one_path_twice_or_an_existing_file(tmp_path, capsys):
+    """--json onto the evaluated checkpoint's config.json, --confusion onto its weights, one path for both, and a file
+    that exists (unless --overwrite) are refused before any model runs, the files as they were."""
+    from timm_minimal import VitMinimalForImageClassification
+    from timm_minimal.tools import evaluate
+    folder = tmp_path / 'ckpt'
+    VitMinimalForImageClassification.from_timm('vit_minimal_sym_6x4.mnist', pretrained=True).save_pretrained(folder)
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    mine = tmp_path / 'mine.json'
+    mine.write_text('my notes')
+    model = ['--model', f'local-dir:{folder}', '--dataset', 'mnist-sample']
+    for argv, says in (
+            (['--json', str(folder / 'config.json')], f'--json {folder / "config.json"} lies in {folder}, which this '
+                                                      f'evaluation reads'),
+            (['--confusion', str(folder / 'model.safetensors')], 'which this evaluation reads (a model or the dataset)'),
+            (['--json', str(tmp_path / 'x'), '--confusion', str(tmp_path / 'x')], '--confusion and --json both name'),
+            (['--json', str(mine)], f'--json {mine} exists; pass --overwrite to replace it')):
+        assert evaluate.main(model + argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert says in err and len(err.splitlines()) == 1, err
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before and mine.read_text() == 'my notes'
+    assert not (tmp_path / 'x').exists()
+    assert evaluate.main(model + ['--json', str(mine), '--overwrite']) == 0
+    assert json.loads(mine.read_text())['samples'] == 1000

@@ -44,4 +44,6 @@ def build_parser() -> OneLineParser:
     p.add_argument('--json', type=Path, default=None, metavar='PATH',
                    help='write every number (per model: accuracy and its 95%% interval, loss, parameters, per-class '
                         'accuracy, confusion matrix) as JSON')
+    p.add_argument('--overwrite', action='store_true',
+                   help='replace an existing --confusion or --json file (by default an existing file is refused)')
     return p

@@ -13,6 +13,7 @@ well a model fits its training set, where the trainer's train accuracy is that o
 """
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
@@ -254,7 +255,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from .eval_report import per_class, wilson_interval
     args = build_parser().parse_args(argv)
     names = args.model if isinstance(args.model, list) else [args.model]
-    check_output_files(args)
+    check_output_files(args, names)
     models = {name: _load(name) for name in dict.fromkeys(names)}
     dataset = _dataset(args, models)
     try:
@@ -278,17 +279,35 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     return 0
 
 
-def check_output_files(args) -> None:
-    """``--confusion`` and ``--json`` name files that can be written (checked before any model runs; a missing folder
-    is made when the file is written)."""
-    for option, path in (('--confusion', args.confusion), ('--json', args.json)):
-        if path is None:
-            continue
+def _inputs(args, names: Sequence[str]) -> List[Path]:
+    """The folders and files the evaluation reads: each ``local-dir:`` model's folder, the package's weights, and the
+    dataset's folder (an image folder given as --dataset, and --data-dir)."""
+    from ..models.pretrained import WEIGHTS_DIR
+    inputs = [Path(n[len('local-dir:'):]) for n in names if n.startswith('local-dir:')] + [WEIGHTS_DIR]
+    inputs += [Path(p) for p in (args.dataset, args.data_dir) if p and Path(p).exists()]
+    return [p.resolve() for p in inputs]
+
+
+def check_output_files(args, names: Sequence[str] = ()) -> None:
+    """``--confusion`` and ``--json`` name files that can be written, checked before any model runs: not a folder,
+    not one path for both, nothing the evaluation reads (a model's folder, the dataset), and no existing file unless
+    ``--overwrite`` (a missing folder is made when the file is written)."""
+    outputs = [(option, path) for option, path in (('--confusion', args.confusion), ('--json', args.json)) if path]
+    if len(outputs) == 2 and outputs[0][1].resolve() == outputs[1][1].resolve():
+        raise UsageError(f'--confusion and --json both name {outputs[0][1]}; give each its own file')
+    inputs = _inputs(args, names)
+    for option, path in outputs:
         if path.is_dir():
             raise UsageError(f'{option} {path} is a folder; name the file to write, e.g. {path / "confusion.png"}')
         files_above = [p for p in path.parents if p.exists() and not p.is_dir()]
         if files_above:
             raise UsageError(f'{option} {path}: {files_above[0]} is a file, not a folder; name a file in a folder')
+        read = next((i for i in inputs if path.resolve() == i or i in path.resolve().parents), None)
+        if read is not None:
+            raise UsageError(f'{option} {path} lies in {read}, which this evaluation reads (a model or the dataset); '
+                             f'name a file elsewhere')
+        if (path.exists() or path.is_symlink()) and not args.overwrite:
+            raise UsageError(f'{option} {path} exists; pass --overwrite to replace it, or name a new file')
 
 
 if __name__ == '__main__':
