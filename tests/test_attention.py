@@ -111,10 +111,14 @@ def test_cli_resizes_and_writes_png(tmp_path, capsys):
     (['img.png', '--head', '5', '--model', 'vit_minimal_sym_6x4'], 'has heads 1 to 4'),
     (['img.png', '--out', 'maps.jpg'], 'name a .png file'),
     (['img.png', '--bogus'], 'unrecognized arguments: --bogus'),
+    (['nan.tiff'], "cannot read the image's pixels: The image holds non-finite values."),
 ])
 def test_cli_misuse_exits_2_with_one_line(tmp_path, capsys, monkeypatch, argv, message):
     monkeypatch.chdir(tmp_path)
     _image().save(tmp_path / 'img.png')
+    nan = np.random.default_rng(0).random((28, 28)).astype(np.float32)
+    nan[3, 3] = np.nan
+    Image.fromarray(nan, 'F').save(tmp_path / 'nan.tiff')  # a float TIFF: the one image file that can hold a NaN
     (tmp_path / 'NOT_AN_IMAGE').write_text('hello')
     rc, stdout, stderr = _run([*argv, '--out', 'x.png'] if '--out' not in argv else argv, capsys)
     assert rc == 2

@@ -156,6 +156,7 @@ def test_config_roundtrip_and_timm_format(tmp_path):
     (dict(attn_type='qk', num_heads=4), 'num_heads=1 only'),
     (dict(global_pool='mean'), "Unknown global_pool 'mean'"),
     (dict(img_size=30), 'multiple of patch_size'),
+    (dict(patch_size=0), r'patch_size must be a positive integer or a pair of them, got \(0, 0\)'),
     (dict(model_args={'depht': 3}), r"Unknown model_args \['depht'\].*allowed: img_size"),
     (dict(architecture='vit_minimal_foo_6x1'), "Unknown architecture 'vit_minimal_foo_6x1'.*vit_minimal_std_6x1"),
     (dict(architecture='vit_minimal_sym_6x4', depth=12), 'implies depth=6, but depth=12'),
@@ -260,6 +261,8 @@ def test_interpolate_pos_encoding_takes_another_size_for_one_call(pos_embed):
         torch.testing.assert_close(hf(same, interpolate_pos_encoding=True).logits, model(same), rtol=0, atol=0)
         with pytest.raises(ValueError, match='multiples of its patch size 7x7, got 30x30'):
             hf(torch.randn(1, 1, 30, 30), interpolate_pos_encoding=True)
+        with pytest.raises(ValueError, match='positive multiples of its patch size 7x7, got 0x0'):
+            hf(torch.randn(1, 1, 0, 0), interpolate_pos_encoding=True)
         for call in (hf, base, model):
             with pytest.raises(ValueError, match='28'):
                 call(x)

@@ -232,7 +232,7 @@ class VitMinimalConfig(PreTrainedConfig, _ModelFields):
         try:
             check_model_size(**fields, num_classes=int(_MODEL_DEFAULTS['num_classes'] if num_classes is None
                                                        else num_classes))
-        except (TypeError, OverflowError):
+        except (TypeError, OverflowError, ZeroDivisionError):  # a field of the wrong type or a zero patch size
             pass
 
     # -- validation (run by @strict after __init__) -------------------------------------------------

@@ -79,9 +79,9 @@ def check_input(x: torch.Tensor, in_chans: int, img_size: Optional[Tuple[int, in
             f'(in_chans={in_chans}), got {list(x.shape)}.{hint}')
     H, W = x.shape[-2], x.shape[-1]
     if dynamic_img_size:
-        if H % patch_size[0] or W % patch_size[1]:
-            raise ValueError(f'VisionTransformerMinimal takes images whose height and width are multiples of its patch '
-                             f'size {patch_size[0]}x{patch_size[1]}, got {H}x{W}.')
+        if H < patch_size[0] or W < patch_size[1] or H % patch_size[0] or W % patch_size[1]:
+            raise ValueError(f'VisionTransformerMinimal takes images whose height and width are positive multiples of '
+                             f'its patch size {patch_size[0]}x{patch_size[1]}, got {H}x{W}.')
         patches = (H // patch_size[0]) * (W // patch_size[1])
         if max_tokens and patches > max_tokens:
             raise ValueError(f'VisionTransformerMinimal takes at most {max_tokens} patches an image within its activation '

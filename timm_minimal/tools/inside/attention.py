@@ -147,7 +147,10 @@ def preprocess(image: Image.Image, model: torch.nn.Module) -> Tuple[torch.Tensor
     mode = image_mode(chans)
     if image.mode != mode:
         notes.append(f'the {image.mode} image is converted to {mode} for a model with {chans} input channel(s)')
-    image = convert_image(image, mode)
+    try:
+        image = convert_image(image, mode)
+    except ValueError as e:  # pixel values no image has (NaN, a float range that is neither [0, 1] nor [0, 255])
+        raise AttentionInputError(f'cannot read the image\'s pixels: {e}') from None
     x = create_transform(**cfg)(image).unsqueeze(0)
     mean = torch.tensor(cfg['mean']).view(-1, 1, 1)
     std = torch.tensor(cfg['std']).view(-1, 1, 1)
