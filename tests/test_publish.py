@@ -306,3 +306,20 @@ def test_after_a_failed_push_the_same_command_pushes_the_written_folder(mnist_ru
     assert 'model.safetensors' in set(HfApi().list_repo_files(repo))
     (out / 'model.safetensors').write_bytes(b'not the run\'s weights')  # another folder: refused, not overwritten
     assert publish.main(argv) == 2
+
+
+@pytest.mark.parametrize('edit, says', [
+    (lambda record: '[' * 100_000 + ']' * 100_000, 'is not valid JSON (RecursionError'),
+    (lambda record: json.dumps(dict(record, format='timm-minimal-output/1')),
+     "is a record of another format ('timm-minimal-output/1'), not a run record (timm-minimal-run/1)"),
+    (lambda record: json.dumps(dict(record, command=record['command'] + " --note 'open")),
+     "the run's command is not a shell line (No closing quotation)"),
+], ids=['nested', 'another format', 'an open quote'])
+def test_a_run_record_that_is_not_one_is_refused_in_one_line(mnist_run, tmp_path, capsys, edit, says):
+    run = tmp_path / 'run'
+    shutil.copytree(mnist_run, run)
+    (run / 'run.json').write_text(edit(json.loads((run / 'run.json').read_text())))
+    assert publish.main([str(run), '--repo-id', 'x/y', '--out', str(tmp_path / 'out')]) == 2
+    err = capsys.readouterr().err.strip()
+    assert f'{run} cannot be read: ' in err and says in err and len(err.splitlines()) == 1, err
+    assert not (tmp_path / 'out').exists()

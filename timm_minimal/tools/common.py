@@ -110,8 +110,11 @@ def cpu_flags_lines(env: Dict[str, Any]) -> List[str]:
 
 def portable_command(command: str, model: str) -> str:
     """The run's command with its output folder written as runs/<model> and its data folder as data
-    (where they lay is no recipe)."""
-    words = shlex.split(command)
+    (where they lay is no recipe). A command that does not split as a shell line (an open quote) is refused."""
+    try:
+        words = shlex.split(command)
+    except ValueError as e:
+        raise ValueError(f'the run\'s command is not a shell line ({e}): {command[:120]!r}') from None
     for i, word in enumerate(words[:-1]):
         if word == '--output':
             words[i + 1] = f'runs/{model}'

@@ -100,8 +100,9 @@ def read_run(run_dir: Path, checkpoint: str = 'last') -> RunInfo:
             raise PublishError(f'{run_dir} is not a training run folder: {f.name} is missing.')
     try:
         run, metrics = folder.read_record(), folder.read_metrics()
+        portable_command(run.command, run.model)  # what the card prints: a shell line
     except ValueError as e:
-        raise PublishError(f'{run_dir} cannot be read: {e}.') from e
+        raise PublishError(f'{run_dir} cannot be read: {e}.') from None
     if not metrics:
         raise PublishError(f'{run_dir} has no finished epoch in metrics.jsonl: nothing measured to publish.')
     if run.status != 'finished':

@@ -180,8 +180,9 @@ class RunFolder:
                 continue
             try:
                 row = json.loads(line)
-            except ValueError as e:
-                raise ValueError(f'{self.metrics_file} line {number} is not a JSON record ({e})') from e
+            except (ValueError, RecursionError) as e:
+                raise ValueError(f'{self.metrics_file} line {number} is not a JSON record ({type(e).__name__}: '
+                                 f'{str(e)[:120]})') from None
             if not isinstance(row, dict):
                 raise ValueError(f'{self.metrics_file} line {number} is not a JSON object')
             check_metrics_row(row, f'{self.metrics_file} line {number}')

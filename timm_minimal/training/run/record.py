@@ -149,10 +149,13 @@ class RunRecord:
         """The record in ``path``; ``ValueError`` naming the file where it is not one."""
         try:
             data = json.loads(Path(path).read_text())
-        except ValueError as e:
-            raise ValueError(f'{path} is not valid JSON ({e})') from e
+        except (ValueError, RecursionError) as e:  # RecursionError: nested deeper than any record is
+            raise ValueError(f'{path} is not valid JSON ({type(e).__name__}: {str(e)[:120]})') from None
         if not isinstance(data, dict):
             raise ValueError(f'{path} is not a JSON object')
+        if data.get('format', RUN_FORMAT) != RUN_FORMAT:
+            raise ValueError(f'{path} is a record of another format ({str(data["format"])[:80]!r}), not a run record '
+                             f'({RUN_FORMAT})')
         try:
             return cls.from_dict(data)
         except (TypeError, ValueError) as e:
