@@ -383,7 +383,11 @@ _ROW = dict(model='vit_minimal_sym_6x4.mnist', architecture='vit_minimal_sym_6x4
     (json.dumps([dict(_ROW, val_acc='97.5')]), 'row 1: "val_acc" must be a number'),
     (json.dumps([dict(_ROW, params=0)]), 'row 1: "params" must be at least 1, got 0'),
     (json.dumps([dict(_ROW, val_acc=140.0)]), '"val_acc" must be from 0 to 100'),
-    (json.dumps([dict(_ROW, dataset='svhn')]), "unknown dataset 'svhn'")])
+    (json.dumps([dict(_ROW, dataset='svhn')]), "unknown dataset 'svhn'"),
+    (json.dumps([dict(_ROW, params=10 ** 400)]), '"params" must be a finite number of at most 1e+15, got a number of 401'),
+    (json.dumps([dict(_ROW, architecture='vit_minimal_sym_6x4\n## injected')]), '"architecture" must be a name of'),
+    (json.dumps([dict(_ROW, status='finished\n## injected')]), '"status" must be one line of printable text'),
+    ('[' * 100_000 + ']' * 100_000, 'not a reproduce JSON file (RecursionError')])
 def test_combine_bad_input_is_one_line_and_exit_2(tmp_path, capsys, content, message):
     path = tmp_path / 'r.json'
     if content is not None:

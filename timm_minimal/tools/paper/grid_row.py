@@ -7,6 +7,7 @@ key. Accuracies are in percent, losses cross-entropy; None where the run is miss
 """
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple, Union, get_args, get_origin, get_type_hints
 
@@ -58,6 +59,10 @@ class GridRow(TypedDict):
     val_acc_gap: NotRequired[Optional[float]]  # ours minus the paper's, in points
 
 
+# no number in a row is larger than this (a parameter count, a wall time); one past it is no run's
+MAX_NUMBER = 1e15
+# the names a report prints as they are: a checkpoint's or an architecture's, e.g. vit_minimal_sym_6x4.cifar10
+_NAME = re.compile(r'[A-Za-z0-9_.\-]+')
 # the range of each number (low, high; None: open)
 RANGES: Dict[str, Tuple[Optional[float], Optional[float]]] = {
     'depth': (1, None), 'epochs': (0, None), 'params': (1, None), 'val_acc': (0, 100), 'paper_val_acc': (0, 100),
@@ -84,6 +89,26 @@ def _fits(value: Any, kind: Any) -> bool:
     return isinstance(value, kind)
 
 
+def _check_value(key: str, value: Any, where: str) -> None:
+    """A number within its range (``RANGES``) and ``MAX_NUMBER``, a string on one line (a name: ``_NAME``'s
+    characters), so that nothing read can break the report it goes into."""
+    if isinstance(value, str):
+        if key in ('model', 'architecture') and not _NAME.fullmatch(value):
+            raise ValueError(f'{where}: "{key}" must be a name of letters, digits, "_", "." and "-", got {value[:80]!r}')
+        if any(not c.isprintable() for c in value):
+            raise ValueError(f'{where}: "{key}" must be one line of printable text, got {value[:80]!r}')
+        return
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return
+    shown = repr(value) if len(repr(value)) <= 40 else f'a number of {len(repr(value))} digits'
+    if (isinstance(value, float) and not math.isfinite(value)) or abs(value) > MAX_NUMBER:
+        raise ValueError(f'{where}: "{key}" must be a finite number of at most {MAX_NUMBER:g}, got {shown}')
+    low, high = RANGES.get(key, (None, None))
+    if (low is not None and value < low) or (high is not None and value > high):
+        limits = f'at least {low}' if high is None else f'from {low} to {high}'
+        raise ValueError(f'{where}: "{key}" must be {limits}, got {shown}')
+
+
 def check_row(r: Any, where: str) -> GridRow:
     """``r`` as a ``GridRow``: every required key present, every key of its type and range, a known dataset;
     ValueError naming ``where`` and the key otherwise."""
@@ -104,11 +129,7 @@ def check_row(r: Any, where: str) -> GridRow:
         if not _fits(value, kind):
             wanted = 'a number' if kind is float else getattr(kind, '__name__', str(kind))
             raise ValueError(f'{where}: "{key}" must be {wanted}, got {value!r}')
-        low, high = RANGES.get(key, (None, None))
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and (
-                not math.isfinite(value) or (low is not None and value < low) or (high is not None and value > high)):
-            limits = f'at least {low}' if high is None else f'from {low} to {high}'
-            raise ValueError(f'{where}: "{key}" must be {limits}, got {value!r}')
+        _check_value(key, value, where)
     if r['dataset'] not in DATASETS:
         raise ValueError(f'{where}: unknown dataset {r["dataset"]!r}; the datasets are {", ".join(DATASETS)}')
     return r  # type: ignore[return-value]
@@ -118,8 +139,8 @@ def read_grid_rows(path: Path) -> List[GridRow]:
     """Every row of one reproduce JSON file, each checked (``check_row``)."""
     try:
         data = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as e:
-        raise ValueError(f'{path}: not a reproduce JSON file ({e})') from None
+    except (OSError, ValueError, RecursionError) as e:
+        raise ValueError(f'{path}: not a reproduce JSON file ({type(e).__name__}: {str(e)[:120]})') from None
     if not isinstance(data, list) or not all(isinstance(r, dict) and 'model' in r for r in data):
         raise ValueError(f'{path}: not a reproduce JSON file (expected a list of rows with a "model")')
     return [check_row(r, f'{path} row {i}') for i, r in enumerate(data, 1)]
