@@ -246,3 +246,7 @@ def test_the_look_api_takes_a_patch_by_row_and_column(client):
     with pytest.raises(Exception, match='outside the patch grid .* rows 1 to 4, columns 1 to 4'):
         client.predict(checkpoint='vit_minimal_sym_6x4.mnist', image=handle_file(_example('mnist_test0_digit7')),
                        patch_row=5, patch_column=1, api_name='/look')
+    with pytest.raises(Exception, match=r'patch_row and patch_column must be whole numbers \(rows 1 to 4, columns 1 '
+                                        r'to 4 of vit_minimal_sym_6x4.mnist\), got None and 1'):
+        client.predict(checkpoint='vit_minimal_sym_6x4.mnist', image=handle_file(_example('mnist_test0_digit7')),
+                       patch_row=None, patch_column=1, api_name='/look')

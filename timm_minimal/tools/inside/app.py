@@ -17,6 +17,7 @@ load without a network. Bad input (not an image, too large, an empty sketch) get
 the server keeps serving. Needs the ``app`` extra: ``pip install -e ".[app]"``.
 """
 import functools
+import math
 import os
 import sys
 from dataclasses import dataclass
@@ -250,8 +251,13 @@ def look(checkpoint: str, sketch: Any = None, image: Optional[str] = None, sourc
          patch_row: float = 1, patch_column: float = 1) -> Tuple[str, Image.Image]:
     """The API of a click (``/look``): the summary and the mosaic of where the patch in ``patch_row``,
     ``patch_column`` (1-based, from the top left) looks, in every layer and head."""
-    image_in = _input_image(sketch, image, source)
     grid = load_checkpoint(checkpoint).patch_embed.grid_size
+    where = [v for v in (patch_row, patch_column)
+             if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v != int(v)]
+    if where:
+        raise AppInputError(f'patch_row and patch_column must be whole numbers (rows 1 to {grid[0]}, columns 1 to '
+                            f'{grid[1]} of {checkpoint}), got {patch_row!r} and {patch_column!r}')
+    image_in = _input_image(sketch, image, source)
     patch = int(patch_row) - 1, int(patch_column) - 1
     if not (0 <= patch[0] < grid[0] and 0 <= patch[1] < grid[1]):
         raise AppInputError(f'patch ({int(patch_row)}, {int(patch_column)}) is outside the patch grid of '
