@@ -263,6 +263,7 @@ def test_an_oversized_config_is_refused_in_seconds_on_every_path(tmp_path):
     import subprocess
     import sys
     import textwrap
+    from timm_minimal.models.config_checks import NAME_KEYWORDS, registered_architecture
     cases = {'img_size': dict(img_size=700000), 'depth': dict(depth=100000), 'num_classes': dict(num_classes=200000000),
              'mlp_hidden_dim': dict(use_mlp=True, mlp_hidden_dim=40000000), 'embed_dim': dict(embed_dim=4000000)}
     for name, kwargs in cases.items():
@@ -271,6 +272,9 @@ def test_an_oversized_config_is_refused_in_seconds_on_every_path(tmp_path):
         config = json.loads((ROOT / 'hf_configs' / 'vit_minimal_sym_6x4' / 'config.json').read_text())
         config['model_args'].update({k: v for k, v in kwargs.items() if k != 'num_classes'})
         config.update({k: v for k, v in kwargs.items() if k == 'num_classes'})
+        # the name a consistent config gives these keywords (a depth of 100000 is the family's _6x1)
+        config['architecture'] = registered_architecture(*(config['model_args'][k] for k in NAME_KEYWORDS),
+                                                         ARCHITECTURES)
         for key in ('id2label', 'label2id', 'label_names'):
             config.pop(key)
         (folder / 'config.json').write_text(json.dumps(config))

@@ -147,7 +147,37 @@ def test_args_yaml_naming_another_architecture_is_named(one_epoch, tmp_path, cap
     (run / 'args.yaml').write_text(yaml.safe_dump(saved))
     assert run_inprocess(['--resume', run, '--epochs', '2']) == train_mod.EXIT_BAD_INPUT
     err = capsys.readouterr().err
-    assert 'do not fit vit_minimal_sym_6x4' in err and 'Traceback' not in err
+    assert "asks for a model its checkpoint" in err and "(architecture 'vit_minimal_sym_6x4', not" in err
+    assert 'Traceback' not in err and err.count('\n') == 1
+
+
+@pytest.mark.parametrize('edit, says', [
+    (lambda saved: dict(saved, model_kwargs={'depth': 1, 'num_heads': 3}),
+     "asks for model_kwargs={'depth': 1, 'num_heads': 3}, but the run began with {'depth': 1} (run.json): args.yaml was "
+     "changed since"),
+    (lambda saved: dict(saved, seed=saved['seed'] + 1), 'asks for seed='),
+    (lambda saved: None, 'args.yaml is empty: a resumed run takes its options from it'),
+], ids=['heads', 'seed', 'emptied'])
+def test_args_yaml_edited_to_another_model_or_data_is_refused_on_resume(one_epoch, tmp_path, capsys, edit, says):
+    """args.yaml is compared with the run's own record: a 4-head run edited to 3 heads trained 3 heads on the 4-head
+    weights and exited 0, where the same change on the command line was refused."""
+    run = _copy(one_epoch, tmp_path)
+    edited = edit(yaml.safe_load((run / 'args.yaml').read_text()))
+    (run / 'args.yaml').write_text(yaml.safe_dump(edited) if edited else '')
+    before = (run / 'run.json').read_text()
+    assert run_inprocess(['--resume', run, '--epochs', '2']) == train_mod.EXIT_BAD_INPUT
+    err = capsys.readouterr().err.strip()
+    assert says in err and len(err.splitlines()) == 1 and 'Traceback' not in err, err
+    assert len(metrics(run)) == 1 and (run / 'run.json').read_text() == before
+
+
+def test_a_resume_without_its_run_record_is_refused_not_rebuilt(one_epoch, tmp_path, capsys):
+    run = _copy(one_epoch, tmp_path)
+    (run / 'run.json').unlink()
+    assert run_inprocess(['--resume', run, '--epochs', '2']) == train_mod.EXIT_BAD_INPUT
+    err = capsys.readouterr().err.strip()
+    assert 'its run.json, the record of its earlier launches, is missing; put it back' in err, err
+    assert not (run / 'run.json').exists() and len(metrics(run)) == 1
 
 
 @pytest.mark.parametrize('text, message', [

@@ -466,6 +466,9 @@ def _resumed_options(parser: argparse.ArgumentParser, explicit: Dict[str, Any]) 
     saved: Dict[str, Any] = {}
     if args_file.is_file():
         saved = read_options_yaml(args_file.read_text(), str(args_file))
+        if not saved:
+            raise UsageError(f'{args_file} is empty: a resumed run takes its options from it (run.json\'s "args" '
+                             f'holds those it began with); put them back, or start a new run in another folder.')
         check_option_types(parser, saved, str(args_file))
     elif 'model' not in explicit or not Path(run_dir).is_dir() or not RunFolder(run_dir).is_empty():
         raise UsageError(_cannot_resume(Path(run_dir)))

@@ -36,6 +36,7 @@ def restore(run: Run, state: TrainState, last_dir: Path) -> None:
         if changed:
             raise UsageError(f'--{changed.replace("_", "-")} cannot change when resuming (the run used {saved[changed]}, '
                              f'the command line asks for {values[changed]}): {why}')
+    _check_the_same_run(run, last_dir, saved)
     try:
         training_state = torch.load(last_dir / ckpt.STATE_FILE, map_location='cpu', weights_only=True)
         weights = ckpt.load_weights(last_dir / ckpt.MODEL_FILE)
@@ -73,6 +74,40 @@ def restore(run: Run, state: TrainState, last_dir: Path) -> None:
 
 
 RESUME_KEYS = ('optimizer', 'rng', 'epoch', 'batch', 'update')
+# what defines the data beside the options that must not change: run.json records them as the run began (the model is
+# checked against the checkpoint's own config)
+FIXED_RUN = ('dataset', 'num_classes', *FIXED_ON_RESUME, *FIXED_TEACHER)
+
+
+def _check_the_same_run(run: Run, last_dir: Path, saved: Dict[str, Any]) -> None:
+    """Refuse a resume whose options, as args.yaml (``saved``) states them now, define another model or data than the
+    run's own
+    record (run.json, as the run began) and its checkpoint (the checkpoint's config.json); a missing or unreadable
+    run.json is named, never rebuilt from the launches that follow."""
+    import json
+    folder = run.folder
+    restart = f'start a new run, e.g. with --pretrained-path {last_dir / ckpt.MODEL_FILE} to begin from these weights'
+    try:
+        record = folder.read_record()
+    except (OSError, ValueError) as e:
+        missing = not folder.run_file.is_file()
+        raise UsageError(f'Cannot resume {folder}: its {folder.run_file.name}, the record of its earlier launches, is '
+                         f'{"missing" if missing else f"unreadable ({e})"}; put it back, or {restart}.') from None
+    changed = next((k for k in FIXED_RUN if k in record.args and k in saved and record.args[k] != saved[k]), None)
+    if changed:
+        raise UsageError(f'{folder.args_file} asks for {changed}={saved[changed]!r}, but the run began with '
+                         f'{record.args[changed]!r} ({folder.run_file.name}): {folder.args_file.name} was changed since; '
+                         f'put its value back, or {restart}.')
+    try:
+        trained = json.loads((last_dir / ckpt.CONFIG_FILE).read_text())
+    except (OSError, ValueError) as e:
+        raise UsageError(f'Cannot resume from {last_dir}: its {ckpt.CONFIG_FILE} cannot be read ({e}).') from None
+    asked = json.loads(json.dumps(run.model_config, default=str))  # as the checkpoint's config wrote it
+    wrong = [k for k in ('architecture', 'num_classes', 'model_args') if trained.get(k) != asked.get(k)]
+    if wrong:
+        raise UsageError(f'{folder.args_file} asks for a model its checkpoint {last_dir} was not trained as '
+                         f'({", ".join(f"{k} {asked.get(k)!r}, not {trained.get(k)!r}" for k in wrong)}): put '
+                         f'{folder.args_file.name} back, or {restart}.')
 
 
 def _check_resumable(last_dir: Path, training_state: Any, weights: Dict[str, torch.Tensor]) -> None:
