@@ -1,6 +1,7 @@
 """Output folders (timm_minimal.tools.staging): whole or nothing, and only a tool's own output is replaced."""
 import errno
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -231,3 +232,23 @@ def test_a_crash_after_a_new_output_is_in_place_but_not_yet_recorded_is_finished
     assert (out / 'new.txt').is_file() and recorded_files(out) is None
     _write(out, overwrite=True, files=('newer.txt',))  # the swap log proves the output this tool's
     assert sorted(p.name for p in out.iterdir()) == ['newer.txt']
+
+
+@pytest.mark.parametrize('make', [lambda p: os.mkfifo(p), lambda p: p.symlink_to('/dev/zero')], ids=['fifo', 'dev-zero'])
+@pytest.mark.parametrize('suffix', ['.json', '.swap.json'])
+def test_a_record_that_is_no_regular_file_is_no_record_and_reads_nothing(tmp_path, make, suffix):
+    """A FIFO in place of an output's record or swap log hung every write to that output; a link to /dev/zero read
+    gigabytes. Neither is a record: the output is written as if there were none."""
+    import signal
+    from timm_minimal.tools import staging
+    out = tmp_path / 'out'
+    record = staging._record_file(staging._resolve(out), suffix)
+    record.parent.mkdir(parents=True, exist_ok=True)
+    make(record)
+    signal.signal(signal.SIGALRM, lambda *a: (_ for _ in ()).throw(TimeoutError('the record was read as a file')))
+    signal.alarm(20)
+    try:
+        _write(out)
+    finally:
+        signal.alarm(0)
+    assert (out / 'a.txt').is_file()

@@ -30,7 +30,7 @@ from typing import Dict, Iterator, List, Optional, Type
 
 from ..cli import Failure, listed
 from ..models.pretrained import file_sha256
-from ..training.run.files import describe_write_error, is_disk_full
+from ..training.run.files import describe_write_error, is_disk_full, read_regular_file
 
 __all__ = ['staged_folder', 'refusal', 'recorded_files', 'unrecorded_entries', 'recover', 'RECORD_FORMAT']
 
@@ -68,10 +68,15 @@ def _write_json(path: Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
+# A record lists an output's files with their digests: a few kB for the largest output the tools write
+MAX_RECORD_BYTES = 1 << 20
+
+
 def _read_json(path: Path, out: Path) -> Optional[dict]:
-    """A record or swap log of ``out`` (None: none, or not one of this module's)."""
+    """A record or swap log of ``out`` (None: none, or not one of this module's: not a regular file, over
+    ``MAX_RECORD_BYTES``, or not its JSON)."""
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(read_regular_file(path, MAX_RECORD_BYTES))
     except (OSError, ValueError, RecursionError):
         return None
     ok = isinstance(data, dict) and data.get('format') == RECORD_FORMAT and data.get('out') == str(out)

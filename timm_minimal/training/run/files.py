@@ -10,7 +10,7 @@ from filelock import FileLock, Timeout
 from ...cli import describe_os_error, is_disk_full
 
 __all__ = ['LOCK_FILE', 'is_disk_full', 'describe_write_error', 'missing_folders', 'remove_empty', 'FolderLock',
-           'FolderBusy', 'read_derived_npz']
+           'FolderBusy', 'read_derived_npz', 'read_regular_file']
 
 _logger = logging.getLogger(__name__)
 LOCK_FILE = '.lock'  # a run folder's: held by the training process that writes the folder
@@ -23,6 +23,22 @@ def describe_write_error(e: BaseException, what: Union[str, Path]) -> str:
     if isinstance(e, OSError):
         return f'cannot write {what}: {describe_os_error(e, what)}'
     return f'cannot write {what}: {type(e).__name__}: {str(e).strip()[:200]}'
+
+
+def read_regular_file(path: Union[str, Path], limit: int) -> bytes:
+    """The bytes of a regular file of at most ``limit`` bytes, opened without blocking (a FIFO put in its place would
+    hang a plain read, a link to ``/dev/zero`` would never end); OSError where it is missing, not a regular file, or
+    larger."""
+    import stat
+    fd = os.open(path, os.O_RDONLY | getattr(os, 'O_NONBLOCK', 0))
+    with os.fdopen(fd, 'rb') as f:
+        info = os.fstat(f.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(f'{path} is not a regular file')
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise OSError(f'{path} is over {limit:,} bytes')
+    return data
 
 
 def missing_folders(folder: Union[str, Path]) -> List[Path]:
