@@ -83,6 +83,24 @@ def test_the_fingerprint_follows_the_content(tmp_path):
     assert scan_split(root / 'train', ['a', 'b']).fingerprint != first
 
 
+def test_files_swapped_between_classes_keeping_sizes_and_times_change_the_fingerprint(tmp_path):
+    """The key of the decoded-image caches is the content: two images swapped between class folders, their sizes
+    and modification times kept, were read from the old decode (an evaluation then scored 0.00%)."""
+    root = _two_classes(tmp_path / 'd', n=2)
+    a, b = root / 'train' / 'a' / 'x.bmp', root / 'train' / 'b' / 'x.bmp'  # uncompressed: one size for both
+    for path, value in ((a, 0), (b, 255)):
+        Image.fromarray(np.full((28, 28), value, np.uint8)).save(path)
+    assert a.stat().st_size == b.stat().st_size and a.read_bytes() != b.read_bytes()
+    times = [(p.stat().st_atime_ns, p.stat().st_mtime_ns) for p in (a, b)]
+    first = scan_split(root / 'train', ['a', 'b']).fingerprint
+    data_a, data_b = a.read_bytes(), b.read_bytes()
+    a.write_bytes(data_b)
+    b.write_bytes(data_a)
+    for p, ns in zip((a, b), times):
+        os.utime(p, ns=ns)
+    assert scan_split(root / 'train', ['a', 'b']).fingerprint != first
+
+
 @pytest.mark.slow
 def test_swapped_class_folders_are_decoded_again(tmp_path):
     """Train on a (black) / b (white), swap the two folders' contents, train again with the same --cache-dir:

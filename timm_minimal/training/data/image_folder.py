@@ -5,9 +5,10 @@
 - Folder links are followed, except a link to a folder being walked or to one of its ancestors (a loop):
   that link is skipped, and the skipped links are reported.
 - A class folder without images, and an image file of zero bytes, are refused with their names.
-- ``fingerprint`` digests every image's relative path, size and modification time, so a cache keyed on it
-  is never read for other content.
+- ``fingerprint`` digests every image's relative path, label and bytes, so a cache keyed on it is never read for
+  other content, whatever the files' sizes and times (files swapped between classes keep both).
 """
+import functools
 import hashlib
 import os
 from dataclasses import dataclass, field
@@ -31,10 +32,24 @@ IMAGE_EXTENSIONS = frozenset(('.png', '.jpg', '.jpeg', '.bmp', '.gif', '.tif', '
 
 @dataclass
 class FolderScan:
-    """The images of one split: (path, label) in a stable order, the loops skipped and the content digest."""
+    """The images of one split (``root``): (path, label) in a stable order, the loops skipped, and the digest of their
+    content, computed when first asked (it reads every file, as a first decode does)."""
     samples: List[Tuple[str, int]]
     skipped_links: List[str] = field(default_factory=list)
-    fingerprint: str = ''
+    root: str = ''
+
+    @functools.cached_property
+    def fingerprint(self) -> str:
+        """BLAKE2b of every image's path under ``root``, label and bytes."""
+        digest = hashlib.blake2b(digest_size=32)
+        for path, label in self.samples:
+            digest.update(f'{os.path.relpath(path, self.root)}|{label}|'.encode())
+            with open(path, 'rb') as f:
+                file_digest = hashlib.blake2b(digest_size=16)
+                for block in iter(lambda: f.read(1 << 20), b''):
+                    file_digest.update(block)
+            digest.update(file_digest.digest())
+        return digest.hexdigest()
 
 
 def folder_classes(split_dir: Path) -> List[str]:
@@ -60,7 +75,6 @@ def _walk(folder: Path, active: Tuple[str, ...], files: List[Tuple[str, os.stat_
 def scan_split(split_dir: Path, classes: Sequence[str]) -> FolderScan:
     """The images of ``split_dir`` labelled by their top-level folder among ``classes`` (others are not read)."""
     split_dir = Path(split_dir)
-    digest = hashlib.sha256()
     samples, skipped, empty, zero = [], [], [], []
     for label, cls in enumerate(classes):
         root = split_dir / cls
@@ -74,13 +88,12 @@ def scan_split(split_dir: Path, classes: Sequence[str]) -> FolderScan:
             if st.st_size == 0:
                 zero.append(path)
             samples.append((path, label))
-            digest.update(f'{os.path.relpath(path, split_dir)}|{label}|{st.st_size}|{st.st_mtime_ns}\n'.encode())
     if zero:
         raise DatasetError(f'{len(zero)} image file(s) of zero bytes in {split_dir}: {listed(zero, 5)}; remove or replace them.')
     if empty:
         raise DatasetError(f'class folder(s) without images in {split_dir}: {", ".join(empty[:5])}; every class needs '
                           f'images (extensions {", ".join(sorted(IMAGE_EXTENSIONS))}), or remove the folder.')
-    return FolderScan(samples, skipped, digest.hexdigest())
+    return FolderScan(samples, skipped, str(split_dir))
 
 
 class FolderDataset(Dataset):

@@ -118,9 +118,15 @@ class ImageData:
     eval_split: str = 'test'
     in_memory: bool = False
     info: Dict[str, Any] = field(default_factory=dict)
-    # per split ('train', 'eval'), a digest of the images' content where known (image folders): the key of the
-    # decoded-image caches, so that a cache is never read for other images
-    fingerprints: Dict[str, str] = field(default_factory=dict)
+    # per split ('train', 'eval'), a digest of the images' content where known, or the FolderScan of an image folder
+    # read from disk (its digest reads every file, so it is computed when a cache asks): the key of the decoded-image
+    # caches, so that a cache is never read for other images
+    fingerprints: Dict[str, Any] = field(default_factory=dict)
+
+    def fingerprint(self, split: str) -> Optional[str]:
+        """The content digest of ``split`` ('train' or 'eval'), None where it is not known."""
+        value = self.fingerprints.get(split)
+        return getattr(value, 'fingerprint', value) or None
 
     @property
     def default_tag(self) -> str:
@@ -306,8 +312,7 @@ def load_image_folder(root: Union[str, Path], kind: str = 'folder', name: Option
     return ImageData(
         name=name or Path(root).name, kind=kind, train=FolderDataset(train.samples, classes, img_mode),
         eval=FolderDataset(evald.samples, classes, img_mode), classes=classes, num_classes=len(classes),
-        source=str(Path(root)), eval_split=eval_split,
-        fingerprints=dict(train=train.fingerprint, eval=evald.fingerprint))
+        source=str(Path(root)), eval_split=eval_split, fingerprints=dict(train=train, eval=evald))
 
 
 def _decode(samples: Sequence[Tuple[str, int]], classes: Sequence[str]) -> Tuple[np.ndarray, np.ndarray]:

@@ -93,7 +93,7 @@ def _device_arrays(cache_dir: Optional[str], data: ImageData, split: str, indice
                    img_mode: str):
     from .loading import default_cache_dir
     ds = data.train if split == 'train' else data.eval
-    cache, content = None, data.fingerprints.get('train' if split == 'train' else 'eval')
+    cache, content = None, data.fingerprint('train' if split == 'train' else 'eval')
     if content:  # only where the content is known: a cache is never read for other images
         cache = cache_file(Path(cache_dir) if cache_dir else default_cache_dir(), content, split,
                            data_cfg['input_size'], img_mode, eval_tf)
