@@ -250,3 +250,36 @@ def test_the_look_api_takes_a_patch_by_row_and_column(client):
                                         r'to 4 of vit_minimal_sym_6x4.mnist\), got None and 1'):
         client.predict(checkpoint='vit_minimal_sym_6x4.mnist', image=handle_file(_example('mnist_test0_digit7')),
                        patch_row=None, patch_column=1, api_name='/look')
+
+
+@pytest.mark.slow
+def test_sigterm_stops_the_app_and_removes_the_uploads(tmp_path):
+    """The server stopped by SIGTERM (a service manager's stop) as by Ctrl-C, while a client is still connected: its
+    uploads go with it; the default action of the signal ended the process with an 18.8 MB upload left behind."""
+    import signal
+    import subprocess
+    port, cache = _free_port(), tmp_path / 'gradio'
+    env = dict(os.environ, GRADIO_TEMP_DIR=str(cache), GRADIO_ANALYTICS_ENABLED='False')
+    proc = subprocess.Popen([sys.executable, '-m', 'timm_minimal.tools.inside.app', '--port', str(port),
+                             '--checkpoints', 'vit_minimal_sym_6x4.mnist'], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        assert 'serving 1 checkpoint(s)' in proc.stdout.readline()
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                client = Client(f'http://127.0.0.1:{port}/', verbose=False)
+                break
+            except Exception:  # noqa: BLE001 (not serving yet)
+                assert time.monotonic() < deadline and proc.poll() is None, 'the app did not start'
+                time.sleep(1)
+        upload = tmp_path / 'upload.png'
+        Image.fromarray(np.random.default_rng(0).integers(0, 256, (1200, 1200, 3), dtype=np.uint8)).save(upload)
+        client.predict('vit_minimal_sym_6x4.mnist', None, handle_file(upload), 'image', api_name='/explore')
+        assert list(cache.rglob('upload.png'))  # the server keeps its copy while it runs
+        proc.send_signal(signal.SIGTERM)
+        said = proc.communicate(timeout=60)[0]
+    finally:
+        proc.kill()
+    assert proc.returncode == 0 and not list(cache.rglob('upload.png')), said
+    assert not list(cache.glob('timm-minimal-app-*'))  # the server's own folder there, removed with what it held

@@ -16,13 +16,15 @@ own ``get_attention_maps``). It serves on 127.0.0.1 and never asks for a public 
 load without a network. Bad input (not an image, too large, an empty sketch) gets a message in the page and
 the server keeps serving. Needs the ``app`` extra: ``pip install -e ".[app]"``.
 """
+import contextlib
 import functools
 import math
 import os
+import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 from PIL import Image
@@ -325,8 +327,41 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     checkpoints = args.checkpoints or shipped
     _check_port(args.host, args.port)
     print(f'{PROG}: serving {len(checkpoints)} checkpoint(s) on http://{args.host}:{args.port}', flush=True)
-    launch(build_app(checkpoints), args.host, args.port, block=True)
+    _stop_on_signals()
+    with _own_upload_folder():
+        launch(build_app(checkpoints), args.host, args.port, block=True)
     return 0
+
+
+def _stop_on_signals() -> None:
+    """SIGTERM and SIGHUP stop the server as Ctrl-C does (their default action ended the process at once)."""
+    import signal
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, interrupt)
+
+
+@contextlib.contextmanager
+def _own_upload_folder() -> Iterator[None]:
+    """Uploads and sketches go to a folder of this server's own (inside GRADIO_TEMP_DIR where it is set), removed
+    when the server stops: gradio removes its files only where its shutdown finishes, and a stop while a client
+    was still connected left an upload behind."""
+    import tempfile
+    base = os.environ.get('GRADIO_TEMP_DIR')
+    if base:
+        os.makedirs(base, exist_ok=True)
+    folder = tempfile.mkdtemp(prefix='timm-minimal-app-', dir=base or None)
+    os.environ['GRADIO_TEMP_DIR'] = folder
+    try:
+        yield
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+        if base:
+            os.environ['GRADIO_TEMP_DIR'] = base
+        else:
+            os.environ.pop('GRADIO_TEMP_DIR', None)
 
 
 if __name__ == '__main__':
