@@ -283,3 +283,19 @@ def test_sigterm_stops_the_app_and_removes_the_uploads(tmp_path):
         proc.kill()
     assert proc.returncode == 0 and not list(cache.rglob('upload.png')), said
     assert not list(cache.glob('timm-minimal-app-*'))  # the server's own folder there, removed with what it held
+
+
+def test_a_file_the_api_did_not_upload_is_refused_without_a_server_path(server):
+    """gradio's refusal named the file's absolute path on the server (a relative name resolved against its working
+    folder): it names the file alone."""
+    import json
+    import urllib.request
+    call = f'{server}gradio_api/call/explore'
+    for path in ('relative.png', '/etc/hostname.png', '../../up.png'):
+        body = json.dumps({'data': ['vit_minimal_sym_6x4.mnist', None,
+                                    {'path': path, 'meta': {'_type': 'gradio.FileData'}}, 'image']}).encode()
+        request = urllib.request.Request(call, data=body, headers={'Content-Type': 'application/json'})
+        event = json.loads(urllib.request.urlopen(request, timeout=60).read())['event_id']
+        answer = urllib.request.urlopen(f'{call}/{event}', timeout=60).read().decode()
+        assert 'event: error' in answer and 'this app reads only the files uploaded to it' in answer, answer
+        assert os.getcwd() not in answer and '/etc' not in answer and Path(path).name in answer, answer

@@ -292,9 +292,31 @@ def compare_api(first_checkpoint: str, second_checkpoint: str, sketch: Any = Non
     return table, a.top, a.mosaic.image, b.top, b.mosaic.image, a, b
 
 
+def _refusals_name_no_server_paths() -> None:
+    """gradio refuses a file that an API call names but did not upload with the file's absolute path on this server
+    ('Cannot move /srv/app/x.png ...', a relative name resolved against the server's working folder): the refusal
+    names the file alone. Where gradio checks files otherwise, nothing changes."""
+    from gradio import processing_utils
+    from gradio.exceptions import InvalidPathError
+    check = getattr(processing_utils, '_check_allowed', None)
+    if check is None or getattr(check, 'names_no_paths', False):
+        return
+
+    @functools.wraps(check)
+    def checked(path: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return check(path, *args, **kwargs)
+        except InvalidPathError:
+            raise InvalidPathError(f'{Path(str(path)).name}: this app reads only the files uploaded to it; upload the '
+                                   f'image (gradio_client: handle_file(path))') from None
+    checked.names_no_paths = True
+    processing_utils._check_allowed = checked
+
+
 def launch(app: Any, host: str = '127.0.0.1', port: Optional[int] = None, block: bool = True) -> Any:
     """Serve ``app`` on ``host`` (never a public share link); returns once it serves unless ``block``."""
     gr = require_gradio()
+    _refusals_name_no_server_paths()
     theme = gr.themes.Default(font=['ui-sans-serif', 'system-ui', 'sans-serif'],
                               font_mono=['ui-monospace', 'monospace'])  # no web fonts: the page works offline
     app.launch(server_name=host, server_port=port, share=False, inbrowser=False, prevent_thread_lock=not block,
