@@ -215,7 +215,7 @@ class VitMinimalConfig(PreTrainedConfig, _ModelFields):
                     f'entries.')
             self.id2label = dict(enumerate(label_names))
         else:
-            n = 10 if num_classes is None else int(num_classes)
+            n = _MODEL_DEFAULTS['num_classes'] if num_classes is None else int(num_classes)
             self.id2label = dict(enumerate(class_names(n, None, self.pretrained_cfg.get('tag'))))
         if self.label2id is None:
             names = [str(v) for v in self.id2label.values()]

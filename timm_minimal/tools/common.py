@@ -3,7 +3,7 @@ refused with the names allowed, the CPU a benchmark ran on, and the writing of a
 import json
 import os
 import shlex
-from typing import Any, Dict, List, Optional, Type
+from typing import Any, Dict, List, Optional, Sequence, Type
 
 import torch.nn as nn
 
@@ -121,3 +121,9 @@ def portable_command(command: str, model: str) -> str:
         elif word == '--data-dir':
             words[i + 1] = 'data'
     return shlex.join(words)
+
+
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A markdown table of ``rows`` under ``header``."""
+    lines = ['| ' + ' | '.join(header) + ' |', '|' + '|'.join('---' for _ in header) + '|']
+    return '\n'.join(lines + ['| ' + ' | '.join(r) + ' |' for r in rows])

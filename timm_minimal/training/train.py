@@ -30,8 +30,9 @@ epoch), ``curves.png`` and ``checkpoints/{last,best}`` (see ``timm_minimal.train
 
 Randomness is a function of the seed: the model is initialised from ``--seed``, data order and
 augmentation of a sample depend on (seed, epoch, index), and the RNGs used by the training step
-(dropout, random erasing noise, mixup) are reseeded at every step from (seed, epoch, step, rank). A
-run resumed from a checkpoint therefore ends where the uninterrupted run would.
+(dropout, mixup) are reseeded at every step from (seed, epoch, step, rank); the device path's random-erasing
+noise is drawn as a batch is built, from the state the step before left (``data.batch_augment``). A run resumed
+from a checkpoint (its RNG states restored) therefore ends where the uninterrupted run would.
 
 Exit status: 0 when training finished, 2 for a bad command line or dataset, 3 when the loss, the
 gradients or the weights became NaN or infinite (the last good checkpoint is kept).

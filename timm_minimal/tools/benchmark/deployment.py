@@ -26,7 +26,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from ..common import cpu_environment, cpu_flags_lines, write_report
+from ..common import cpu_environment, cpu_flags_lines, markdown_table, write_report
 from ...cli import OneLineParser, UsageError, command, non_negative_int, positive_int, torch_threads
 from ..deploy.export import (FP32_FILE, INPUT_NAME, INT8_FILE, export_model, ort_session, require_export_extra,
                               resolve_model)
@@ -119,11 +119,6 @@ def environment() -> Dict[str, str]:
                 date=datetime.now(timezone.utc).isoformat(timespec='seconds'))
 
 
-def _md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    lines = ['| ' + ' | '.join(header) + ' |', '|' + '|'.join('---' for _ in header) + '|']
-    return '\n'.join(lines + ['| ' + ' | '.join(r) + ' |' for r in rows])
-
-
 def _ms(stats: Dict[str, float]) -> str:
     return f"{stats['median_ms']:.3f} ({stats['p90_ms']:.3f})"
 
@@ -144,7 +139,7 @@ def latency_table(rows: Sequence[Dict[str, Any]]) -> str:
             acc = r['accuracy'] or {}
             cell += [f'{acc[k]:.2f}%' if k in acc else '-' for k in ('torch', 'fp32', 'int8')]
         cells.append(cell)
-    return _md_table(header, cells)
+    return markdown_table(header, cells)
 
 
 def render_markdown(results: Dict[str, Any]) -> str:

@@ -54,7 +54,7 @@ from timm.optim import create_optimizer_v2
 from ...models.layers import set_head_padding
 from ...models.paper import TABLE2
 from ...models.vit_minimal import ARCHITECTURES
-from ..common import cpu_environment, cpu_flags_lines, write_report
+from ..common import cpu_environment, cpu_flags_lines, markdown_table, write_report
 from ...cli import Failure, OneLineParser, UsageError, command, non_negative_int, number, positive_int, torch_threads
 from ...training.cli import SEED
 
@@ -345,15 +345,10 @@ def environment(device: torch.device) -> Dict[str, str]:
                 date=datetime.now(timezone.utc).isoformat(timespec='seconds'))
 
 
-def _md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    lines = ['| ' + ' | '.join(header) + ' |', '|' + '|'.join('---' for _ in header) + '|']
-    return '\n'.join(lines + ['| ' + ' | '.join(r) + ' |' for r in rows])
-
-
 def throughput_table(rows: Sequence[Dict[str, Any]]) -> str:
     """Markdown table of (a), (b) and their ratio; ``rows`` hold model, dataset, batch_size, device,
     trainer (median img/s) and bare (median img/s)."""
-    return _md_table(
+    return markdown_table(
         ('model', 'dataset', 'batch', 'device', 'trainer img/s', 'bare step img/s', 'trainer / bare'),
         [(r['model'], r['dataset'], str(r['batch_size']), r['device'], f"{r['trainer']:,.0f}", f"{r['bare']:,.0f}",
           f"{r['trainer'] / r['bare']:.2f}" if r['bare'] > 0 else 'n/a') for r in rows])
@@ -370,7 +365,7 @@ def time_to_target_table(rows: Sequence[Dict[str, Any]]) -> str:
             wall = f"{r['total_elapsed']:,.1f} (whole run, {r['epochs']} epochs)"
         cells.append((r['model'], r['dataset'], f"{r['target']:g}%", epoch, wall, f"{r['final_acc']:.2f}%",
                       _against_decision(r)))
-    return _md_table(('model', 'dataset', 'target', 'reached at epoch', 'wall s (incl. start-up and compile)',
+    return markdown_table(('model', 'dataset', 'target', 'reached at epoch', 'wall s (incl. start-up and compile)',
                       'final acc', 'trainer img/s (epochs 2..n) / fastest candidate of its CPU decision'), cells)
 
 

@@ -17,7 +17,9 @@ default) or zeros (``'const'``) in normalised units.
 Every random number of a sample comes from a table of uniforms drawn once per epoch from a CPU
 generator seeded by (seed, epoch) and indexed by the sample: the augmentation of a sample is a pure
 function of (seed, epoch, sample index), whatever the batch it lands in, the number of processes or
-the device. (The erasing noise of ``'pixel'`` mode is drawn from the training step's generator.)
+the device. The erasing noise of ``'pixel'`` mode is the exception: it is drawn as the batch is built, from torch's
+generator on the batch's device, in the state the training step before it left (each step seeds it from (seed, epoch,
+step, rank)); so it is a function of the seed too, but of the batch a sample lands in.
 """
 import math
 from dataclasses import asdict, dataclass
