@@ -146,3 +146,13 @@ def test_pretrained_folder_checks_its_weights_on_every_call(tmp_path, monkeypatc
         assert weights.read_bytes() == changed  # left as it was
     shutil.rmtree(folder)
     assert timm_minimal.pretrained_folder(NAME) == folder and weights.is_file()
+
+
+def test_a_rerun_into_a_relative_output_replaces_what_the_zoo_wrote(tmp_path, monkeypatch, capsys):
+    """The up-front check finds the zoo's own record of a folder named relatively (it is kept under the resolved
+    path): a second run replaces the folder, as the first run's record allows."""
+    from timm_minimal.tools.hub import publish
+    monkeypatch.chdir(tmp_path)
+    argv = ['--zoo', '--output', 'rel', '--only', NAME, '--cards', str(CARDS)]
+    assert publish.main(argv) == 0 and publish.main(argv) == 0, capsys.readouterr().err
+    assert (tmp_path / 'rel' / NAME / 'model.safetensors').is_file()

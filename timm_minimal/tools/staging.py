@@ -150,6 +150,7 @@ def recover(out: Path) -> Optional[str]:
 
 def refusal(out: Path, overwrite: bool, folder: Optional[Path] = None) -> Optional[str]:
     """Why ``out`` may not be replaced now (None: it may); ``folder``: where its content lies now, if not there."""
+    out = _resolve(Path(out))  # the record is kept under the resolved path
     folder = folder or out
     if not folder.exists() and not folder.is_symlink():
         return None
