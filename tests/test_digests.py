@@ -140,8 +140,9 @@ def test_pretrained_folder_checks_its_weights_on_every_call(tmp_path, monkeypatc
                  lambda: weights.write_bytes(weights.read_bytes()[:1000])):  # truncated
         swap()
         changed = weights.read_bytes()
-        with pytest.raises(ValueError, match=r'the cached folder .* holds files that were changed after it was written '
-                                             r'\(model.safetensors\), and its model.safetensors is not the shipped'):
+        with pytest.raises(ValueError, match=r'the cached folder .* does not hold the shipped weights \(SHA-256 .*\) '
+                                             r'complete, and files were changed or added there after it was written '
+                                             r'\(model.safetensors\); remove the folder'):
             pretrained_folder(NAME)
         assert weights.read_bytes() == changed  # left as it was
     shutil.rmtree(folder)

@@ -202,9 +202,9 @@ def pretrained_folder(name: str) -> Path:
         return out
     changed = unrecorded_entries(out) if out.is_dir() else []
     if changed:
-        raise ValueError(f'the cached folder {out} of {name} holds files that were changed after it was written '
-                         f'({", ".join(changed)}), and its model.safetensors is not the shipped weights (SHA-256 '
-                         f'{digest[:16]}...); remove the folder, and the next call writes it again')
+        raise ValueError(f'the cached folder {out} of {name} does not hold the shipped weights (SHA-256 '
+                         f'{digest[:16]}...) complete, and files were changed or added there after it was written '
+                         f'({", ".join(changed)}); remove the folder, and the next call writes it again')
     with staged_folder(out, overwrite=True, record=True) as stage:  # whole or not at all; a second writer: the same
         repo_files(timm.create_model(name, pretrained=True), stage)
     if not _holds_weights(out, digest):

@@ -81,9 +81,8 @@ FIXED_RUN = ('dataset', 'num_classes', *FIXED_ON_RESUME, *FIXED_TEACHER)
 
 def _check_the_same_run(run: Run, last_dir: Path, saved: Dict[str, Any]) -> None:
     """Refuse a resume whose options, as args.yaml (``saved``) states them now, define another model or data than the
-    run's own
-    record (run.json, as the run began) and its checkpoint (the checkpoint's config.json); a missing or unreadable
-    run.json is named, never rebuilt from the launches that follow."""
+    run's own record (run.json, as the run began) and its checkpoint (the checkpoint's config.json); a missing or
+    unreadable run.json is named, never rebuilt from the launches that follow."""
     import json
     folder = run.folder
     restart = f'start a new run, e.g. with --pretrained-path {last_dir / ckpt.MODEL_FILE} to begin from these weights'
