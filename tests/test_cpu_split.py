@@ -627,7 +627,7 @@ def _record(tmp_path, content):
 
 @pytest.mark.parametrize('content, says', [
     ('[' * 100_000 + ']' * 100_000, 'RecursionError'),
-    (json.dumps({'k': dict(processes=2, rates={f'c{i}': 1.0 for i in range(100_000)})}), 'bytes, over the'),
+    (json.dumps({'k': dict(processes=2, rates={f'c{i}': 1.0 for i in range(100_000)})}), 'is over 1,048,576 bytes'),
     (json.dumps({'k': dict(processes=2, rates={f'c{i}': 1.0 for i in range(40)})}), 'not at most 16 labelled numbers'),
     ('{"k": {"processes": "2"}}', 'no whole "processes"'),
 ], ids=['nested', 'huge', 'many rates', 'a string'])

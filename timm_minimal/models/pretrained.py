@@ -6,14 +6,14 @@ classes (``timm_minimal.models.datasets``), the paper, and, where trained weight
 """
 import hashlib
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Dict, List, Optional, Sequence, Union
 
 from timm.layers import to_2tuple
 
 from .datasets import DATASETS
 from .paper import PAPER_ARXIV, PAPER_TITLE
 
-__all__ = ['WEIGHTS_DIR', 'WEIGHTS_INDEX', 'file_sha256', 'shipped_digests', 'check_shipped_file', 'HUB_ORG', 'RECIPE_TAGS', 'TAGS', 'RENAMED_TAGS', 'check_tag_spelling', 'check_tag', 'tag_dataset', 'weights_file_name', 'tag_geometry',
+__all__ = ['WEIGHTS_DIR', 'WEIGHTS_INDEX', 'file_sha256', 'shipped_digests', 'check_shipped_file', 'HUB_ORG', 'RECIPE_TAGS', 'TAGS', 'RENAMED_TAGS', 'check_tag_spelling', 'check_tag', 'tags_with_weights', 'tag_dataset', 'weights_file_name', 'tag_geometry',
            'tag_for_geometry', 'dataset_label_names', 'describe_pretrained_cfg', 'pretrained_cfg_for', 'jsonable']
 
 
@@ -44,9 +44,13 @@ def check_tag(arch: str, tag: str, registered: List[str]) -> None:
     check_tag_spelling(tag)
     tags = [name.split('.', 1)[1] for name in registered]
     if tag not in tags:
-        weighted = [t for t in tags if (WEIGHTS_DIR / weights_file_name(arch, t)).is_file()]
         raise RuntimeError(f'Invalid pretrained tag ({tag}) for {arch}: its tags are {", ".join(tags)}; with weights: '
-                           f'{", ".join(weighted) or "none"}.')
+                           f'{", ".join(tags_with_weights(arch, tags)) or "none"}.')
+
+
+def tags_with_weights(arch: str, tags: Sequence[str] = TAGS) -> List[str]:
+    """Those of ``tags`` whose weights of ``arch`` ship inside the package."""
+    return [t for t in tags if (WEIGHTS_DIR / weights_file_name(arch, t)).is_file()]
 
 
 def tag_dataset(tag: Optional[str]) -> Optional[str]:

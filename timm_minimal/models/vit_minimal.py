@@ -39,8 +39,8 @@ from .layers import Block, CholAttention, MimeticInit, MinimalAttention, get_att
 from .model_args import GlobalPoolType, PosEmbedType, WeightInitType, _check_choice, check_input, check_model_args
 from .model_size import check_model_size, max_tokens
 from .pretrained import (  # noqa: F401  (HUB_ORG, WEIGHTS_DIR: where the weights are, also reachable here)
-    HUB_ORG, TAGS, WEIGHTS_DIR, RECIPE_TAGS, _cfg, _weights, check_shipped_file, check_tag, tag_dataset,
-    tag_geometry, weights_file_name,
+    HUB_ORG, WEIGHTS_DIR, RECIPE_TAGS, _cfg, _weights, check_shipped_file, check_tag, tag_dataset, tag_geometry,
+    tags_with_weights,
 )
 from .weights_check import check_recorded_keywords, check_weights_fit, head_classes, loaded_weights_file, weights_file
 
@@ -550,7 +550,7 @@ def _create_vit_minimal(variant: str, pretrained: bool = False, **kwargs) -> Vis
                                f'(a truncated or corrupted safetensors file).') from e
         if not (isinstance(e, RuntimeError) and str(e).startswith(_TIMM_NO_WEIGHTS)):
             raise
-        with_weights = [f'{variant}.{t}' for t in TAGS if (WEIGHTS_DIR / weights_file_name(variant, t)).is_file()]
+        with_weights = [f'{variant}.{t}' for t in tags_with_weights(variant)]
         raise NoPretrainedWeights(
             f'No pretrained weights exist for {variant}.{tag}; '
             + (f'this architecture has weights for {", ".join(with_weights)}. ' if with_weights else '')

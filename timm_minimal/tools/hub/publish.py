@@ -28,7 +28,7 @@ from ...training.run.record import Launch, RunRecord
 from ...cli import Failure, UsageError, command
 from .cli import RUN_OPTIONS, ZOO_OPTIONS, build_parser
 from .cards import CARD_LIBRARY, CARD_TAGS, card_template
-from .zoo import check_zoo, push_zoo, repo_files, select_names, write_zoo
+from .zoo import push_zoo, repo_files, select_names, write_zoo
 from ..staging import staged_folder
 from ..common import portable_command
 from ...models.datasets import DatasetInfo, dataset_for_kind
@@ -375,8 +375,7 @@ def publish_zoo(args) -> int:
     """--zoo: every selected checkpoint's repository folder, refused whole before anything is written; pushed with
     --push."""
     names = select_names(args.cards, args.only)
-    check_zoo(args.output, names, args.cards, args.namespace)
-    folders = write_zoo(args.output, names, args.cards)
+    folders = write_zoo(args.output, names, args.cards, args.namespace)
     print(f'{len(folders)} repository folder{"s" if len(folders) != 1 else ""} in {args.output}')
     if args.push:
         from huggingface_hub import constants

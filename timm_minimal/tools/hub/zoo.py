@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence
 
 from ...cli import UsageError
-from ...models.pretrained import check_shipped_file, file_sha256
+from ...models.pretrained import HUB_ORG, check_shipped_file, file_sha256
 
 __all__ = ['ZooError', 'shipped_names', 'select_names', 'check_zoo', 'write_zoo', 'repo_files', 'pretrained_folder',
            'remote_differences', 'push_zoo', 'hub_snippets', 'LICENSE_FILE']
@@ -99,11 +99,12 @@ def repo_files(model: Any, folder: Path, card: Optional[str] = None) -> None:
             raise RuntimeError(f'the repository folder {folder} gives other logits in {library} than the model.')
 
 
-def check_zoo(out_dir: Path, names: Sequence[str], cards_dir: Path, namespace: str) -> None:
+def check_zoo(out_dir: Path, names: Sequence[str], cards_dir: Path, namespace: str) -> Dict[str, str]:
     """Refuse, before anything is written, a zoo that ``write_zoo`` and a push could not finish as asked: an output
     that is not a writable folder or holds a folder the zoo did not write; a card that is not UTF-8, has no front
     matter of its library and result, or records no SHA-256 of its weights; weights whose SHA-256 is not the one their
-    card measured, or that hold non-finite values; a namespace that makes no repository id."""
+    card measured, or that hold non-finite values; a namespace that makes no repository id. The SHA-256 of each
+    checkpoint's weights otherwise."""
     from huggingface_hub.utils import HFValidationError, validate_repo_id
     from ..staging import refusal
     out_dir = Path(out_dir)
@@ -112,6 +113,7 @@ def check_zoo(out_dir: Path, names: Sequence[str], cards_dir: Path, namespace: s
     existing = next(p for p in (out_dir, *out_dir.parents) if p.exists())
     if not os.access(existing, os.W_OK | os.X_OK):
         raise ZooError(f'--output {out_dir}: {existing} is not writable; nothing was written')
+    digests = {}
     for name in names:
         try:
             validate_repo_id(f'{namespace}/{name}')
@@ -121,7 +123,8 @@ def check_zoo(out_dir: Path, names: Sequence[str], cards_dir: Path, namespace: s
         why = refusal(out_dir / name, overwrite=True)
         if why:
             raise ZooError(f'{why}; nothing was written')
-        _check_card_and_weights(name, Path(cards_dir) / f'{name}.md')
+        digests[name] = _check_card_and_weights(name, Path(cards_dir) / f'{name}.md')
+    return digests
 
 
 def _check_card_and_weights(name: str, card_path: Path) -> str:
@@ -163,20 +166,20 @@ def _check_card_and_weights(name: str, card_path: Path) -> str:
     return want
 
 
-def write_zoo(out_dir: Path, names: Iterable[str], cards_dir: Path) -> List[Path]:
+def write_zoo(out_dir: Path, names: Sequence[str], cards_dir: Path, namespace: str = HUB_ORG) -> List[Path]:
     """``out_dir/<name>`` for each name: a complete Hub repository folder, written whole or not at all, whose weights are
-    those its card measured. A folder an earlier run of the zoo wrote is replaced; any other folder of that name is
-    refused, left as it was (``check_zoo`` refuses all of this before the first write)."""
+    those its card measured. A folder an earlier run of the zoo wrote is replaced; any other folder of that name, and
+    everything else ``check_zoo`` refuses for a push to ``namespace``, is refused before the first write."""
     import timm
     from ..staging import staged_folder
+    digests = check_zoo(out_dir, names, cards_dir, namespace)
     folders = []
     for name in names:
         out = Path(out_dir) / name
-        card_path = Path(cards_dir) / f'{name}.md'
-        digest = _check_card_and_weights(name, card_path)
         with staged_folder(out, overwrite=True, record=True, error=ZooError) as stage:
-            repo_files(timm.create_model(name, pretrained=True), stage, card_path.read_text(encoding='utf-8'))
-            if file_sha256(stage / 'model.safetensors') != digest:
+            card = (Path(cards_dir) / f'{name}.md').read_text(encoding='utf-8')
+            repo_files(timm.create_model(name, pretrained=True), stage, card)
+            if file_sha256(stage / 'model.safetensors') != digests[name]:
                 raise ZooError(f'{out}: the written model.safetensors is not the file its card measured')
         _logger.info(f'wrote {out}')
         folders.append(out)

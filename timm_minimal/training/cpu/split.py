@@ -357,9 +357,6 @@ def read_cache(path: Path, say=_logger.warning) -> Dict[str, Dict[str, Any]]:
     if not path.is_file():
         return {}
     try:
-        size = path.stat().st_size
-        if size > MAX_CACHE_BYTES:
-            raise ValueError(f'{size:,} bytes, over the {MAX_CACHE_BYTES:,} a record of decisions may take')
         from ..run.files import read_regular_file
         known = json.loads(read_regular_file(path, MAX_CACHE_BYTES))
         if not isinstance(known, dict):
