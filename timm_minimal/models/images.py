@@ -9,7 +9,7 @@ from typing import Any, Optional, Tuple
 
 import numpy as np
 import torch
-from PIL import Image
+from PIL import Image, ImageOps
 
 __all__ = ['CHANNEL_MODES', 'LAYOUTS', 'check_layout', 'image_mode', 'upright', 'convert_image', 'array_to_image',
            'check_image_size', 'ImageTooLarge', 'MAX_IMAGE_PIXELS', 'MAX_IMAGE_SIDE', 'MAX_ASPECT_RATIO']
@@ -57,7 +57,6 @@ def image_mode(channels: int) -> str:
 def upright(image: Image.Image) -> Image.Image:
     """``image`` as it is shown: turned by its EXIF orientation (a phone's JPEG), as transformers' ``load_image`` and
     image viewers turn it; an image without one is returned as it is."""
-    from PIL import ImageOps
     if image.getexif().get(0x0112, 1) == 1:  # 0x0112: the orientation tag; 1 is upright
         return image
     return ImageOps.exif_transpose(image)

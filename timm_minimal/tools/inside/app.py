@@ -21,7 +21,9 @@ import functools
 import math
 import os
 import shutil
+import signal
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
@@ -254,9 +256,9 @@ def look(checkpoint: str, sketch: Any = None, image: Optional[str] = None, sourc
     """The API of a click (``/look``): the summary and the mosaic of where the patch in ``patch_row``,
     ``patch_column`` (1-based, from the top left) looks, in every layer and head."""
     grid = load_checkpoint(checkpoint).patch_embed.grid_size
-    where = [v for v in (patch_row, patch_column)
-             if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v != int(v)]
-    if where:
+    not_whole = [v for v in (patch_row, patch_column)
+                 if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v != int(v)]
+    if not_whole:
         raise AppInputError(f'patch_row and patch_column must be whole numbers (rows 1 to {grid[0]}, columns 1 to '
                             f'{grid[1]} of {checkpoint}), got {patch_row!r} and {patch_column!r}')
     image_in = _input_image(sketch, image, source)
@@ -357,8 +359,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 def _stop_on_signals() -> None:
     """SIGTERM and SIGHUP stop the server as Ctrl-C does (their default action ended the process at once)."""
-    import signal
-
     def interrupt(signum, frame):
         raise KeyboardInterrupt(signal.Signals(signum).name)
     for sig in (signal.SIGTERM, signal.SIGHUP):
@@ -370,7 +370,6 @@ def _own_upload_folder() -> Iterator[None]:
     """Uploads and sketches go to a folder of this server's own (inside GRADIO_TEMP_DIR where it is set), removed
     when the server stops: gradio removes its files only where its shutdown finishes, and a stop while a client
     was still connected left an upload behind."""
-    import tempfile
     base = os.environ.get('GRADIO_TEMP_DIR')
     if base:
         os.makedirs(base, exist_ok=True)

@@ -40,6 +40,7 @@ from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Se
 import torch
 
 from ...cli import env_number, usable_cores
+from ..run.files import read_regular_file
 
 __all__ = ['Decision', 'SPLIT_MIN_IMAGES', 'core_budget', 'cpu_signature', 'kernel_caps',
            'kernels_capped_below_bf16', 'bare_step_rate', 'padding_speedup',
@@ -357,7 +358,6 @@ def read_cache(path: Path, say=_logger.warning) -> Dict[str, Dict[str, Any]]:
     if not path.is_file():
         return {}
     try:
-        from ..run.files import read_regular_file
         known = json.loads(read_regular_file(path, MAX_CACHE_BYTES))
         if not isinstance(known, dict):
             raise ValueError('not a JSON object')

@@ -21,6 +21,7 @@ from torch.utils.data import Dataset
 
 from ...cli import listed
 from ...models.images import check_image_size, convert_image, upright
+from ...models.pretrained import file_sha256
 from .names import DatasetError
 
 __all__ = ['DatasetError', 'EVAL_SPLIT_DIRS', 'IMAGE_EXTENSIONS', 'FolderScan', 'scan_split', 'folder_classes',
@@ -40,15 +41,10 @@ class FolderScan:
 
     @functools.cached_property
     def fingerprint(self) -> str:
-        """BLAKE2b of every image's path under ``root``, label and bytes."""
-        digest = hashlib.blake2b(digest_size=32)
+        """SHA-256 of every image's path under ``root``, label and SHA-256."""
+        digest = hashlib.sha256()
         for path, label in self.samples:
-            digest.update(f'{os.path.relpath(path, self.root)}|{label}|'.encode())
-            with open(path, 'rb') as f:
-                file_digest = hashlib.blake2b(digest_size=16)
-                for block in iter(lambda: f.read(1 << 20), b''):
-                    file_digest.update(block)
-            digest.update(file_digest.digest())
+            digest.update(f'{os.path.relpath(path, self.root)}|{label}|{file_sha256(path)}\n'.encode())
         return digest.hexdigest()
 
 

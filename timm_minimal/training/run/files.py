@@ -2,6 +2,7 @@
 reading back a derived cache can meet: a file that is not what was written."""
 import logging
 import os
+import stat
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
@@ -29,7 +30,6 @@ def read_regular_file(path: Union[str, Path], limit: int) -> bytes:
     """The bytes of a regular file of at most ``limit`` bytes, opened without blocking (a FIFO put in its place would
     hang a plain read, a link to ``/dev/zero`` would never end); OSError where it is missing, not a regular file, or
     larger."""
-    import stat
     fd = os.open(path, os.O_RDONLY | getattr(os, 'O_NONBLOCK', 0))
     with os.fdopen(fd, 'rb') as f:
         info = os.fstat(f.fileno())
