@@ -1,8 +1,9 @@
 """What one attention layer of a 6x4 CIFAR-10 model costs on this CPU, by kernel: the 4 heads of 15 columns through
 SDPA as the model runs them (true width; padded to 16 as its training step does), the explicit softmax(q k^T) v
-(eager and compiled) and, for scale, one head of 60 columns through SDPA, which does the same FLOPs.
+(eager and compiled), the same with the heads folded into the batch (``baddbmm``, ``bmm``) and, for scale, one head of 60 columns through SDPA, which does the same FLOPs.
 
     python scripts/attention_kernels.py --threads 2 --batch 256 --rounds 12
+    python scripts/attention_kernels.py --threads 2 --batch 256 --rounds 12 --dtype bfloat16
 
 The attention alone (queries, keys and values given, the heads split and merged as the model does, no projections),
 symmetric as in ``sym_6x4`` (the keys are the queries), in inference (``torch.inference_mode``) and in training
@@ -40,17 +41,23 @@ def kernels(batch: int, tokens: int, dim: int, heads: int):
         q, v = split(qv)
         return merge(((q * scale) @ q.transpose(-2, -1)).softmax(-1) @ v)
 
+    def folded(qv):
+        q, v = (t.reshape(batch * heads, tokens, width) for t in split(qv))
+        scores = torch.baddbmm(q.new_empty(()), q, q.transpose(1, 2), beta=0, alpha=scale)
+        return merge(torch.bmm(scores.softmax(-1), v).reshape(batch, heads, tokens, width))
+
     def one_head(qv):
         q, v = (t.unsqueeze(1) for t in qv.chunk(2, -1))
         return F.scaled_dot_product_attention(q, q, v).squeeze(1)
     return {f'SDPA, {heads} heads of {width}': sdpa, f'SDPA, {heads} heads padded to {width + pad[1]}': sdpa_padded,
             'explicit softmax(q k^T) v': explicit,
             'explicit, torch.compile': torch.compile(explicit, dynamic=False),
+            'baddbmm, heads folded into the batch': folded,
             f'SDPA, 1 head of {dim} (same FLOPs)': one_head}
 
 
 def timed(fn, qv, grad, steps):
-    g = torch.ones(qv.shape[0], qv.shape[1], qv.shape[2] // 2)
+    g = qv.new_ones(qv.shape[0], qv.shape[1], qv.shape[2] // 2)
     t0 = time.perf_counter()
     for _ in range(steps):
         if grad:
@@ -71,16 +78,18 @@ def main(argv=None) -> int:
     p.add_argument('--heads', type=int, default=4)
     p.add_argument('--steps', type=int, default=5, help='calls per timed block')
     p.add_argument('--rounds', type=int, default=12)
+    p.add_argument('--dtype', choices=('float32', 'bfloat16'), default='float32',
+                   help='of the queries, keys and values (bfloat16: as bf16 autocast gives them to the attention)')
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    qv = torch.randn(args.batch, args.tokens, 2 * args.dim)
+    qv = torch.randn(args.batch, args.tokens, 2 * args.dim).to(getattr(torch, args.dtype))
     fns = kernels(args.batch, args.tokens, args.dim, args.heads)
     with torch.inference_mode():
-        ref = next(iter(fns.values()))(qv)
-        err = max((fns[name](qv) - ref).abs().max().item() for name in list(fns)[1:-1])  # the last: another model
+        ref = next(iter(fns.values()))(qv.float())
+        err = max((fns[name](qv).float() - ref).abs().max().item() for name in list(fns)[:-1])  # the last: another model
     print(f'torch {torch.__version__}, {args.threads} thread(s), batch {args.batch}, {args.tokens} tokens, '
-          f'width {args.dim}; largest difference from the true-width SDPA: {err:.1e}')
+          f'width {args.dim}, {args.dtype}; largest difference from the fp32 true-width SDPA: {err:.1e}')
     print('| kernel | inference ms | / SDPA | training ms (fwd+bwd) | / SDPA |\n|---|---:|---:|---:|---:|')
     results = {}
     for grad in (False, True):

@@ -121,26 +121,32 @@ def test_kernels_capped_below_the_cpu_are_named_measured_apart_and_get_no_native
     assert cpu_policy.cpu_has_bf16()
 
 
-def test_a_run_that_leaves_compilation_to_the_decision_gets_each_candidate_eager_and_compiled(monkeypatch, tmp_path,
-                                                                                             quiet):
+def test_a_run_that_leaves_compilation_to_the_decision_measures_each_count_eager_then_the_fastest_compiled(
+        monkeypatch, tmp_path, quiet):
+    """Every process count eager, then the compiled step at the count that measured fastest (a split's gain shows in
+    the eager step): one compilation, not one per count. Each departure from one eager process wins by the margin."""
     rates = {(1, False): 800.0, (2, False): 1000.0, (1, True): 1300.0, (2, True): 1340.0}
     measured = []
     monkeypatch.setattr(cpu_split, 'measure', lambda m, b, n, t, compiled, **step: measured.append((n, compiled))
                         or rates[n, compiled])
     decide = functools.partial(cpu_split.decide, 'vit_minimal_std_mlp_6x1.cifar10', 256, tmp_path, budget=2,
                                say=lambda *a: None)
-    # 2 x 1 compiled is within the 5% margin of 1 x 2 compiled: the simpler single process wins
     decision = decide(compiled=None)
-    assert decision[:2] == (1, True) and sorted(measured) == sorted(rates)
-    assert decision.rates == {'1 x 2': 800.0, '2 x 1': 1000.0, '1 x 2 compiled': 1300.0, '2 x 1 compiled': 1340.0}
-    assert decide(compiled=False)[:2] == (2, False)  # --no-compile: its own entry, eager candidates
-    assert decide(compiled=None) == decision and len(measured) == 6  # kept, with its rates
+    assert decision[:2] == (2, True) and measured == [(1, False), (2, False), (2, True)]
+    assert decision.rates == {'1 x 2': 800.0, '2 x 1': 1000.0, '2 x 1 compiled': 1340.0}
+    assert decide(compiled=False)[:2] == (2, False) and measured[-1] == (2, False)  # --no-compile: its own entry
+    assert decide(compiled=None) == decision and len(measured) == 5  # kept, with its rates
     assert len(json.loads((tmp_path / 'cpu_split.json').read_text())) == 2
-    rates[1, True], rates[2, True] = 820.0, 1040.0  # a compilation within the margin of the eager step: not taken
-    assert decide(compiled=None, model_kwargs={'depth': 2})[:2] == (2, False)
-    assert cpu_split.worker_command(['--model', 'm'], 2, True)[-4:] == ['--cpu-processes', '2', '--compile',
-                                                                        '--pad-heads']
-    assert cpu_split.worker_command(['--model', 'm'], 2, False, False)[-2:] == ['--no-compile', '--no-pad-heads']
+    rates[1, False] = 980.0  # the split within the margin of one process: the compiled step is measured there
+    rates[1, True] = 1000.0  # and a compilation within the margin of the eager step is not taken
+    assert decide(compiled=None, model_kwargs={'depth': 2})[:2] == (1, False) and measured[-1] == (1, True)
+    measured.clear()
+    assert decide(compiled=True, model_kwargs={'depth': 3})[:2] == (2, True)  # --compile: every count compiled
+    assert measured == [(1, True), (2, True)]
+    assert cpu_split.worker_command(['--model', 'm'], 2, True)[-6:] == ['--cpu-processes', '2', '--compile',
+                                                                        '--pad-heads', '--mixed-precision', 'no']
+    assert cpu_split.worker_command(['--model', 'm'], 2, False, False, True)[-4:] == [
+        '--no-compile', '--no-pad-heads', '--mixed-precision', 'bf16']
 
 
 def test_a_run_that_leaves_the_head_padding_to_the_decision_measures_it_in_turns_then_every_candidate_with_it(
@@ -174,6 +180,52 @@ def test_a_run_that_leaves_the_head_padding_to_the_decision_measures_it_in_turns
     assert all(padded for _, _, padded in measured) and len(turns) == 2
 
 
+def test_a_run_that_leaves_the_precision_to_the_decision_measures_bf16_first_then_its_candidates_in_it(
+        monkeypatch, tmp_path, quiet):
+    """On a CPU with native bf16 where the run names no precision: bf16 against fp32 first, in turns in one process
+    of the widest split; bf16 only where faster by the margin. In bf16 the attention leaves SDPA, so the padding
+    is not measured; in fp32 it is. A measurement that fails (bf16 computing another loss) leaves fp32, said."""
+    speedups, turns, measured, said = [1.8], [], [], []
+    monkeypatch.setattr(cpu_split, 'measure_bf16', lambda m, b, t, **step: turns.append(('bf16', b, t, step))
+                        or speedups[-1])
+    monkeypatch.setattr(cpu_split, 'measure_padding', lambda m, b, t, **step: turns.append(('padding', step['bf16']))
+                        or 1.2)
+    monkeypatch.setattr(cpu_split, 'measure', lambda m, b, n, t, compiled, padded, bf16, **step:
+                        measured.append((n, compiled, padded, bf16)) or {1: 845.0, 2: 1000.0}[n] * (1 + compiled))
+    decide = functools.partial(cpu_split.decide, 'vit_minimal_sym_6x4.cifar10', 256, tmp_path, budget=2,
+                               say=said.append, bf16=None, compiled=None, padded=None)
+    decision = decide()
+    assert decision.bf16 and decision[:3] == (2, True, True)
+    assert turns == [('bf16', 128, 1, dict(model_kwargs={}, padded=True))]  # no padding measured in bf16
+    assert measured == [(1, False, True, True), (2, False, True, True), (2, True, True, True)]
+    assert decision.rates == {'1 x 2 bf16': 845.0, '2 x 1 bf16': 1000.0, '2 x 1 compiled bf16': 2000.0}
+    assert 'bf16: 1.80x fp32' in said[-1] and said[-1].endswith('-> 2 x 1 compiled bf16')
+    entry = json.loads((tmp_path / 'cpu_split.json').read_text()).popitem()[1]
+    assert entry['bf16'] is True and entry['bf16_speedup'] == 1.8 and entry['bf16_given'] is None
+    assert decide() == decision and len(turns) == 1  # kept
+    speedups.append(1.03)  # within the margin: fp32, whose padding is then measured
+    decision = decide(model_kwargs={'depth': 2})
+    assert not decision.bf16 and turns[-1] == ('padding', False) and measured[-1][3] is False
+    monkeypatch.setattr(cpu_split, 'measure_bf16', lambda *a, **k: (_ for _ in ()).throw(
+        RuntimeError('the bf16 step computes a loss of nan where the fp32 step computes 2.303')))
+    assert not decide(model_kwargs={'depth': 3}).bf16
+    assert 'bf16 against fp32: left out (the bf16 step computes a loss of nan' in said[-1]
+    turns.clear()
+    assert decide(bf16=True, model_kwargs={'depth': 4}).bf16 and turns == []  # named: not measured
+
+
+def test_bf16_measured_in_turns_is_a_ratio_of_the_real_step_after_its_loss_check(monkeypatch):
+    """The real measurement, briefly; a bf16 step whose loss is not fp32's fails it, naming both."""
+    speedup = cpu_split.bf16_speedup('vit_minimal_sym_6x4.mnist', 2, 1, rounds=2, block_seconds=0.0, warmup=1,
+                                     model_kwargs={'depth': 1})
+    assert 0.05 < speedup < 20.0
+    net = torch.nn.Linear(1, 1)
+    skewed = lambda forward, update=True, bf16=False: torch.tensor(4.6 if bf16 else 2.3)  # noqa: E731
+    monkeypatch.setattr(cpu_split, '_training_step', lambda *a: (net, skewed))
+    with pytest.raises(RuntimeError, match='the bf16 step computes a loss of 4.6 where the fp32 step computes 2.3'):
+        cpu_split.bf16_speedup('vit_minimal_sym_6x4.mnist', 2, 1, rounds=1, block_seconds=0.0, warmup=1)
+
+
 def test_the_padding_measured_in_turns_is_a_ratio_of_the_real_step():
     """The real measurement, briefly: a 1-block model on 2 images, two rounds of one step each."""
     speedup = cpu_split.padding_speedup('vit_minimal_sym_6x4.mnist', 2, 1, rounds=2, block_seconds=0.0, warmup=1,
@@ -181,35 +233,37 @@ def test_the_padding_measured_in_turns_is_a_ratio_of_the_real_step():
     assert 0.2 < speedup < 5.0
 
 
-def test_a_candidate_whose_probe_fails_is_left_out_and_a_compiled_one_takes_the_other_padding_only_then(
+def test_a_candidate_whose_probe_fails_is_left_out_and_the_compiled_step_is_measured_with_each_padding(
         monkeypatch, tmp_path, quiet):
     """A compiled step that computes another loss (torch 2.14's inductor computed NaN with AVX2 code) or aborts (its
     AVX-512 code on the unpadded 15-wide heads) fails its probe: that candidate is left out, naming why, and the
-    others still decide. Each compiled candidate takes the padding measured faster, and the other one only where that
-    one fails; a padding whose measurement fails leaves the heads padded."""
+    others still decide. The compiled step is measured with each padding (on an AMX Xeon the eager step trained
+    faster unpadded, the compiled one padded); with --compile each count takes the padding measured faster, and the
+    other one only where that one fails; a padding whose measurement fails leaves the heads padded."""
     rates = {(1, False, False): 900.0, (2, False, False): 1300.0, (1, True, True): 1100.0, (2, True, True): 1500.0}
-    failures = {(1, True): 'the compiled step computes a loss of nan where the eager step computes 2.303',
+    failures = {(1, True, False): 'the compiled step computes a loss of nan where the eager step computes 2.303',
                 (2, True, False): 'ended by signal 6 (SIGABRT)'}
     measured = []
 
     def fake(m, b, n, t, compiled, padded, **step):
         measured.append((n, compiled, padded))
-        why = failures.get((n, compiled)) or failures.get((n, compiled, padded))
-        if why:
-            raise RuntimeError(why)
+        if (n, compiled, padded) in failures:
+            raise RuntimeError(failures[n, compiled, padded])
         return rates[n, compiled, padded]
     monkeypatch.setattr(cpu_split, 'measure', fake)
     monkeypatch.setattr(cpu_split, 'measure_padding', lambda *a, **k: 0.8)
     said = []
-    decision = cpu_split.decide('vit_minimal_sym_6x4.cifar10', 256, tmp_path, budget=2, say=said.append,
-                                compiled=None, padded=None)
-    assert measured == [(1, False, False), (1, True, False), (1, True, True),
-                        (2, False, False), (2, True, False), (2, True, True)]
+    decide = functools.partial(cpu_split.decide, 'vit_minimal_sym_6x4.cifar10', 256, tmp_path, budget=2,
+                               say=said.append, padded=None)
+    decision = decide(compiled=None)
+    assert measured == [(1, False, False), (2, False, False), (2, True, False), (2, True, True)]
     assert decision[:3] == (2, True, True) and decision.rates['2 x 1 compiled'] == 1500.0
-    assert '1 x 2 compiled unpadded' not in decision.rates and '2 x 1 compiled unpadded' not in decision.rates
-    assert '1 x 2 compiled unpadded: left out (the compiled step computes a loss of nan' in said[-1]
-    assert '1 x 2 compiled: left out (the compiled step computes a loss of nan' in said[-1]
     assert '2 x 1 compiled unpadded: left out (ended by signal 6 (SIGABRT))' in said[-1]
+    measured.clear()
+    decision = decide(compiled=True)
+    assert measured == [(1, True, False), (1, True, True), (2, True, False), (2, True, True)]
+    assert decision[:3] == (2, True, True) and decision.rates == {'1 x 2 compiled': 1100.0, '2 x 1 compiled': 1500.0}
+    assert '1 x 2 compiled unpadded: left out (the compiled step computes a loss of nan' in said[-1]
     monkeypatch.setattr(cpu_split, 'measure', lambda *a, **k: (_ for _ in ()).throw(RuntimeError('no')))
     said.clear()
     assert cpu_split.decide('vit_minimal_sym_6x1.cifar10', 256, tmp_path, budget=2, say=said.append)[:3] == (1, False,
@@ -307,7 +361,13 @@ def _plan(argv, explicit=None, **kwargs):
     return resolve_plan(args, provenance, **kwargs)
 
 
-def test_short_runs_gpu_runs_and_launched_processes_stay_one_process(monkeypatch):
+@pytest.mark.parametrize('native', [True, False], ids=['native bf16', 'no native bf16'])
+def test_short_runs_gpu_runs_and_launched_processes_stay_one_process(monkeypatch, native):
+    """... and a long run measures its split, with bf16 or fp32 among what it measures on a CPU with native bf16."""
+    from timm_minimal.training.cpu import policy as cpu_policy
+    monkeypatch.delenv('ACCELERATE_MIXED_PRECISION', raising=False)
+    monkeypatch.setattr(cpu_policy, 'cpu_has_bf16', lambda: native)
+    expected_bf16 = None if native else False
     monkeypatch.setattr(cpu_split, 'core_budget', lambda: 2)
     monkeypatch.setattr(cpu_split, 'decide', lambda *a, **k: pytest.fail('measured a run that does not split'))
     plan = _plan(['--model', 'vit_minimal_sym_6x4', '--dataset', 'cifar10', '--epochs', '2', '--cpu'])
@@ -325,8 +385,8 @@ def test_short_runs_gpu_runs_and_launched_processes_stay_one_process(monkeypatch
     assert plan.processes == 2 and plan.starts_split and plan.threads is None
     # the probe times the run's own step: the tagged model, its keywords, its precision and compilation
     # (compilation left to it: measured eager and compiled), and the split's choice is kept for a resume
-    assert measured == [('vit_minimal_sym_6x4.cifar10', dict(model_kwargs={'depth': 2}, bf16=False, compiled=None,
-                                                             padded=None))]
+    assert measured == [('vit_minimal_sym_6x4.cifar10', dict(model_kwargs={'depth': 2}, bf16=expected_bf16,
+                                                             compiled=None, padded=None))]
     saved = plan.saved_options()
     assert plan.compile and saved['compile'] is True and saved['cpu_processes'] == 2
     assert not plan.pad_heads and saved['pad_heads'] is False  # the padding the decision chose, kept for a resume
@@ -335,6 +395,13 @@ def test_short_runs_gpu_runs_and_launched_processes_stay_one_process(monkeypatch
     _plan(long_run + ['--pad-heads'])
     assert measured[-1][1]['padded'] is True
     assert _plan(long_run + ['--cpu-processes', '1']).processes == 1
+    # the precision the decision chose is the run's, kept for a resume; one named is not measured
+    monkeypatch.setattr(cpu_split, 'decide', lambda model, batch, cache, before, **step: measured.append((model, step))
+                        or cpu_split.Decision(2, False, True, {'2 x 1 bf16': 1700.0}, bf16=True))
+    plan = _plan(long_run)
+    assert plan.precision == 'bf16' and plan.saved_options()['mixed_precision'] == 'bf16'
+    for named in ('no', 'bf16'):
+        assert _plan(long_run + ['--mixed-precision', named]) and measured[-1][1]['bf16'] is (named == 'bf16')
 
 
 def test_the_decision_is_the_machines_wherever_cache_dir_decodes_the_data(monkeypatch, tmp_path, data, caplog):
@@ -571,7 +638,7 @@ def test_a_splits_processes_count_elapsed_time_from_their_launcher(monkeypatch):
     assert plan.starts_split
     seen = {}
     monkeypatch.setattr(cpu_split, 'run_split_processes',
-                        lambda argv, n, env, compiled, padded, main_fds: seen.update(env) or (0, 0))
+                        lambda argv, n, env, compiled, padded, main_fds, bf16: seen.update(env) or (0, 0))
     assert cpu_policy.run_split(plan, ['--model', 'vit_minimal_sym_6x4']) == 0
     started = float(seen[recording.LAUNCHED_AT_ENV])
     assert time.time() - 600 < started <= recording.launched_at() + 1e-3

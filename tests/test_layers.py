@@ -121,6 +121,40 @@ def test_fused_path_pads_heads_to_a_multiple_of_8_without_changing_outputs_or_gr
     assert len(calls) == (3 if pad else 0)  # q, k and v padded where gradients are recorded
 
 
+@pytest.mark.parametrize('attn_type', list(ATTENTION_LAYERS))
+def test_bf16_on_the_cpu_takes_the_explicit_softmax_and_rounds_no_worse_than_sdpa(attn_type):
+    """Under CPU bf16 autocast the attention leaves SDPA (torch's CPU flash kernel is slow in bf16 at these widths,
+    its backward most of all). Its outputs and gradients are fp32's within bf16's rounding: no further from the fp32
+    SDPA path than bf16 through SDPA itself. fp32, in training and inference, keeps SDPA."""
+    from timm_minimal.models import layers
+    heads = 1 if ATTENTION_LAYERS[attn_type].single_head_only else 4
+    attn = _randomize(get_attn_layer(attn_type)(N, num_heads=heads))
+    x = _x().requires_grad_()
+    calls = []
+    real = torch.nn.functional.scaled_dot_product_attention
+    counted = lambda *a, **k: calls.append(1) or real(*a, **k)  # noqa: E731
+
+    def run(bf16):
+        with torch.autocast('cpu', dtype=torch.bfloat16, enabled=bf16):
+            out = attn(x).float()
+        return [out, *torch.autograd.grad(out.square().sum(), [x, *attn.parameters()])]
+    with mock.patch.object(torch.nn.functional, 'scaled_dot_product_attention', counted):
+        fp32 = run(False)
+        assert len(calls) == 1
+        explicit = run(True)
+        assert len(calls) == 1, 'SDPA ran under CPU bf16 autocast'
+        with torch.no_grad():
+            attn(x)
+        assert len(calls) == 2  # fp32 inference: SDPA
+        with mock.patch.object(layers, 'sdpa_pays', lambda q: True):
+            kept = run(True)
+    for ref, ours, sdpa in zip(fp32, explicit, kept):
+        ours_err, sdpa_err = (ours - ref).abs().max().item(), (sdpa - ref).abs().max().item()
+        assert ours_err <= 2 * sdpa_err + 1e-2 * ref.abs().max().item(), (ours_err, sdpa_err)
+    assert (explicit[0] - fp32[0]).abs().max() <= 0.02 * fp32[0].abs().max()  # the output (a gradient through a
+    # saturated softmax, chol's T T^T at these random weights, rounds far in bf16 on either path)
+
+
 @pytest.mark.parametrize('attn_type', ['qk', 'qkonly', 'chol'])
 def test_single_head_variants_reject_heads(attn_type):
     with pytest.raises(ValueError, match='num_heads=1 only'):

@@ -24,8 +24,8 @@ For ``qk`` and ``qkonly`` that product is the one matrix W_QK itself; ``sym`` an
 positive semi-definite part, the only kind their W W^T can be.
 
 The block (``Block``) is attention + MLP, or attention alone ("no MLP", ``use_mlp=False``).
-All variants run on ``F.scaled_dot_product_attention``: ``sym`` and ``chol`` pass q as k,
-``qk`` and ``qkonly`` pass the raw inputs as k, ``qkonly`` also as v.
+All variants run on ``F.scaled_dot_product_attention`` (bf16 on the CPU: the explicit softmax, ``sdpa_pays``):
+``sym`` and ``chol`` pass q as k, ``qk`` and ``qkonly`` pass the raw inputs as k, ``qkonly`` also as v.
 """
 from dataclasses import dataclass
 from typing import Dict, Optional, Tuple, Type
@@ -40,7 +40,7 @@ from timm.layers import DropPath, Mlp, use_fused_attn
 __all__ = [
     'MinimalAttention', 'StdAttention', 'QKAttention', 'QKOnlyAttention', 'SymAttention', 'CholAttention',
     'ATTENTION_LAYERS', 'get_attn_layer', 'Block', 'sincos_2d_pos_embed', 'MimeticInit', 'mimetic_factors',
-    'set_head_padding',
+    'set_head_padding', 'sdpa_pays',
 ]
 
 
@@ -96,6 +96,15 @@ def mimetic_factors(dim: int, alpha: float, beta: float, symmetric: bool = False
         return left, left.t()
     u, sv, vh = torch.linalg.svd(target)
     return u * sv.sqrt(), sv.sqrt()[:, None] * vh
+
+
+def sdpa_pays(q: torch.Tensor) -> bool:
+    """Whether SDPA is the faster attention for queries ``q``: everywhere but bf16 on the CPU, where torch's
+    flash-attention kernel is slow at these head widths (its backward most of all) and the explicit
+    ``softmax(q k^T) v`` runs the layer's training step in 0.25x and its inference in 0.84x SDPA's time
+    (``scripts/attention_kernels.py --dtype bfloat16``, benchmarks/attention_kernels_avx512bf16.md); bf16 autocast
+    gives the attention bf16 queries."""
+    return not (q.device.type == 'cpu' and q.dtype == torch.bfloat16)
 
 
 class MinimalAttention(nn.Module):
@@ -165,11 +174,11 @@ class MinimalAttention(nn.Module):
 
     def attend(self, x: torch.Tensor, need_weights: bool = False) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
         """The layer's output and, with ``need_weights``, its softmax attention (B, H, T, T), both from the same
-        queries, keys and values (SDPA where the weights are not needed)."""
+        queries, keys and values (SDPA where the weights are not needed and ``sdpa_pays``)."""
         B, T, C = x.shape
         q, k, v = self.compute_qkv(x)
         weights: Optional[torch.Tensor] = None
-        if self.fused_attn and not need_weights:
+        if self.fused_attn and not need_weights and sdpa_pays(q):
             x = self.sdpa(q, k, v)
         else:
             weights = ((q * self.scale) @ k.transpose(-2, -1)).softmax(dim=-1)

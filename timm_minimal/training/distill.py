@@ -201,7 +201,7 @@ def teacher_info(run: Run, distill: nn.Module, name: str, teacher: nn.Module) ->
 
 def teacher_bf16(name: str, accelerator: Any) -> bool:
     """Whether the teacher infers in bf16: where the run itself does, and on the CPU where the run's own rule says
-    bf16 pays for that model (``cpu_bf16_pays``: a minimal transformer with an MLP, a CPU with native bf16)."""
+    bf16 pays for that model (``cpu_bf16_pays``: a minimal transformer, a CPU with native bf16)."""
     if accelerator.mixed_precision == 'bf16':
         return True
     return accelerator.device.type == 'cpu' and cpu_bf16_pays(name.split(':')[-1].split('/')[-1])

@@ -52,11 +52,11 @@ class RunPlan:
 
     def saved_options(self) -> Dict[str, Any]:
         """The run's options for ``args.yaml``: as given, with what the CPU decision chose (the process count, the
-        compilation, the head padding) and the threads, so that a resume trains the same way."""
+        compilation, the head padding, the precision) and the threads, so that a resume trains the same way."""
         saved = {**self.options.values(), **self.given.values(), 'cpu_processes': self.processes,
                  'threads': self.threads}
-        if self.processes is not None:  # the CPU decision may have measured the compilation and the padding too
-            saved.update(compile=self.compile, pad_heads=self.pad_heads)
+        if self.processes is not None:  # the CPU decision may have measured these too
+            saved.update(compile=self.compile, pad_heads=self.pad_heads, mixed_precision=self.precision)
         saved.pop('resume')  # how this launch started is not the run's
         return saved
 
@@ -85,12 +85,18 @@ def planned_images(run: RunOptions, kind: str) -> Optional[int]:
     return run.epochs * min(run.train_subset or info.train_samples, info.train_samples)
 
 
-def _precision(given: PlannedOptions, model_kwargs: Dict[str, Any], device: str) -> str:
-    """``--mixed-precision``, else accelerate's environment, else bf16 on a GPU that has it, and on the CPU where it
-    pays (``cpu.policy.cpu_precision``); 'no' elsewhere."""
+def _asked_precision(given: PlannedOptions, device: str) -> Optional[str]:
+    """``--mixed-precision``, else accelerate's environment; None where neither names one."""
     asked = given.mixed_precision or os.environ.get('ACCELERATE_MIXED_PRECISION')
     if asked == 'fp16' and device == 'cpu':  # accelerate would train in fp32, saying nothing
         raise UsageError('--mixed-precision fp16 does not run on a CPU (the run would train in fp32); use bf16 or no.')
+    return asked or None
+
+
+def _precision(given: PlannedOptions, model_kwargs: Dict[str, Any], device: str) -> str:
+    """The precision named (``_asked_precision``), else bf16 on a GPU that has it, and on the CPU where it pays
+    (``cpu.policy.cpu_precision``; a long CPU run measures it, ``cpu.policy.cpu_decision``); 'no' elsewhere."""
+    asked = _asked_precision(given, device)
     if asked:
         return asked
     if device == 'cuda':
@@ -130,8 +136,11 @@ def resolve_plan(args: argparse.Namespace, provenance: Optional[Provenance] = No
     processes, threads, padded = given.cpu_processes, given.threads, given.pad_heads is not False
     rates = _split_rates() if launched else None  # a split's process: what its launcher measured
     if device == 'cpu' and not launched and split:
-        processes, compiled, padded, rates = cpu_decision(given, options, model, images, precision == 'bf16',
-                                                          explicit='cpu_processes' in provenance.explicit)
+        asked = _asked_precision(given, device)
+        decision = cpu_decision(given, options, model, images, asked == 'bf16' if asked else None,
+                                explicit='cpu_processes' in provenance.explicit)
+        processes, compiled, padded, rates = decision[:4]
+        precision = asked or ('bf16' if decision.bf16 else 'no')
         threads = cpu_threads(given.threads) if processes == 1 else None
     return RunPlan(dataset_kind=kind, model=model, recipe=provenance.recipe, device=device, precision=precision,
                    compile=compiled, compile_mode=mode, pad_heads=padded, processes=processes,

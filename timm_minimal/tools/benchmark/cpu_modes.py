@@ -7,7 +7,8 @@ For every model: the bare training step (forward, cross-entropy, backward, AdamW
 ``timm_minimal.tools.benchmark.training.bare_step_throughput``) with all the process's cores as torch threads,
 in five modes: eager fp32 with SDPA on the true head width (``eager-unpadded``, the reference: the plain step
 before the attention padded its heads, ``MinimalAttention.head_pad``), eager fp32, ``torch.compile``, bf16
-autocast, and both. Then the step as ``--jobs`` concurrent processes with ``cores / jobs`` threads each (what
+autocast, and both; ``--modes bf16-sdpa`` adds bf16 with the attention kept on SDPA (its CPU kernel before
+``models.layers.sdpa_pays``), the reference of the bf16 attention. Then the step as ``--jobs`` concurrent processes with ``cores / jobs`` threads each (what
 ``timm-minimal-reproduce --jobs N`` runs), eager and in bf16 (``--jobs-modes``), their images per second summed.
 With ``--trainer-data-dir``, last, ``timm-minimal-train`` itself (only the batch size, a training subset and 3
 epochs are set), with its defaults and with ``--compile``: its median epoch throughput after the first, and the
@@ -20,6 +21,7 @@ shared machine's speed drifts by more than the differences measured here within 
 (``--rounds 1``) puts on the modes. The machine should be otherwise idle.
 """
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -29,7 +31,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, Iterator, List, Optional, Sequence
 
 import torch
 
@@ -43,7 +45,11 @@ __all__ = ['MODES', 'measure_mode', 'measure_jobs', 'measure_trainer', 'run', 'm
 PROG = 'timm-minimal-benchmark cpu-modes'  # the one spelling, in the help, the errors and the reports
 # mode: (torch.compile, autocast dtype, heads padded for SDPA)
 MODES = {'eager-unpadded': (False, None, False), 'eager': (False, None, True), 'compile': (True, None, True),
-         'bf16': (False, torch.bfloat16, True), 'compile+bf16': (True, torch.bfloat16, True)}
+         'bf16': (False, torch.bfloat16, True), 'compile+bf16': (True, torch.bfloat16, True),
+         'bf16-sdpa': (False, torch.bfloat16, True)}
+# the reference of the bf16 attention: bf16 with SDPA kept, as the attention ran before ``models.layers.sdpa_pays``
+SDPA_KEPT = ('bf16-sdpa',)
+DEFAULT_MODES = ['eager-unpadded', 'eager', 'compile', 'bf16', 'compile+bf16']
 
 
 def measure_mode(model: str, mode: str, batch_size: int, threads: int, steps: int, warmup: int,
@@ -51,9 +57,22 @@ def measure_mode(model: str, mode: str, batch_size: int, threads: int, steps: in
     """Images per second of the bare step of ``model`` in ``mode`` with ``threads`` torch threads."""
     from .training import bare_step_throughput
     compile_, dtype, pad_heads = MODES[mode]
-    with torch_threads(threads):
+    with torch_threads(threads), _sdpa_kept(mode in SDPA_KEPT):
         return bare_step_throughput(model, batch_size, torch.device('cpu'), compile_, dtype, steps, warmup, repeats,
                                     compile_mode=None, pad_heads=pad_heads)
+
+
+@contextlib.contextmanager
+def _sdpa_kept(kept: bool) -> Iterator[None]:
+    """Within: the attention runs SDPA in every precision (``models.layers.sdpa_pays`` answers True) where ``kept``."""
+    from ...models import layers
+    chosen = layers.sdpa_pays
+    if kept:
+        layers.sdpa_pays = lambda q: True
+    try:
+        yield
+    finally:
+        layers.sdpa_pays = chosen
 
 
 _CHILD = ('import json, sys; from timm_minimal.tools.benchmark.cpu_modes import measure_mode; '
@@ -213,7 +232,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument('--models', nargs='+', default=['vit_minimal_sym_6x4.cifar10', 'vit_minimal_std_mlp_6x1.cifar10'],
                    help='timm names with their tag')
     p.add_argument('--batch-size', type=positive_int, default=256, help='images per step')
-    p.add_argument('--modes', nargs='+', default=list(MODES), choices=list(MODES), help='step modes to measure')
+    p.add_argument('--modes', nargs='+', default=DEFAULT_MODES, choices=list(MODES),
+                   help='step modes to measure (bf16-sdpa: bf16 with the attention on SDPA, its kernel before)')
     p.add_argument('--jobs', type=positive_int, default=2, help='concurrent processes of the last rows (1: none)')
     p.add_argument('--jobs-modes', nargs='+', default=['eager', 'bf16'], choices=list(MODES),
                    help='modes of the concurrent processes')

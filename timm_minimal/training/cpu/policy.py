@@ -42,12 +42,13 @@ def minimal_with_mlp(model: Optional[str], model_kwargs: Optional[Dict[str, Any]
 
 
 def cpu_bf16_pays(model: Optional[str], model_kwargs: Optional[Dict[str, Any]] = None) -> bool:
-    """bf16 autocast by default on the CPU: for a minimal transformer with an MLP, on a CPU with native bf16.
-
-    As measured side by side in ``benchmarks/cpu_modes.md``: the MLP's matmuls dominate the step of the ``*_mlp_*``
-    models and bf16 runs them faster, while the attention-only models spend their step in small ops that bf16
-    slows down. Other timm models are not measured and stay in fp32."""
-    return minimal_with_mlp(model, model_kwargs) and cpu_has_bf16()
+    """bf16 autocast by default on the CPU, where nothing measured it: for a minimal transformer, on a CPU with
+    native bf16. Its bf16 step, the attention off SDPA there (``models.layers.sdpa_pays``), trained at 2.06x the
+    fp32 step of ``sym_6x4`` and 1.80x that of ``std_mlp_6x1`` on an AVX512-BF16 EPYC
+    (``benchmarks/cpu_modes_bf16_attention_avx512.md``). Other timm models are not measured and stay in fp32; a long
+    run measures it (``cpu_decision``). ``model_kwargs``: those the run builds the model with (unused here)."""
+    from ...models.paper import is_minimal
+    return is_minimal(split_model_name_tag(model or '')[0]) and cpu_has_bf16()
 
 
 def cpu_precision(model: Optional[str], model_kwargs: Optional[Dict[str, Any]] = None) -> str:
@@ -70,20 +71,22 @@ def default_compile(given: Optional[bool], model: str, model_kwargs: Optional[Di
             and (run_images or 0) >= CPU_COMPILE_MIN_IMAGES)
 
 
-def cpu_decision(given: PlannedOptions, options: Options, model: str, run_images: Optional[int], bf16: bool,
-                 explicit: bool = True):
-    """How a CPU run of ``model`` trains (a ``cpu.split.Decision``: processes, compiled, padded), from the system
-    options as ``given`` and the run's ``options``.
+def cpu_decision(given: PlannedOptions, options: Options, model: str, run_images: Optional[int],
+                 bf16: Optional[bool], explicit: bool = True):
+    """How a CPU run of ``model`` trains (a ``cpu.split.Decision``: processes, compiled, padded, bf16), from the
+    system options as ``given`` and the run's ``options``; ``bf16``: the precision the run named, None where it
+    named none.
 
     - ``--cpu-processes`` where set; compilation then follows ``--compile`` or the rule of ``default_compile``.
     - A short run (under ``SPLIT_MIN_IMAGES`` training images: the tests and the demo among them), a machine of
       one core and a batch that the cores do not divide pay no probe: one process, compiled by the same rule.
-    - Else what ``cpu.split.decide`` measured here on the run's own step (its model kwargs, ``bf16`` autocast): one
-      process or one per core, each eager and compiled unless ``--compile``/``--no-compile`` chose, the eager ones
-      with the heads padded and not unless ``--pad-heads``/``--no-pad-heads`` chose; kept in the machine's cache
-      folder (``$TIMM_MINIMAL_CACHE``), which ``--cache-dir`` does not move.
+    - Else what ``cpu.split.decide`` measured here on the run's own step (its model kwargs): bf16 or fp32 on a CPU
+      with native bf16 unless the run named a precision, one process or one per core, eager and compiled unless
+      ``--compile``/``--no-compile`` chose, the heads padded and not unless ``--pad-heads``/``--no-pad-heads``
+      chose; kept in the machine's cache folder (``$TIMM_MINIMAL_CACHE``), which ``--cache-dir`` does not move.
 
-    Elsewhere the heads are padded unless ``--no-pad-heads``.
+    Elsewhere the heads are padded unless ``--no-pad-heads``, and the precision is the one named, else bf16 where it
+    pays by the rule (``cpu_bf16_pays``).
 
     A resumed run keeps its count (and its compilation) from ``args.yaml``, on fewer cores too (said), unless
     ``explicit`` (given on this command line) asks for another; a count above the core budget is refused otherwise."""
@@ -92,14 +95,16 @@ def cpu_decision(given: PlannedOptions, options: Options, model: str, run_images
     budget = core_budget()
     run, kwargs = options.run, options.model.model_kwargs
     ruled = default_compile(given.compile, model, kwargs, 'cpu', run_images)
-    decision = Decision(given.cpu_processes or 1, ruled, given.pad_heads is not False)
+    ruled_bf16 = cpu_bf16_pays(model, kwargs) if bf16 is None else bf16
+    decision = Decision(given.cpu_processes or 1, ruled, given.pad_heads is not False, bf16=ruled_bf16)
     # a split is one process per core, and only where the batch divides into them
     if given.cpu_processes is None and (run_images or 0) >= SPLIT_MIN_IMAGES and budget > 1 and \
             run.batch_size % budget == 0:
         # the machine's cache, not --cache-dir: the answer describes this CPU, not where a dataset is decoded, so a
         # run with a new data cache does not measure the machine again
-        decision = decide(model, run.batch_size, default_cache_dir(), model_kwargs=kwargs, bf16=bf16,
-                          compiled=given.compile, padded=given.pad_heads, before=lambda: load_run_data(run))
+        decision = decide(model, run.batch_size, default_cache_dir(), model_kwargs=kwargs,
+                          bf16=None if bf16 is None and cpu_has_bf16() else ruled_bf16, compiled=given.compile,
+                          padded=given.pad_heads, before=lambda: load_run_data(run))
     if decision.processes > budget:
         if run.resume is None or explicit:
             raise UsageError(f'--cpu-processes {decision.processes} is more than the {budget} core(s) this run may '
@@ -146,6 +151,7 @@ def run_split(plan: Any, argv: Sequence[str]) -> int:
                                                                 LAUNCHED_AT_ENV: repr(launched_at())})
         try:
             rank, rc = run_split_processes(argv, processes, env, compiled=plan.compile, padded=plan.pad_heads,
+                                           bf16=plan.precision == 'bf16',
                                            main_fds=(write_end,))
         finally:
             os.close(write_end)  # the processes have ended: the read below meets the end of the pipe

@@ -8,15 +8,20 @@ measurement on this machine says that pays:
 
 - the cores a run may use are its CPU affinity, or ``OMP_NUM_THREADS`` where that is set (so ``reproduce --jobs N``,
   which gives each job ``cores / N`` threads, never makes N x processes x threads exceed the cores);
-- the candidates are 1 process with all of them as threads and one process per core, each eager and compiled
-  (where the run leaves compilation to the decision), each measured as the run's own training step (its model and
-  keywords at its batch, in its precision), the processes of a split at once as one DDP group, their gradients
-  averaged every step as the run averages them (``measure``), all with the head padding that trained faster when
-  the two took turns in one process (``padding_speedup``);
-- a split, or a compilation, must be measured at least 5% faster (``MARGIN``), or the run stays one eager process;
+- first, on a CPU with native bf16 where the run names no precision, bf16 autocast against fp32, the two taking
+  turns in one process (``bf16_speedup``, with a check that bf16 computes fp32's loss); then, in fp32, the head
+  padding the same way (``padding_speedup``);
+- the candidates are 1 process with all of them as threads and one process per core, eager, then compiled at the
+  count that measured fastest (where the run leaves compilation to the decision), with each head padding where that
+  is left to it; each is measured as the run's own training step (its model and keywords at its batch, in the chosen
+  precision), the processes of a split at once as one DDP group, their gradients averaged every step as the run
+  averages them (``measure``);
+- bf16, a split, or a compilation, must be measured at least 5% faster (``MARGIN``), or the run stays one eager fp32
+  process;
 - the answer is kept in the machine's cache folder per CPU (model name, flags, cores), torch version, model, batch
-  and step, so a machine measures once (a measurement disturbed by other load is not kept); ``--cpu-processes N``
-  and ``--compile``/``--no-compile`` override it, and every launch records what ran in ``run.json``.
+  and step, so a machine measures once (a measurement disturbed by other load is not kept); ``--cpu-processes N``,
+  ``--compile``/``--no-compile``, ``--pad-heads``/``--no-pad-heads`` and ``--mixed-precision`` override it, and every
+  launch records what ran in ``run.json``.
 """
 import contextlib
 import functools
@@ -43,8 +48,8 @@ from ...cli import env_number, usable_cores
 from ..run.files import read_regular_file
 
 __all__ = ['Decision', 'SPLIT_MIN_IMAGES', 'core_budget', 'cpu_signature', 'kernel_caps',
-           'kernels_capped_below_bf16', 'bare_step_rate', 'padding_speedup',
-           'measure', 'measure_padding', 'decide',
+           'kernels_capped_below_bf16', 'bare_step_rate', 'padding_speedup', 'bf16_speedup',
+           'measure', 'measure_padding', 'measure_bf16', 'decide',
            'worker_command', 'run_split_processes',
            'end_process_group', 'NEVER_FREED']
 
@@ -68,17 +73,19 @@ MARGIN = 1.05  # a split or a compilation must be measured this much faster: a t
 
 
 class Decision(NamedTuple):
-    """How a CPU run trains: its process count, whether its step is compiled and whether its attention pads the
-    heads (``models.layers.set_head_padding``); ``rates``: the images per second each candidate measured
-    ('2 x 1 compiled': ...), where the decision measured (now or from the cache)."""
+    """How a CPU run trains: its process count, whether its step is compiled, whether its attention pads the
+    heads (``models.layers.set_head_padding``) and whether it trains in bf16 autocast; ``rates``: the images per
+    second each candidate measured ('2 x 1 compiled': ...), where the decision measured (now or from the cache)."""
     processes: int
     compiled: bool
     padded: bool = True
     rates: Optional[Dict[str, float]] = None
+    bf16: bool = False
 
 
-def _label(processes: int, threads: int, compiled: bool, padded: bool = True) -> str:
-    return f'{processes} x {threads}{" compiled" if compiled else ""}{"" if padded else " unpadded"}'
+def _label(processes: int, threads: int, compiled: bool, padded: bool = True, bf16: bool = False) -> str:
+    return (f'{processes} x {threads}{" compiled" if compiled else ""}{"" if padded else " unpadded"}'
+            f'{" bf16" if bf16 else ""}')
 
 
 def core_budget() -> int:
@@ -140,8 +147,8 @@ def kernels_capped_below_bf16() -> bool:
 def _training_step(model: str, batch: int, threads: int, model_kwargs: Optional[Dict[str, Any]], bf16: bool
                    ) -> Tuple[torch.nn.Module, Callable[..., torch.Tensor]]:
     """``model`` built with ``model_kwargs`` on ``threads`` threads, and its bare training step on ``batch`` random
-    images (forward through the module it is given, cross-entropy, backward, AdamW; in bf16 autocast where ``bf16``),
-    which returns the loss (without ``update``: the loss alone, no gradients recorded)."""
+    images (forward through the module it is given, cross-entropy, backward, AdamW; in bf16 autocast where ``bf16``,
+    which a call may change), which returns the loss (without ``update``: the loss alone, no gradients recorded)."""
     import timm
     torch.set_num_threads(threads)
     torch.manual_seed(0)
@@ -150,7 +157,7 @@ def _training_step(model: str, batch: int, threads: int, model_kwargs: Optional[
     y = torch.randint(0, max(1, net.num_classes), (batch,))
     opt = torch.optim.AdamW(net.parameters(), lr=1e-4)
 
-    def step(forward: Callable[[torch.Tensor], torch.Tensor], update: bool = True) -> torch.Tensor:
+    def step(forward: Callable[[torch.Tensor], torch.Tensor], update: bool = True, bf16: bool = bf16) -> torch.Tensor:
         opt.zero_grad(set_to_none=True)
         with torch.set_grad_enabled(update), torch.autocast('cpu', dtype=torch.bfloat16, enabled=bf16):
             loss = torch.nn.functional.cross_entropy(forward(x), y)
@@ -185,7 +192,7 @@ def bare_step_rate(model: str, batch: int, threads: int, seconds: float, warmup:
         while True:
             loss = step(forward)
             if steps == 0 and expected is not None:
-                _check_compiled(loss.item(), expected)
+                _check_loss('compiled', loss.item(), expected)
             steps += 1
             if steps == warmup:
                 t0 = time.perf_counter()
@@ -214,22 +221,49 @@ def padding_speedup(model: str, batch: int, threads: int, rounds: int = PAD_ROUN
         for _ in range(steps):
             step(net)
         return time.perf_counter() - t0
-    for padded in (False, True):
-        timed(padded, warmup)
+    return _speedup_in_turns(timed, rounds, block_seconds, warmup)
+
+
+def bf16_speedup(model: str, batch: int, threads: int, rounds: int = PAD_ROUNDS,
+                 block_seconds: float = PAD_BLOCK_SECONDS, warmup: int = PROBE_WARMUP,
+                 model_kwargs: Optional[Dict[str, Any]] = None, padded: bool = True) -> float:
+    """How many times as fast the eager bare step of ``model`` trains in bf16 autocast as in fp32, the two taking
+    turns in one model as ``padding_speedup`` does (the fp32 step with its heads ``padded`` or not). First the check
+    that bf16 computes the fp32 step's loss, within ``_check_loss``'s tolerance: a RuntimeError where it does not."""
+    from ...models.layers import set_head_padding
+    net, step = _training_step(model, batch, threads, model_kwargs, False)
+    set_head_padding(net, padded)
+    _check_loss('bf16', step(net, update=False, bf16=True).item(), step(net, update=False).item(), 'fp32')
+
+    def timed(bf16: bool, steps: int) -> float:
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            step(net, bf16=bf16)
+        return time.perf_counter() - t0
+    return _speedup_in_turns(timed, rounds, block_seconds, warmup)
+
+
+def _speedup_in_turns(timed: Callable[[bool, int], float], rounds: int, block_seconds: float, warmup: int) -> float:
+    """How many times as fast ``timed(True, steps)`` runs its steps as ``timed(False, steps)`` (each returns its
+    seconds): blocks of about ``block_seconds`` in turn, the order reversed every round, after ``warmup`` steps of
+    each; the median of the rounds' ratios."""
+    for side in (False, True):
+        timed(side, warmup)
     steps = max(1, round(block_seconds / (timed(True, warmup) / warmup)))
     ratios = []
     for r in range(rounds):
-        times = {padded: timed(padded, steps) for padded in ((True, False) if r % 2 == 0 else (False, True))}
+        times = {side: timed(side, steps) for side in ((True, False) if r % 2 == 0 else (False, True))}
         ratios.append(times[False] / times[True])
     return statistics.median(ratios)
 
 
-def _check_compiled(loss: float, eager: float) -> None:
-    """A compiled step must compute the eager step's loss (within 5%: bf16 and fused kernels round differently):
-    torch 2.14's inductor, generating AVX2 code, computed NaN for the padded 6-layer models at batch 64 and more."""
-    if not math.isfinite(loss) or abs(loss - eager) > 0.05 * abs(eager) + 1e-3:
-        raise RuntimeError(f'the compiled step computes a loss of {loss:.4g} where the eager step computes '
-                           f'{eager:.4g}')
+def _check_loss(what: str, loss: float, reference: float, against: str = 'eager') -> None:
+    """A compiled (or bf16) step must compute the eager (fp32) step's loss, within 5%: bf16 and fused kernels round
+    differently. torch 2.14's inductor, generating AVX2 code, computed NaN for the padded 6-layer models at batch 64
+    and more."""
+    if not math.isfinite(loss) or abs(loss - reference) > 0.05 * abs(reference) + 1e-3:
+        raise RuntimeError(f'the {what} step computes a loss of {loss:.4g} where the {against} step computes '
+                           f'{reference:.4g}')
 
 
 def _all_done(done: bool, group: Optional[Tuple[int, int, int]]) -> bool:
@@ -282,6 +316,12 @@ def measure_padding(model: str, batch: int, threads: int, **step: Any) -> float:
     """``padding_speedup`` in a process of its own of ``threads`` threads (``step``: its model_kwargs, bf16)."""
     call = f'padding_speedup({model!r}, {batch}, {threads}, **{step!r})'
     return _run_calls([call], threads, PROBE_TIMEOUT, 'the measurement of the head padding')[0]
+
+
+def measure_bf16(model: str, batch: int, threads: int, **step: Any) -> float:
+    """``bf16_speedup`` in a process of its own of ``threads`` threads (``step``: its model_kwargs)."""
+    call = f'bf16_speedup({model!r}, {batch}, {threads}, **{step!r})'
+    return _run_calls([call], threads, PROBE_TIMEOUT, 'the measurement of bf16 against fp32')[0]
 
 
 def _run_calls(calls: Sequence[str], threads: int, timeout: float, what: str) -> List[float]:
@@ -342,7 +382,7 @@ def _check_entry(key: str, entry: Any) -> None:
     """One kept decision: a whole ``processes`` of at least 1, true-or-false flags, at most ``MAX_RATES`` rates."""
     if not isinstance(entry, dict) or type(entry.get('processes')) is not int or entry['processes'] < 1:
         raise ValueError(f'entry {key} has no whole "processes" of at least 1')
-    for flag in ('compiled', 'padded'):
+    for flag in ('compiled', 'padded', 'bf16'):
         if not isinstance(entry.get(flag, False), bool):
             raise ValueError(f'entry {key} has a "{flag}" that is not true or false')
     rates = entry.get('rates', {})
@@ -376,12 +416,12 @@ def read_cache(path: Path, say=_logger.warning) -> Dict[str, Dict[str, Any]]:
 
 
 def _cached(entry: Optional[Dict[str, Any]], processes: Sequence[int], modes: Sequence[bool],
-            pads: Sequence[bool]) -> Optional[Decision]:
+            pads: Sequence[bool], precisions: Sequence[bool]) -> Optional[Decision]:
     if (entry is None or entry['processes'] not in processes or entry.get('compiled', modes[0]) not in modes
-            or entry.get('padded', True) not in pads):
+            or entry.get('padded', True) not in pads or entry.get('bf16', precisions[0]) not in precisions):
         return None
     return Decision(entry['processes'], bool(entry.get('compiled', modes[0])), bool(entry.get('padded', True)),
-                    entry.get('rates'))
+                    entry.get('rates'), bool(entry.get('bf16', precisions[0])))
 
 
 def _pads(model: str, model_kwargs: Optional[Dict[str, Any]], padded: Optional[bool]) -> List[bool]:
@@ -398,10 +438,28 @@ def _pads(model: str, model_kwargs: Optional[Dict[str, Any]], padded: Optional[b
 
 
 def _odds(candidate: Tuple[int, bool, bool], compile_chosen: bool) -> float:
-    """What ``candidate`` must win by: ``MARGIN`` for each departure from one eager process (the padding won its
-    margin in ``_choose_padding``)."""
+    """What ``candidate`` must win by: ``MARGIN`` for each departure from one eager process (the padding and the
+    precision won their margins before)."""
     n, compiled, _ = candidate
     return MARGIN ** ((n > 1) + (compiled and compile_chosen))
+
+
+_PROBE_FAILED = (RuntimeError, ValueError, IndexError, subprocess.SubprocessError, OSError)
+
+
+def _choose_bf16(model: str, batch: int, threads: int, precisions: Sequence[bool], step: Dict[str, Any],
+                 padded: Optional[bool], failed: Dict[str, str]) -> Tuple[bool, Optional[float]]:
+    """Whether the run trains in bf16 autocast, and the speed-up of its step where it was measured: the precision
+    given, else bf16 only where its eager step computes the fp32 step's loss and runs faster by the margin, the two
+    taking turns in one process (``measure_bf16``, as ``_choose_padding`` measures). Where that fails, fp32."""
+    if len(precisions) < 2:
+        return precisions[0], None
+    try:
+        speedup = measure_bf16(model, batch, threads, model_kwargs=step['model_kwargs'], padded=padded is not False)
+    except _PROBE_FAILED as e:
+        failed['bf16 against fp32'] = str(e)
+        return False, None
+    return speedup >= MARGIN, speedup
 
 
 def _choose_padding(model: str, batch: int, threads: int, pads: Sequence[bool], step: Dict[str, Any],
@@ -414,51 +472,76 @@ def _choose_padding(model: str, batch: int, threads: int, pads: Sequence[bool], 
         return pads[0], None
     try:
         speedup = measure_padding(model, batch, threads, **step)
-    except (RuntimeError, ValueError, IndexError, subprocess.SubprocessError, OSError) as e:
+    except _PROBE_FAILED as e:
         failed['heads padded against unpadded'] = str(e)
         return True, None
     return speedup * MARGIN >= 1.0, speedup
 
 
 def _measure_candidates(model: str, batch: int, budget: int, processes: Sequence[int], modes: Sequence[bool],
-                        pads: Sequence[bool], step: Dict[str, Any]
-                        ) -> Tuple[Dict[Tuple[int, bool, bool], float], Dict[str, str], Optional[float]]:
-    """The rate of each candidate, eager before compiled, with the padding ``_choose_padding`` chose (and its
-    speed-up); a compiled one takes the other padding only where that one fails (torch 2.14.1's inductor aborted on
-    the unpadded 15-wide heads of an AVX-512 CPU, and compiled the padded ones). A candidate whose probe fails (a
-    compiled step that computes another loss, an abort, a timeout) is left out, with why; the others still count."""
+                        pad: bool, pads: Sequence[bool], step: Dict[str, Any], failed: Dict[str, str]
+                        ) -> Dict[Tuple[int, bool, bool], float]:
+    """The rate of each candidate, a candidate whose probe fails left out with why in ``failed`` (a compiled step
+    that computes another loss, an abort, a timeout). Every process count is measured in the first mode (eager,
+    unless ``--compile`` chose) with the padding ``pad``; then, where compilation is left to the decision or the
+    padding is, the compiled step at the count that measured fastest, with each padding. A split's gain shows in the
+    eager step (compiled, each process gains as the one process does), and inductor's kernels may prefer the other
+    padding than the eager ones: on an AMX Xeon the eager step trained faster unpadded and the compiled one padded.
+    With ``--compile`` a count whose padding fails takes the other (torch 2.14.1's inductor aborted on the unpadded
+    15-wide heads of an AVX-512 CPU)."""
     rates: Dict[Tuple[int, bool, bool], float] = {}
-    failed: Dict[str, str] = {}
-    pad, speedup = _choose_padding(model, max(1, batch // processes[-1]), budget // processes[-1], pads, step, failed)
+
+    def probe(n: int, compiled: bool, padded: bool) -> bool:
+        label = _label(n, budget // n, compiled, padded, step['bf16'])
+        if (n, compiled, padded) in rates or label in failed:
+            return (n, compiled, padded) in rates
+        try:
+            rates[(n, compiled, padded)] = measure(model, batch, n, budget // n, compiled=compiled, padded=padded,
+                                                   **step)
+            return True
+        except _PROBE_FAILED as e:
+            failed[label] = str(e)
+            return False
+    others = [pad, not pad] if len(pads) > 1 else [pad]
     for n in processes:
-        for c in sorted(modes):
-            for p in ([pad, not pad] if c and len(pads) > 1 else [pad]):
-                try:
-                    rates[(n, c, p)] = measure(model, batch, n, budget // n, compiled=c, padded=p, **step)
-                    break
-                except (RuntimeError, ValueError, IndexError, subprocess.SubprocessError, OSError) as e:
-                    failed[_label(n, budget // n, c, p)] = str(e)
-    return rates, failed, speedup
+        any(probe(n, modes[0], p) for p in (others if modes[0] else [pad]))
+    if True in modes and (len(modes) > 1 or len(pads) > 1):
+        best = max(rates, key=lambda k: rates[k] / _odds(k, len(modes) > 1))[0] if rates else processes[0]
+        for p in others:
+            probe(best, True, p)
+    return rates
+
+
+def _probe_seconds(processes: Sequence[int], modes: Sequence[bool], pads: Sequence[bool],
+                   precisions: Sequence[bool]) -> float:
+    """About how long the measurement takes: a compiled probe compiles for a minute or so."""
+    turns = 2 * PAD_ROUNDS * PAD_BLOCK_SECONDS + 12
+    compiled = (len(processes) if modes == [True] else 1) * len(pads) if True in modes else 0
+    eager = len(processes) if modes[0] is False else 0
+    return (eager * (PROBE_SECONDS + 8) + compiled * (PROBE_SECONDS + 60)
+            + turns * ((len(pads) > 1) + (len(precisions) > 1)))
 
 
 def decide(model: str, batch: int, cache_dir: Path, budget: Optional[int] = None, say=_logger.info,
-           model_kwargs: Optional[Dict[str, Any]] = None, bf16: bool = False,
+           model_kwargs: Optional[Dict[str, Any]] = None, bf16: Optional[bool] = False,
            compiled: Optional[bool] = False, padded: Optional[bool] = True,
            before: Optional[Callable[[], None]] = None) -> Decision:
-    """The process count (and, where ``compiled`` or ``padded`` is None, the compilation or the head padding) that
-    trains ``model`` at ``batch`` fastest here, measured on the step the run will take (its model kwargs, bf16
-    autocast, compilation, padding) once per machine, model, batch and step, and kept in ``cache_dir/cpu_split.json``
-    (said when it is used);
-    one process (eager and padded where those were left to it) where nothing else can run or a measurement fails.
-    The padding is chosen first, the eager step taking turns padded and not in one process (``_choose_padding``), and
-    every candidate is measured with it; a candidate whose measurement fails is left out. A measurement taken while
-    other work keeps cores busy decides this run only: it is not kept as the machine's answer. ``before`` runs first
-    where a measurement will (the run's checks that are quick beside it: a missing dataset is named before a minute of
-    it)."""
+    """The process count (and, where ``bf16``, ``compiled`` or ``padded`` is None, the precision, the compilation or
+    the head padding) that trains ``model`` at ``batch`` fastest here, measured on the step the run will take (its
+    model kwargs, bf16 autocast, compilation, padding) once per machine, model, batch and step, and kept in
+    ``cache_dir/cpu_split.json`` (said when it is used); one process (eager, padded and fp32 where those were left to
+    it) where nothing else can run or a measurement fails.
+
+    The precision is chosen first (``_choose_bf16``), then, in fp32, the padding (``_choose_padding``; bf16 runs the
+    attention without SDPA, ``models.layers.sdpa_pays``, where the padding changes nothing), and the candidates are
+    measured with them (``_measure_candidates``). A measurement taken while other work keeps cores busy decides this
+    run only: it is not kept as the machine's answer. ``before`` runs first where a measurement will (the run's checks
+    that are quick beside it: a missing dataset is named before a minute of it)."""
     budget = core_budget() if budget is None else budget
     processes = [n for n in _candidates(budget) if batch % n == 0]
     modes = [False, True] if compiled is None else [bool(compiled)]
-    step = dict(model_kwargs=dict(model_kwargs or {}), bf16=bool(bf16))
+    precisions = [False, True] if bf16 is None else [bool(bf16)]
+    step = dict(model_kwargs=dict(model_kwargs or {}), bf16=bf16)
     # ``probe``: how a split was measured; decisions kept from the independent probes of before are measured again
     facts = dict(cpu_signature(), model=model, batch=batch, budget=budget, compiled=compiled, padded=padded,
                  probe=PROBE, **step)
@@ -466,42 +549,67 @@ def decide(model: str, batch: int, cache_dir: Path, budget: Optional[int] = None
     path = Path(cache_dir) / 'cpu_split.json'
     known = read_cache(path)
     # a kept decision first: it was measured for these very facts, so no model is built to list the paddings
-    cached = _cached(known.get(key), processes, modes, [True, False] if padded is None else [bool(padded)])
+    cached = _cached(known.get(key), processes, modes, [True, False] if padded is None else [bool(padded)],
+                     precisions)
     if cached is not None:
         say(f'This CPU measured before how {model} at batch {batch} trains fastest: '
-            f'{_label(cached.processes, budget // cached.processes, cached.compiled, cached.padded)} ({path}; '
-            f'remove it to measure again).')
+            f'{_label(cached.processes, budget // cached.processes, cached.compiled, cached.padded, cached.bf16)} '
+            f'({path}; remove it to measure again).')
         return cached
-    pads = _pads(model, model_kwargs, padded)
-    candidates = [(n, c) for n in processes for c in modes]
-    if len(candidates) < 2 and len(pads) < 2:
-        return Decision(1, modes[0], pads[0])
+    pads = _pads(model, model_kwargs, padded) if precisions != [True] else [True]
+    if len(processes) * len(modes) < 2 and len(pads) < 2 and len(precisions) < 2:
+        return Decision(1, modes[0], pads[0], bf16=precisions[0])
     if before is not None:
         before()
     quiet = free_cores(budget) >= budget
-    what = ', '.join(_label(n, budget // n, c) for n, c in candidates)
-    which = ', all with the head padding that trains faster when the two take turns' if len(pads) > 1 else ''
-    seconds = (sum(PROBE_SECONDS + (60 if c else 8) for _, c in candidates)
-               + (2 * PAD_ROUNDS * PAD_BLOCK_SECONDS + 12) * (len(pads) > 1))
-    say(f'Measuring once on this CPU how {model} at batch {batch}{", bf16" if bf16 else ""} trains fastest '
-        f'(processes x threads): {what}{which} ({seconds:.0f} s or so) ...')
-    rates, failed, speedup = _measure_candidates(model, batch, budget, processes, modes, pads, step)
-    if not rates:
-        say('  every measurement failed (' + '; '.join(failed.values()) + '): 1 process')
-        return Decision(1, modes[0], pads[0])
-    # each departure from one eager process must win by the margin (the padding won its own): a tie keeps the simpler
-    best = max(rates, key=lambda k: rates[k] / _odds(k, len(modes) > 1))
-    labelled = {_label(n, budget // n, c, p): round(r, 1) for (n, c, p), r in rates.items()}
-    say('  ' + ', '.join(([f'heads padded: {speedup:.2f}x the true width'] if speedup is not None else [])
-                         + [f'{label}: {r:,.0f} img/s' for label, r in labelled.items()]
-                         + [f'{label}: left out ({why})' for label, why in failed.items()])
-        + f' -> {best[0]} process(es){", compiled" if best[1] else ""}{"" if best[2] else ", heads unpadded"}')
+    say(f'Measuring once on this CPU how {model} at batch {batch} trains fastest (processes x threads'
+        f'{", compiled or not" if len(modes) > 1 else ""}{", bf16 or fp32" if len(precisions) > 1 else ""}'
+        f'{", heads padded or not" if len(pads) > 1 else ""}; '
+        f'{_probe_seconds(processes, modes, pads, precisions):.0f} s or so) ...')
+    best, found, speedups = _measure(model, batch, budget, processes, modes, pads, precisions, padded, step)
+    chosen = _label(best.processes, budget // best.processes, best.compiled, best.padded, best.bf16)
+    say('  ' + ', '.join(found) + f' -> {chosen if best.rates else "1 process"}')
+    if not best.rates:
+        return best
     if not quiet:
         say('  (other work kept cores busy: this decision is not kept, the next long run measures again)')
-        return Decision(*best, labelled)
-    known[key] = dict(processes=best[0], compiled=best[1], padded=best[2], compile_given=compiled, pad_given=padded,
-                      **cpu_signature(), model=model, batch=batch, budget=budget, **step, rates=labelled,
-                      padding_speedup=speedup)
+        return best
+    known[key] = dict(processes=best.processes, compiled=best.compiled, padded=best.padded, bf16=best.bf16,
+                      compile_given=compiled, pad_given=padded, bf16_given=bf16, **cpu_signature(), model=model,
+                      batch=batch, budget=budget, model_kwargs=step['model_kwargs'], rates=best.rates, **speedups)
+    _keep(path, known)
+    return best
+
+
+def _measure(model: str, batch: int, budget: int, processes: Sequence[int], modes: Sequence[bool],
+             pads: Sequence[bool], precisions: Sequence[bool], padded: Optional[bool], step: Dict[str, Any]
+             ) -> Tuple[Decision, List[str], Dict[str, Optional[float]]]:
+    """What ``decide`` measures: the precision, the padding, then the candidates. The fastest (each departure from
+    one eager process by the margin: a tie keeps the simpler) with the rates by label, the findings in words and
+    the speed-ups measured in turns."""
+    failed: Dict[str, str] = {}
+    widest = (max(1, batch // processes[-1]), budget // processes[-1])  # one process of the widest split
+    bf16, bf16_speedup = _choose_bf16(model, *widest, precisions, step, padded, failed)
+    step = dict(step, bf16=bf16)
+    if bf16:
+        pads = [True]
+    pad, pad_speedup = _choose_padding(model, *widest, pads, step, failed)
+    rates = _measure_candidates(model, batch, budget, processes, modes, pad, pads, step, failed)
+    speedups = dict(bf16_speedup=bf16_speedup, padding_speedup=pad_speedup)
+    found = [f'bf16: {bf16_speedup:.2f}x fp32'] if bf16_speedup is not None else []
+    found += [f'heads padded: {pad_speedup:.2f}x the true width'] if pad_speedup is not None else []
+    labelled = {_label(n, budget // n, c, p, bf16): round(r, 1) for (n, c, p), r in rates.items()}
+    found += [f'{label}: {r:,.0f} img/s' for label, r in labelled.items()]
+    found += [f'{label}: left out ({why})' for label, why in failed.items()]
+    if not rates:
+        found.insert(0, 'every measurement failed (' + '; '.join(failed.values()) + ')')
+        return Decision(1, modes[0], pads[0], bf16=bf16), found, speedups
+    best = max(rates, key=lambda k: rates[k] / _odds(k, len(modes) > 1))
+    return Decision(*best, labelled, bf16), found, speedups
+
+
+def _keep(path: Path, known: Dict[str, Dict[str, Any]]) -> None:
+    """The machine's decisions written whole to ``path``; where it cannot be written, said (the run goes on)."""
     try:
         from ..run.checkpoint import write_json_atomic
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -509,7 +617,6 @@ def decide(model: str, batch: int, cache_dir: Path, budget: Optional[int] = None
     except OSError as e:
         _logger.warning(f'The CPU decision cannot be kept in {path} ({type(e).__name__}: {e.strerror or e}): the next '
                         f'long run measures again; set TIMM_MINIMAL_CACHE to a writable folder to keep it.')
-    return Decision(*best, labelled)
 
 
 def die_with_parent(parent: int) -> None:
@@ -530,17 +637,20 @@ def _worker_setup(leader: int, parent: int) -> None:
     die_with_parent(parent)
 
 
-def worker_command(argv: Sequence[str], processes: int, compiled: bool, padded: bool = True) -> List[str]:
+def worker_command(argv: Sequence[str], processes: int, compiled: bool, padded: bool = True,
+                   bf16: bool = False) -> List[str]:
     """The command of one process of a split run: the same training run, which records ``--cpu-processes``, the
-    compilation and the head padding the decision chose (and so a resume keeps them)."""
+    compilation, the head padding and the precision the decision chose (and so a resume keeps them)."""
     return [sys.executable, '-m', 'timm_minimal.training.train', *argv, '--cpu-processes', str(processes),
-            '--compile' if compiled else '--no-compile', '--pad-heads' if padded else '--no-pad-heads']
+            '--compile' if compiled else '--no-compile', '--pad-heads' if padded else '--no-pad-heads',
+            '--mixed-precision', 'bf16' if bf16 else 'no']
 
 
 def run_split_processes(argv: Sequence[str], processes: int, env: Dict[str, str], grace: float = 30.0,
-                        compiled: bool = False, padded: bool = True, main_fds: Sequence[int] = ()) -> Tuple[int, int]:
+                        compiled: bool = False, padded: bool = True, main_fds: Sequence[int] = (),
+                        bf16: bool = False) -> Tuple[int, int]:
     """Run ``processes`` processes of this training run on this machine (``compiled`` or eager, ``padded`` heads or
-    not), gloo through accelerate; the rank and exit status of the first that failed ((0, 0) when none did).
+    not, in ``bf16`` autocast or fp32), gloo through accelerate; the rank and exit status of the first that failed ((0, 0) when none did).
     ``main_fds``: file descriptors the first process (rank 0) inherits.
 
     The processes meet at a store this process serves on the loopback address alone (``_loopback_store``), and they
@@ -561,7 +671,7 @@ def run_split_processes(argv: Sequence[str], processes: int, env: Dict[str, str]
                                   LOCAL_WORLD_SIZE=str(processes), MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port),
                                   TORCHELASTIC_USE_AGENT_STORE='True')  # the ranks join this store, none serves one
                 leader = group[0].pid if group else 0  # a process group of their own, led by the first
-                group.append(subprocess.Popen(worker_command(argv, processes, compiled, padded), env=worker_env,
+                group.append(subprocess.Popen(worker_command(argv, processes, compiled, padded, bf16), env=worker_env,
                                               pass_fds=tuple(main_fds) if rank == 0 else (),
                                               preexec_fn=functools.partial(_worker_setup, leader, os.getpid())))
             return _wait_all(group)
