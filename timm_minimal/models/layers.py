@@ -103,8 +103,15 @@ def sdpa_pays(q: torch.Tensor) -> bool:
     flash-attention kernel is slow at these head widths (its backward most of all) and the explicit
     ``softmax(q k^T) v`` runs the layer's training step in 0.25x and its inference in 0.84x SDPA's time
     (``scripts/attention_kernels.py --dtype bfloat16``, benchmarks/attention_kernels_avx512bf16.md); bf16 autocast
-    gives the attention bf16 queries."""
+    gives the attention bf16 queries. Traced by torch.fx (``q`` a Proxy): SDPA, as the model runs in fp32."""
+    if not torch.jit.is_scripting() and _fx_traced(q):
+        return True
     return not (q.device.type == 'cpu' and q.dtype == torch.bfloat16)
+
+
+@torch.jit.unused
+def _fx_traced(q: torch.Tensor) -> bool:
+    return isinstance(q, torch.fx.Proxy)
 
 
 class MinimalAttention(nn.Module):
