@@ -71,7 +71,8 @@ def test_args_yaml_holds_every_option_as_before(tmp_path):
     plan = resolve_plan(args, provenance, split=False)
     saved = plan.saved_options()
     assert set(saved) == set(vars(args)) - {'resume', 'quiet', 'verbose'}
-    decided = dict(compile=plan.compile, pad_heads=plan.pad_heads, cpu_processes=1, threads=1)  # kept for a resume
+    decided = dict(compile=plan.compile, pad_heads=plan.pad_heads, mixed_precision=plan.precision, cpu_processes=1,
+                   threads=1)  # kept for a resume
     assert saved == {**{k: getattr(args, k) for k in saved}, **decided}
     assert yaml.safe_load(yaml.safe_dump(saved)) == saved  # plain YAML: no Python tags
     assert plan.options.optimisation.lr == 0.002 and plan.given.model == 'vit_minimal_sym_6x4'

@@ -218,6 +218,16 @@ def test_bf16_autocast_on_cpu(data, tmp_path):
     assert all(v.dtype == torch.float32 for v in weights(out).values())
 
 
+def test_runs_of_two_precisions_train_one_after_the_other_in_one_process(data, tmp_path):
+    """accelerate keeps one state per process and refused a second Accelerator of another precision: train.main in
+    bf16, then in fp32, in one Python process (no reset between them), each trains in its own."""
+    for precision in ('bf16', 'no'):
+        out = tmp_path / precision
+        assert train_mod.main([str(a) for a in DDP_ARGS + data + ['--epochs', '1', '--mixed-precision', precision,
+                                                                  '--output', out]]) == 0
+        assert json.loads((out / 'run.json').read_text())['launches'][0]['mixed_precision'] == precision
+
+
 @pytest.mark.parametrize('model, kwargs, pays', [
     ('vit_minimal_std_mlp_6x1.cifar10', {}, True), ('vit_minimal_std_mlp_12x4', {}, True),
     ('vit_minimal_sym_6x4.cifar10', {}, True), ('vit_minimal_qkonly_6x1', {}, True),

@@ -97,6 +97,13 @@ def make_accelerator(plan: RunPlan):
     """accelerate's Accelerator on the plan's device, in its precision (several processes without a GPU, from
     torchrun, accelerate launch or the CPU split, train as CPU data parallelism: gloo)."""
     from accelerate import Accelerator
+    from accelerate.state import AcceleratorState, GradientState
+    if 'WORLD_SIZE' not in os.environ:
+        # one process: a run of its own. accelerate keeps one state per process and refuses a second Accelerator of
+        # another precision (train.main called again in one Python process, after a bf16 run); its own tests reset
+        # it this way
+        AcceleratorState._reset_state(reset_partial_state=True)
+        GradientState._reset_state()
     try:
         return Accelerator(mixed_precision=plan.precision,
                            gradient_accumulation_steps=plan.options.optimisation.grad_accum_steps,
