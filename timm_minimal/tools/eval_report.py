@@ -10,6 +10,7 @@ from typing import Any, Dict, List, Sequence, Tuple
 
 import numpy as np
 
+from ..plots.confusion import draw_confusion, panel_inches
 from ..training.run.checkpoint import write_file_atomic
 
 __all__ = ['wilson_interval', 'per_class', 'model_table', 'class_table', 'write_confusion_figure', 'write_json']
@@ -66,30 +67,13 @@ def class_table(results: Sequence[Dict[str, Any]]) -> List[str]:
 
 def write_confusion_figure(path: Path, results: Sequence[Dict[str, Any]], names: Sequence[str]) -> None:
     """The confusion matrix of each model, side by side (rows: true class, columns: predicted), as a PNG."""
-    import matplotlib
-    matplotlib.use('Agg')
-    import matplotlib.pyplot as plt
-    k = len(names)
-    fig, axes = plt.subplots(1, len(results), figsize=(max(4.0, 0.45 * k + 2) * len(results), max(4.0, 0.45 * k + 1.5)),
-                             squeeze=False)
-    for ax, r in zip(axes[0], results):
-        matrix = np.asarray(r['confusion'])
-        ax.imshow(matrix, cmap='Blues')
-        ax.set_title(f'{r["model"]}\ntop-1 {r["acc"]:.2f}%', fontsize=9)
-        ax.set_xlabel('predicted')
-        ax.set_ylabel('true')
-        ticks = range(k) if k <= 40 else range(0, k, max(1, k // 20))
-        ax.set_xticks(list(ticks), [str(names[i]) for i in ticks], rotation=90, fontsize=7)
-        ax.set_yticks(list(ticks), [str(names[i]) for i in ticks], fontsize=7)
-        if k <= 20:
-            for (i, j), v in np.ndenumerate(matrix):
-                if v:
-                    ax.text(j, i, str(v), ha='center', va='center', fontsize=6,
-                            color='white' if v > matrix.max() / 2 else 'black')
-    fig.tight_layout()
+    from matplotlib.figure import Figure
+    side = panel_inches(len(names))
+    fig = Figure(figsize=(side * len(results), side - 0.5), layout='constrained')
+    for ax, r in zip(fig.subplots(1, len(results), squeeze=False)[0], results):
+        draw_confusion(ax, np.asarray(r['confusion']), names, f'{r["model"]}\ntop-1 {r["acc"]:.2f}%')
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     write_file_atomic(path, lambda tmp: fig.savefig(tmp, format='png', dpi=120))
-    plt.close(fig)
 
 
 def write_json(path: Path, report: Dict[str, Any]) -> None:
