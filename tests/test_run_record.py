@@ -108,3 +108,20 @@ def test_a_run_resumed_at_another_precision_is_reported_alike_by_the_card_and_th
     assert 'in bf16 autocast as the run trained' in card.text
     assert f'{wall:.0f} s of wall time over 2 launches' in card.text
     assert 'Mixed precision: bf16.' in reproduce.precision_text(rows)
+
+
+def test_a_launch_set_up_for_several_processes_that_started_one_says_so_and_records_its_line(mnist_dir, tmp_path):
+    """accelerate launch --cpu --num_processes 2 without --multi_cpu starts one process: the run says which flag was
+    missing, in one line, and run.json keeps the launcher's line."""
+    import sys
+    from trainer_runs import DDP_ARGS, run_subprocess
+    launcher = (sys.executable, '-m', 'accelerate.commands.launch', '--cpu', '--num_processes', '2',
+                '--mixed_precision', 'no', '--dynamo_backend', 'no', '-m', 'timm_minimal.training.train')
+    out = tmp_path / 'run'
+    proc = run_subprocess(DDP_ARGS + ['--data-dir', mnist_dir, '--epochs', '1', '--output', out], launcher=launcher)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    said = [line for line in (proc.stdout + proc.stderr).splitlines() if 'MASTER_ADDR' in line]
+    assert len(said) == 1 and 'add --multi_cpu to accelerate launch' in said[0]
+    run = json.loads((out / 'run.json').read_text())
+    assert run['command'].startswith(f'{sys.executable.rsplit("/", 1)[-1]} -m accelerate.commands.launch --cpu '
+                                     f'--num_processes 2 ') and run['distributed']['num_processes'] == 1

@@ -699,19 +699,6 @@ def test_pretrained_weights_say_what_they_bring_and_a_head_of_other_classes_star
         'Loaded the weights of x; its 10-class head is replaced by a new 3-class one.')
 
 
-def test_log_with_tensorboard_writes_each_epochs_metrics_into_the_run_folder(data, tmp_path):
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-    out = tmp_path / 'run'
-    assert run_inprocess(DDP_ARGS + data + ['--epochs', '2', '--log-with', 'tensorboard', '--output', out]) == 0
-    events = EventAccumulator(str(out / 'trackers' / 'timm-minimal')).Reload()
-    rows = metrics(out)
-    for key in ('test_acc', 'train_loss', 'lr'):
-        logged = [(e.step, e.value) for e in events.Scalars(key)]
-        assert logged == [(r['epoch'], pytest.approx(r[key], rel=1e-6)) for r in rows], key
-    hparams = yaml.safe_load(next((out / 'trackers' / 'timm-minimal').glob('*/hparams.yml')).read_text())
-    assert hparams['run_name'] == 'run' and hparams['model'] == 'vit_minimal_std_mlp_6x1.mnist' and hparams['epochs'] == 2
-
-
 def test_a_tracker_whose_package_is_missing_is_refused_by_the_extra_that_installs_it(data, tmp_path, capsys):
     import importlib.util
     if importlib.util.find_spec('mlflow') is not None:

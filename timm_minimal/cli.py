@@ -9,6 +9,7 @@ run whose numbers became non-finite.
 This module imports nothing else of the package, so that every layer (training, tools) can use it.
 """
 import argparse
+import contextlib
 import errno
 import functools
 import logging
@@ -16,13 +17,14 @@ import math
 import os
 import shutil
 import sys
+import threading
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator, NoReturn, Optional, Sequence, Union
+from typing import Any, Callable, Iterator, NoReturn, Optional, Sequence, Union
 
 __all__ = ['UsageError', 'Failure', 'OneLineParser', 'HelpFormatter', 'number', 'INT_LIMIT', 'env_number', 'usable_cores',
            'torch_threads', 'positive_int', 'positive_float', 'non_negative_int', 'non_negative_float', 'probability',
-           'is_disk_full', 'describe_os_error', 'listed', 'command', 'console', 'MissingExtra', 'require_extra', 'EXIT_FAILURE', 'EXIT_USAGE', 'EXIT_DIVERGED']
+           'is_disk_full', 'describe_os_error', 'listed', 'command', 'console', 'progress', 'timed_progress', 'MissingExtra', 'require_extra', 'EXIT_FAILURE', 'EXIT_USAGE', 'EXIT_DIVERGED']
 
 EXIT_FAILURE, EXIT_USAGE, EXIT_DIVERGED = 1, 2, 3
 # torch.save reports a short write without the OS error ("unexpected pos ..."): below this much free space a
@@ -321,7 +323,10 @@ def command(prog: str) -> Callable[[Callable[..., Optional[int]]], Callable[...,
     def wrap(main: Callable[..., Optional[int]]) -> Callable[..., int]:
         @functools.wraps(main)
         def run(argv: Optional[Sequence[str]] = None, *args, **kwargs) -> int:
-            console(_verbosity(list(sys.argv[1:] if argv is None else argv)))
+            words = list(sys.argv[1:] if argv is None else argv)
+            console(_verbosity(words))
+            words = words[:words.index('--')] if '--' in words else words
+            _PROGRESS['shown'] = not {'-q', '--quiet', '--no-progress'} & set(words)
             try:
                 status = main(argv, *args, **kwargs)
             except UsageError as e:
@@ -335,6 +340,46 @@ def command(prog: str) -> Callable[[Callable[..., Optional[int]]], Callable[...,
             return 0 if status is None else int(status)
         return run
     return wrap
+
+
+_PROGRESS = {'shown': True}  # a command's -q or --no-progress turns the bars off (``command``)
+
+
+def progress(iterable: Any = None, **kwargs: Any) -> Any:
+    """tqdm's bar for a wait of more than a few seconds (a decode, an evaluation, a measurement): on a terminal,
+    unless the command line said ``-q`` or ``--no-progress``; ``kwargs`` go to tqdm (``disable=True`` turns it off)."""
+    from tqdm.auto import tqdm  # lazy: a command that never waits starts without it
+    kwargs.setdefault('leave', False)
+    kwargs.setdefault('dynamic_ncols', True)
+    kwargs.setdefault('mininterval', 1.0)
+    if not _PROGRESS['shown']:
+        kwargs['disable'] = True
+    return tqdm(iterable, **{'disable': None, **kwargs})
+
+
+@contextlib.contextmanager
+def timed_progress(seconds: float, desc: str, **kwargs: Any) -> Iterator[Any]:
+    """``progress`` for a wait of about ``seconds`` that reports nothing as it goes (a measurement): the bar moves
+    with the clock, stops short of its end while the wait lasts, and fills when it is over."""
+    bar = progress(total=max(int(seconds), 1), desc=desc, unit='s',
+                   bar_format='{desc}: {percentage:3.0f}%|{bar}| {elapsed} of about {total} s', **kwargs)
+    stop = threading.Event()
+
+    def tick() -> None:
+        while not stop.wait(1.0):
+            if bar.n < bar.total - 1:
+                bar.update(1)
+    thread = threading.Thread(target=tick, daemon=True)
+    if not bar.disable:
+        thread.start()
+    try:
+        yield bar
+    finally:
+        stop.set()
+        if thread.is_alive():
+            thread.join()
+        bar.update(bar.total - bar.n)
+        bar.close()
 
 
 def _verbosity(argv: Sequence[str]) -> int:

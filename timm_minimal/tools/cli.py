@@ -46,4 +46,11 @@ def build_parser() -> OneLineParser:
                         'accuracy, confusion matrix) as JSON')
     p.add_argument('--overwrite', action='store_true',
                    help='replace an existing --confusion or --json file (by default an existing file is refused)')
+    p.add_argument('--log-with', nargs='+', default=None, metavar='TRACKER',
+                   help="experiment trackers through accelerate (tensorboard, wandb, mlflow, ...): each model's loss "
+                        "and accuracy and its confusion matrix as an image, into <log-dir>/evaluate-<time>/trackers")
+    p.add_argument('--log-dir', type=Path, default=Path('runs'), help='where --log-with writes (the trainer\'s '
+                   'default runs/: tensorboard --logdir runs shows both)')
+    p.add_argument('--no-progress', action='store_true', help='no progress bar (the first decode of the data, the '
+                   'evaluation; -q says no bar either)')
     return p

@@ -11,8 +11,10 @@ config: input size, crop, mean and std), as in training. The numbers are those t
 report. ``--split train`` evaluates the training images the same way, without the augmentation of training: how
 well a model fits its training set, where the trainer's train accuracy is that of augmented batches.
 """
+import argparse
 import sys
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
@@ -23,11 +25,13 @@ from ..training.data.batch_augment import BatchAugment, BatchAugmentConfig
 from ..training.data.loading import DatasetError, build_transforms, load_dataset
 from ..training.data.device_data import images_to_array
 from ..training.engine import eval_metrics, eval_sums
+from ..training.trackers import check_trackers, log_figures, project_name, start_trackers, tracker_name
+from ..plots.confusion import confusion_figure
 from ..models.datasets import DATASETS
 from ..models.pretrained import tag_dataset as pretrained_tag_dataset
 from ..models.images import image_mode
 from .common import describe_load_error
-from ..cli import UsageError, command, listed
+from ..cli import UsageError, command, listed, progress
 from .cli import EVAL_BATCH_SIZE, build_parser
 
 __all__ = ['evaluate_model', 'evaluate_forwards', 'load_eval_split', 'evaluate_split', 'EvalSplit', 'main']
@@ -103,7 +107,8 @@ def evaluate_split(forwards: Mapping[str, Callable[[torch.Tensor], torch.Tensor]
     sums = {key: torch.zeros(4, dtype=torch.float64, device=device) for key in forwards}
     confusion = {key: torch.zeros(num_classes * num_classes, dtype=torch.int64, device=device) for key in forwards
                  if confusion_matrix}
-    for i in range(0, len(data.images), batch_size):
+    for i in progress(range(0, len(data.images), batch_size), desc=f'evaluating on {data.dataset} {data.split}',
+                      unit='batch'):
         x = normalize(torch.from_numpy(data.images[i:i + batch_size].copy()).to(device), None)
         y = torch.from_numpy(data.labels[i:i + batch_size].copy()).to(device)
         for key, forward in forwards.items():
@@ -256,6 +261,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     names = args.model if isinstance(args.model, list) else [args.model]
     check_output_files(args, names)
+    if args.log_with:
+        try:
+            args.log_with = [tracker_name(t) for t in args.log_with]
+        except argparse.ArgumentTypeError as e:
+            raise UsageError(f'--log-with: {e}') from None
+        check_trackers(args.log_with)
     models = {name: _load(name) for name in dict.fromkeys(names)}
     dataset = _dataset(args, models)
     try:
@@ -276,7 +287,28 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         raise UsageError('the models did not see the same images and classes (their preprocessing or label names '
                          'differ): evaluate them one at a time.')
     _report(args, results)
+    if args.log_with:
+        _log(args, results)
     return 0
+
+
+def _log(args, results: List[Dict[str, Any]]) -> None:
+    """The evaluation as one tracker run: each model's loss, top-1 and top-5 (``<model>/acc``, ...) and its confusion
+    matrix as an image; the options as its configuration."""
+    from accelerate import Accelerator  # lazy: only with --log-with
+    folder = Path(args.log_dir) / f'evaluate-{datetime.now():%Y%m%d-%H%M%S}'
+    folder.mkdir(parents=True, exist_ok=True)
+    accelerator = Accelerator(cpu=True)
+    options = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
+    start_trackers(accelerator, args.log_with, folder, options, project_name(None), {},
+                   metrics=[f'{r["model"]}/acc' for r in results])
+    accelerator.log({f'{r["model"]}/{key}': r[key] for r in results for key in ('loss', 'acc', 'acc5')
+                     if r[key] is not None}, step=0)
+    log_figures(accelerator, {f'{r["model"]}/confusion': confusion_figure(
+        np.asarray(r['confusion']), r['class_names'], f'{r["model"]} on {r["dataset"]} {r["split"]}: top-1 '
+        f'{r["acc"]:.2f}%') for r in results}, step=0)
+    accelerator.end_training()
+    print(f'logged to {", ".join(args.log_with)} in {folder}')
 
 
 def _inputs(args, names: Sequence[str]) -> List[Path]:

@@ -130,8 +130,12 @@ def _run_options(g: argparse._ArgumentGroup, d: _DefaultOf) -> None:
     g.add_argument('--log-interval', type=COUNT, **d(50), help='without a progress bar, log every N updates (0: epochs only)')
     g.add_argument('--log-with', type=tracker_name, nargs='+', **d(None), metavar='TRACKER',
                    help='experiment trackers through accelerate: tensorboard, wandb, mlflow, ... (several allowed); '
-                        'each epoch\'s metrics and the options, files under <run>/trackers (W&B offline unless '
-                        'WANDB_MODE says otherwise)')
+                        'the training curve every --log-interval updates, each epoch\'s metrics, the options and the '
+                        'run\'s figures, one tracker run across resumes, files under <run>/trackers (W&B offline '
+                        'unless WANDB_MODE says otherwise; MLflow\'s store there unless MLFLOW_TRACKING_URI is set)')
+    g.add_argument('--tracker-project', **d(None), metavar='NAME',
+                   help='the trackers\' project: W&B project, MLflow experiment, TensorBoard folder under '
+                        '<run>/trackers (default $WANDB_PROJECT, else timm-minimal)')
     g.add_argument('--rank-report', action='store_true', **d(False),
                    help='each process writes rank<N>.json (weights hash, samples seen) into the run folder')
 

@@ -22,13 +22,14 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..models.weights_check import weights_record
-from ..cli import EXIT_DIVERGED, Failure
+from ..cli import EXIT_DIVERGED, Failure, progress
 from .run import checkpoint as ckpt
 from .cli import Provenance
 from .options import Options
 from .plan import RunPlan
 from .seeding import mix_seed, seed_rngs
 from .run.folder import RunFolder
+from .trackers import StepLog
 
 _logger = logging.getLogger('timm_minimal.training.train')
 _RUN_LOG = logging.getLogger('timm_minimal.training')
@@ -198,6 +199,7 @@ class Run:
     compiled: bool = False
     compile_checked: bool = False  # the first step ran: later errors are the model's, not the compiler's
     guard: Optional[FiniteGuard] = None
+    steps: Optional[StepLog] = None  # the training curve's points (set up with the run)
     saves: int = 0
 
     @property
@@ -258,8 +260,9 @@ def _forward_backward(run: Run, x: torch.Tensor, y: torch.Tensor):
     return output, loss
 
 
-def _step(run: Run, x: torch.Tensor, y: torch.Tensor, seed: int):
-    """One batch: forward, backward, clipping and (when the accumulation is complete) the optimizer step."""
+def _step(run: Run, x: torch.Tensor, y: torch.Tensor, seed: int, want_norm: bool = False):
+    """One batch: forward, backward, clipping and (when the accumulation is complete) the optimizer step; returns the
+    output, the loss and, where clipping by norm or ``want_norm`` asked for it, the update's gradient norm."""
     loop, acc = run.loop, run.accelerator
     with acc.accumulate(run.model):
         seed_rngs(seed)
@@ -277,11 +280,30 @@ def _step(run: Run, x: torch.Tensor, y: torch.Tensor, seed: int):
                 acc.clip_grad_value_(run.model.parameters(), loop.clip_grad)
             else:
                 grad_norm = acc.clip_grad_norm_(run.model.parameters(), loop.clip_grad)
+        if acc.sync_gradients and want_norm and grad_norm is None:  # a point of the curve: the norm, nothing clipped
+            grad_norm = acc.clip_grad_norm_(run.model.parameters(), math.inf)
         run.optimizer.step()
         run.optimizer.zero_grad(set_to_none=True)
     run.compile_checked = True
     run.guard.observe(loss, grad_norm)
-    return output.detach(), loss.detach()
+    return output.detach(), loss.detach(), grad_norm
+
+
+class _CurvePoints:
+    """The points of an epoch's training curve (``run.steps``): the mean loss of the main process's batches since the
+    last point, from the epoch's running sums."""
+
+    def __init__(self, run: Run, sums: torch.Tensor, count: float) -> None:
+        self.run, self.loss_sum, self.count = run, float(sums[0]), count
+
+    def write(self, update: int, sums: torch.Tensor, count: float, grad_norm: Optional[torch.Tensor]) -> Dict[str, Any]:
+        loss_sum = float(sums[0])
+        point = dict(update=update, epoch=update / (self.run.batches_per_epoch // self.run.loop.grad_accum_steps),
+                     loss=(loss_sum - self.loss_sum) / max(count - self.count, 1), lr=self.run.lr(),
+                     grad_norm=None if grad_norm is None else float(grad_norm))
+        self.run.steps.write(point)
+        self.loss_sum, self.count = loss_sum, count
+        return point
 
 
 def global_partial(run: Run, sums: torch.Tensor, count: float) -> Dict[str, float]:
@@ -315,7 +337,6 @@ def _lr_of_update(run: Run, update: int) -> float:
 
 def train_one_epoch(run: Run, state: TrainState, epoch: int) -> Dict[str, float]:
     """Train from (epoch, state.batch) to the epoch's end; returns the epoch's summed loss, hits, count, time."""
-    from tqdm.auto import tqdm
     loop, acc = run.loop, run.accelerator
     part = state.partial if state.batch else _zero_partial()
     sums = torch.tensor([part['loss_sum'], part['correct']] if run.is_main else [0.0, 0.0], dtype=torch.float64,
@@ -324,12 +345,14 @@ def train_one_epoch(run: Run, state: TrainState, epoch: int) -> Dict[str, float]
     train_time, batch = part['train_time'], state.batch
     acc.step = 0
     run.model.train()
-    bar = tqdm(total=run.batches_per_epoch, initial=batch, desc=f'epoch {epoch + 1}/{loop.epochs}', leave=False,
-               disable=(not run.is_main) or loop.no_progress or None, dynamic_ncols=True, mininterval=1.0)
+    bar = progress(total=run.batches_per_epoch, initial=batch, desc=f'epoch {epoch + 1}/{loop.epochs}',
+                   disable=(not run.is_main) or loop.no_progress or None)
     show_log = run.is_main and loop.log_interval > 0 and bar.disable
     t0 = time.perf_counter()
+    curve = _CurvePoints(run, sums, count)
     for x, y in run.data.train_batches(epoch, batch):
-        output, loss = _step(run, x, y, mix_seed(loop.seed, 0xB47C, epoch, batch, run.rank))
+        output, loss, grad_norm = _step(run, x, y, mix_seed(loop.seed, 0xB47C, epoch, batch, run.rank),
+                                        want_norm=run.steps.due(state.update + 1))
         n = y.shape[0]
         sums += torch.stack([loss.double() * n, (output.argmax(-1) == y).sum().double()])
         count += n
@@ -346,14 +369,16 @@ def train_one_epoch(run: Run, state: TrainState, epoch: int) -> Dict[str, float]
             state.batch = batch
             state.partial = dict(global_partial(run, sums, count), train_time=train_time + time.perf_counter() - t0)
             save_checkpoint(run, state, is_best=False)
-        if loop.log_interval > 0 and state.update % loop.log_interval == 0 and (show_log or not bar.disable):
-            loss_now = float(loss)
+        if run.steps.due(state.update):
+            point = curve.write(state.update, sums, count, grad_norm)
             if show_log:
-                say(f'  epoch {epoch + 1} batch {batch}/{run.batches_per_epoch}: loss {loss_now:.4f}, '
-                    f'lr {run.lr():.3g}')
-            else:
-                bar.set_postfix(loss=f'{loss_now:.4f}', lr=f'{run.lr():.2e}')
+                say(f'  epoch {epoch + 1} batch {batch}/{run.batches_per_epoch}: loss {point["loss"]:.4f}, '
+                    f'lr {point["lr"]:.3g}')
+            elif not bar.disable:
+                bar.set_postfix(loss=f'{point["loss"]:.4f}', lr=f'{point["lr"]:.2e}')
         run.hooks.after_update(state.update)
+    if run.steps.due(state.update, epoch_end=True) and count > curve.count:
+        curve.write(state.update, sums, count, None)
     bar.close()
     result = global_partial(run, sums, count)  # waits for the device: the epoch's time includes its last steps
     return dict(result, train_time=train_time + time.perf_counter() - t0)
@@ -371,6 +396,21 @@ def evaluate(run: Run, net: nn.Module) -> Dict[str, float]:
     if run.world > 1:
         sums = run.accelerator.reduce(sums, reduction='sum')
     return eval_metrics(sums, run.model_config['num_classes'])
+
+
+@torch.no_grad()
+def confusion(run: Run, net: nn.Module) -> torch.Tensor:
+    """The evaluation split's confusion matrix (rows: true class, columns: predicted), over all processes' shards."""
+    net.eval()
+    k = run.model_config['num_classes']
+    counts = torch.zeros(k * k, dtype=torch.int64, device=run.device)
+    for x, y in run.data.eval_batches():
+        with run.accelerator.autocast():
+            out = net(x)
+        counts += torch.bincount(y * k + out.argmax(-1), minlength=k * k)
+    if run.world > 1:
+        counts = run.accelerator.reduce(counts, reduction='sum')
+    return counts.view(k, k)
 
 
 def eval_sums(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

@@ -65,8 +65,9 @@ from .distill import build_distillation, build_teacher, teacher_bf16, teacher_in
 from .run.files import FolderBusy, describe_write_error, is_disk_full
 from .run.folder import RunFolder
 from .run.clock import launch_elapsed
-from .run.recording import RunInputs, closing_lines, finish_run, rank_report, write_run_record
-from .trackers import log_epoch, start_trackers
+from .run.recording import RunInputs, closing_lines, finish_run, launched_alone, rank_report, write_run_record
+from .figures import run_figures
+from .trackers import StepLog, log_epoch, log_figures, log_summary, project_name, start_trackers
 from .cli import (  # noqa: F401  (also reachable here)
     TOKEN_DISTILL_TYPES, Provenance, UsageError, build_parser, check_numbers, load_recipe, parse_args,
 )
@@ -98,6 +99,10 @@ def make_accelerator(plan: RunPlan):
     torchrun, accelerate launch or the CPU split, train as CPU data parallelism: gloo)."""
     from accelerate import Accelerator
     from accelerate.state import AcceleratorState, GradientState
+    if launched_alone():
+        _logger.warning('accelerate launch set up several processes (MASTER_ADDR is set) but started this one alone: '
+                        'on the CPU, add --multi_cpu to accelerate launch (on GPUs, --multi_gpu); this run trains in '
+                        'one process.')
     if 'WORLD_SIZE' not in os.environ:
         # one process: a run of its own. accelerate keeps one state per process and refuses a second Accelerator of
         # another precision (train.main called again in one Python process, after a bf16 run); its own tests reset
@@ -325,6 +330,7 @@ def _assemble(plan: RunPlan, accelerator: Any, folder: RunFolder, last_dir: Opti
     if scheduler is not None:
         scheduler.step_update(state.update)
     run.guard = FiniteGuard(accelerator.device, state.epoch * batches_per_epoch + state.batch)
+    run.steps = StepLog(folder, accelerator, run.loop.log_interval, bool(o.run.log_with))
     inputs = RunInputs(argv=list(argv), model_kwargs=model_kwargs, data_cfg=data_cfg,
                        num_params=sum(p.numel() for p in unwrapped.parameters()),
                        dataset=_data_info(o.run, data, n_train),
@@ -380,7 +386,7 @@ def _train(run: Run, state: TrainState, inputs: RunInputs, last_dir: Optional[Pa
     if run.is_main:
         write_run_record(run, state, inputs, last_dir, run.plan.compile_mode if run.compiled else None)
     if opts.log_with:
-        start_trackers(acc, opts.log_with, run.folder.path, dict(run.options.values(), model=run.model_name))
+        _start_trackers(run)
     status, message, local_samples, last_plot = 'finished', None, 0, time.perf_counter()
     try:
         for epoch in range(state.epoch, run.loop.epochs):
@@ -405,6 +411,8 @@ def _train(run: Run, state: TrainState, inputs: RunInputs, last_dir: Optional[Pa
     if opts.rank_report:
         rank_report(run, status, local_samples)
     summary = _finish(run, state, status, message, time.perf_counter() - t_launch) if run.is_main else {}
+    if opts.log_with and status == 'finished':
+        _close_trackers(run, state, summary, inputs.dataset['name'])
     if status == 'finished' and summary:
         _say('\n'.join(closing_lines(run, summary)))
     acc.wait_for_everyone()
@@ -417,6 +425,30 @@ def _train(run: Run, state: TrainState, inputs: RunInputs, last_dir: Optional[Pa
     if status == 'failed' and run.is_main:  # one line, the main process's: the others have nothing to add
         raise WriteFailed(message)
     return summary
+
+
+def _start_trackers(run: Run) -> None:
+    """The trackers of ``--log-with``, going on in the tracker runs that run.json names (a resume); the main process
+    records their project and run ids there."""
+    opts = run.options.run
+    record = run.folder.read_record() if run.is_main else None
+    kept = dict(record.trackers) if record is not None else {}
+    project = kept.get('project') or project_name(opts.tracker_project)
+    ids = start_trackers(run.accelerator, opts.log_with, run.folder.path, dict(run.options.values(), model=run.model_name),
+                         project, kept)
+    if record is not None and dict(kept, project=project, **ids) != record.trackers:
+        record.trackers = dict(kept, project=project, **ids)
+        run.folder.write_record(record)
+
+
+def _close_trackers(run: Run, state: TrainState, summary: Dict[str, Any], dataset_name: str) -> None:
+    """The finished run's result and figures into its trackers, once run.json is closed (every process: the figures
+    evaluate on all of them; the main process logs)."""
+    figures = run_figures(run, state, dataset_name)
+    if run.is_main:
+        best, final = summary.get('best') or {}, summary.get('final') or {}
+        log_summary(run.accelerator, best.get('test_acc'), final.get('test_acc'), state.update)
+        log_figures(run.accelerator, figures, state.update)
 
 
 def _epoch(run: Run, state: TrainState, epoch: int, dataset_name: str, last_plot: float) -> float:
@@ -440,7 +472,7 @@ def _epoch(run: Run, state: TrainState, epoch: int, dataset_name: str, last_plot
         f"test loss {row['test_loss']:.4f} acc {row['test_acc']:.2f}% | lr {row['lr']:.2e} | "
         f"{row['throughput']:.0f} img/s | {row['epoch_time']:.1f} s")
     if run.options.run.log_with:
-        log_epoch(run.accelerator, row, epoch + 1)
+        log_epoch(run.accelerator, row)
     run.hooks.after_epoch(row)
     return last_plot
 

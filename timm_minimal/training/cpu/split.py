@@ -44,7 +44,7 @@ from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Se
 
 import torch
 
-from ...cli import env_number, usable_cores
+from ...cli import env_number, timed_progress, usable_cores
 from ..run.files import read_regular_file
 
 __all__ = ['Decision', 'SPLIT_MIN_IMAGES', 'core_budget', 'cpu_signature', 'kernel_caps',
@@ -566,7 +566,8 @@ def decide(model: str, batch: int, cache_dir: Path, budget: Optional[int] = None
         f'{", compiled or not" if len(modes) > 1 else ""}{", bf16 or fp32" if len(precisions) > 1 else ""}'
         f'{", heads padded or not" if len(pads) > 1 else ""}; '
         f'{_probe_seconds(processes, modes, pads, precisions):.0f} s or so) ...')
-    best, found, speedups = _measure(model, batch, budget, processes, modes, pads, precisions, padded, step)
+    with timed_progress(_probe_seconds(processes, modes, pads, precisions), 'measuring this CPU'):
+        best, found, speedups = _measure(model, batch, budget, processes, modes, pads, precisions, padded, step)
     chosen = _label(best.processes, budget // best.processes, best.compiled, best.padded, best.bf16)
     say('  ' + ', '.join(found) + f' -> {chosen if best.rates else "1 process"}')
     if not best.rates:

@@ -25,6 +25,7 @@ import torch
 from torch.utils.data import Dataset
 
 from .batch_augment import BatchAugment, BatchAugmentConfig, epoch_uniforms
+from ...cli import progress
 from ...models.images import convert_image
 from .loading import ArrayImageDataset, IndexSubset
 from ..run.files import read_derived_npz
@@ -67,9 +68,8 @@ def _array_fast_path(ds: Dataset, input_size: Sequence[int]) -> Optional[Tuple[n
 
 
 def _transform_all(ds: Dataset, transform: Any, img_mode: str) -> Tuple[np.ndarray, np.ndarray]:
-    from tqdm.auto import tqdm
     images, labels = [], []
-    for i in tqdm(range(len(ds)), desc='decoding images once', mininterval=2.0, leave=False):
+    for i in progress(range(len(ds)), desc='decoding images once', unit='image'):
         img, label = ds[i]
         img = convert_image(img, img_mode)
         images.append(np.asarray(transform(img), dtype=np.uint8))

@@ -23,6 +23,7 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
+from ...cli import progress
 from .names import DatasetError, damaged_file
 from ..run.files import read_derived_npz
 from .image_folder import EVAL_SPLIT_DIRS, IMAGE_EXTENSIONS, open_image, stack_same_size
@@ -47,7 +48,7 @@ def _image_members(archive: Path) -> Dict[Tuple[str, ...], bytes]:
     files = {}
     try:
         with tarfile.open(archive) as tar:
-            for member in tar:
+            for member in progress(tar, desc=f'reading {archive.name} (once)', unit='file'):
                 parts = tuple(p for p in member.name.split('/') if p not in ('', '.'))
                 if member.isfile() and parts and os.path.splitext(parts[-1])[1].lower() in IMAGE_EXTENSIONS \
                         and not any(p.startswith('.') for p in parts):
@@ -87,7 +88,8 @@ def _decode_split(archive: Path, files: Dict[Tuple[str, ...], bytes], split: str
     zero = ['/'.join(p) for _, p in samples if not files[p]]
     if zero:
         raise DatasetError(f'{len(zero)} image file(s) of zero bytes in {archive}: {", ".join(zero[:5])}.')
-    images = [np.asarray(open_image(io.BytesIO(files[p]), f'{archive}:{"/".join(p)}', 'RGB')) for _, p in samples]
+    images = [np.asarray(open_image(io.BytesIO(files[p]), f'{archive}:{"/".join(p)}', 'RGB'))
+              for _, p in progress(samples, desc=f'decoding {split}/ of {archive.name} (once)', unit='image')]
     return stack_same_size(images, str(archive)), np.asarray([lab for lab, _ in samples], dtype=np.int64)
 
 

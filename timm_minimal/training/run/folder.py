@@ -6,7 +6,9 @@ A run folder holds
   and best metrics),
 - ``args.yaml``: the resolved options (what ``--resume`` reads back),
 - ``metrics.jsonl``: one JSON line per finished epoch,
-- ``curves.png``: loss, accuracy and learning rate per epoch,
+- ``steps.jsonl``: one JSON line per point of the training curve (``trackers.StepLog``: every ``--log-interval``
+  updates and each epoch's end),
+- ``curves.png``: loss, accuracy and learning rate, per update where ``steps.jsonl`` has them,
 - ``checkpoints/last`` and ``checkpoints/best`` (see ``timm_minimal.training.run.checkpoint``),
 - ``.lock``: an OS lock held by the training process, so that two runs never write one folder.
 
@@ -83,6 +85,10 @@ class RunFolder:
     @property
     def metrics_file(self) -> Path:
         return self.path / 'metrics.jsonl'
+
+    @property
+    def steps_file(self) -> Path:
+        return self.path / 'steps.jsonl'
 
     @property
     def curves_file(self) -> Path:
@@ -199,36 +205,63 @@ class RunFolder:
             f.flush()
             os.fsync(f.fileno())
 
+    # -- steps.jsonl -----------------------------------------------------------------------------
+    def read_steps(self) -> List[Dict[str, Any]]:
+        """The curve's points so far ([] when absent); a line that is not a point (a write cut short by a kill) is
+        passed over."""
+        if not self.steps_file.is_file():
+            return []
+        rows = []
+        for line in self.steps_file.read_text().splitlines():
+            try:
+                row = json.loads(line)
+            except (ValueError, RecursionError):
+                continue
+            if isinstance(row, dict) and isinstance(row.get('update'), int) and \
+                    all(isinstance(row.get(k), (int, float)) for k in ('epoch', 'loss', 'lr')):
+                rows.append(row)
+        return rows
+
+    def append_step(self, row: Dict[str, Any]) -> None:
+        with open(self.steps_file, 'a') as f:
+            f.write(json.dumps(row) + '\n')
+
     # -- curves.png -----------------------------------------------------------------------------
     def plot_curves(self, rows: Optional[List[Dict[str, Any]]] = None, title: str = '') -> None:
-        """Loss, accuracy and learning rate per epoch as ``curves.png`` (written atomically)."""
+        """``curves_figure`` of this run as ``curves.png`` (written atomically)."""
         rows = self.read_metrics() if rows is None else rows
         if rows:
-            plot_curves(rows, self.curves_file, title=title)
+            fig = curves_figure(rows, self.read_steps(), title)
+            ckpt.write_file_atomic(self.curves_file, lambda tmp: fig.savefig(tmp, format='png', dpi=100))
 
 
-def plot_curves(metrics: List[Dict[str, Any]], path: Path, title: str = '') -> None:
-    """Loss, accuracy and learning rate per epoch as a PNG (written atomically)."""
-    import matplotlib
-    matplotlib.use('Agg')
-    import matplotlib.pyplot as plt
+def curves_figure(metrics: List[Dict[str, Any]], steps: List[Dict[str, Any]] = (), title: str = '') -> Any:
+    """Loss, accuracy and learning rate over the epochs: the training loss and the learning rate per update where
+    ``steps`` (steps.jsonl rows) has them (warm-up and schedule show), each epoch's means and test numbers as marks."""
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
     ep = [m['epoch'] for m in metrics]
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    fig = Figure(figsize=(15, 4.2), layout='constrained')
+    axes = fig.subplots(1, 3)
+    if steps:
+        axes[0].plot([s['epoch'] for s in steps], [s['loss'] for s in steps], '-', lw=1, alpha=.6,
+                     label='train (per update)')
     for ax, key, ylabel in ((axes[0], 'loss', 'loss'), (axes[1], 'acc', 'accuracy (%)')):
-        ax.plot(ep, [m[f'train_{key}'] for m in metrics], 'o-', label='train')
+        ax.plot(ep, [m[f'train_{key}'] for m in metrics], 'o-', label='train (epoch)')
         ax.plot(ep, [m[f'test_{key}'] for m in metrics], 's-', label='test')
         if f'ema_test_{key}' in metrics[0]:
             ax.plot(ep, [m[f'ema_test_{key}'] for m in metrics], '^--', label='test (EMA)')
         ax.set(xlabel='epoch', ylabel=ylabel, title=key if key == 'loss' else 'accuracy')
         ax.legend()
-    axes[2].plot(ep, [m['lr'] for m in metrics], 'o-')
-    axes[2].set(xlabel='epoch', ylabel='learning rate', title='learning rate (end of epoch)')
+    if steps:
+        axes[2].plot([s['epoch'] for s in steps], [s['lr'] for s in steps], '-')
+        axes[2].set(title='learning rate (per update)')
+    else:
+        axes[2].plot(ep, [m['lr'] for m in metrics], 'o-')
+        axes[2].set(title='learning rate (end of epoch)')
+    axes[2].set(xlabel='epoch', ylabel='learning rate')
     for ax in axes:
         ax.grid(alpha=.3)
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout()
-    tmp = path.with_name(f'.{path.name}.{os.getpid()}.tmp.png')
-    fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    os.replace(tmp, path)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    fig.suptitle(title or 'training curves')
+    return fig

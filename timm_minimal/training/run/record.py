@@ -121,6 +121,7 @@ class RunRecord:
     units: Dict[str, str] = field(default_factory=dict)
     versions: Dict[str, str] = field(default_factory=dict)
     launches: List[Launch] = field(default_factory=list)
+    trackers: Dict[str, str] = field(default_factory=dict)  # the trackers' project and each one's run id (a resume goes on in it)
     finished: Optional[str] = None
     wall_time: Optional[float] = None
     epochs_completed: Optional[int] = None

@@ -17,7 +17,7 @@ from ..engine import Run, TrainState, weights_hash
 
 from .record import Launch, RunRecord
 
-__all__ = ['RunInputs', 'versions', 'device_name', 'write_run_record', 'finish_run', 'closing_lines', 'rank_report']
+__all__ = ['RunInputs', 'versions', 'device_name', 'launched_alone', 'write_run_record', 'finish_run', 'closing_lines', 'rank_report']
 
 
 @dataclass(frozen=True)
@@ -57,13 +57,19 @@ def cpu_flags(device: torch.device) -> Optional[str]:
     return cpu_signature()['flags']
 
 
+def launched_alone() -> bool:
+    """accelerate launch set this process up for several (``--num_processes 2`` sets MASTER_ADDR) but started it alone,
+    without a world (``--cpu`` without ``--multi_cpu``)."""
+    return 'MASTER_ADDR' in os.environ and 'WORLD_SIZE' not in os.environ
+
+
 def launcher_command() -> Optional[str]:
-    """The command that started this process's distributed run where another launcher did (``accelerate launch``,
-    ``torchrun``: this process's parent, as the system shows it), the interpreter's path left out; None for a run of
-    one process or the package's own CPU split (whose ``timm-minimal-train`` line relaunches it)."""
+    """The command that started this process where another launcher did (``accelerate launch``, ``torchrun``: this
+    process's parent, as the system shows it), the interpreter's path left out; None for a run of one process that no
+    launcher started, or the package's own CPU split (whose ``timm-minimal-train`` line relaunches it)."""
     from ..cpu.policy import SPLIT_STATUS_ENV
     world = os.environ.get('WORLD_SIZE', '1')
-    if not world.isdigit() or int(world) < 2 or os.environ.get(SPLIT_STATUS_ENV):
+    if os.environ.get(SPLIT_STATUS_ENV) or not (launched_alone() or (world.isdigit() and int(world) > 1)):
         return None
     try:
         words = [w.decode(errors='replace') for w in Path(f'/proc/{os.getppid()}/cmdline').read_bytes().split(b'\0') if w]
