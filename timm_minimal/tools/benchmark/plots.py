@@ -1,9 +1,9 @@
 """The report's PNG plots (matplotlib, imported on first use, Agg backend)."""
 from typing import Any, Dict, List, Optional, Tuple
 
-from ...models.paper import BASELINE
+from ...models.paper import PAPER_EPOCHS
 from .accuracy import PAPER_TABLE2
-from ..figures import pyplot
+from ..figures import label_points, pyplot
 from .measure import median
 
 
@@ -79,22 +79,17 @@ def plot_accuracy(repro: Optional[List[Dict[str, Any]]], path: str) -> str:
     fig, ax = plt.subplots(figsize=(7.5, 5))
     paper = PAPER_TABLE2
     ax.scatter([p['params'] for p in paper], [p['val_acc'] for p in paper], marker='x', color='black',
-               label='paper, Table 2 (MNIST, 6 layers)', zorder=3)
-    right = {BASELINE: 5, 'vit_minimal_std_mlp_6x4': -10}  # label beside the point, dy
-    for i, p in enumerate(sorted(paper, key=lambda p: p['params'])):
-        dx, dy, ha = (5, right[p['model']], 'left') if p['model'] in right else (-4, 6 if i % 2 else -11, 'right')
-        ax.annotate(p['model'].replace('vit_minimal_', ''), (p['params'], p['val_acc']), textcoords='offset points',
-                    xytext=(dx, dy), ha=ha, fontsize=7, color='dimgray')
+               label=f'paper, Table 2 (MNIST, 6 layers, {PAPER_EPOCHS} epochs)', zorder=3)
+    points = [(p['params'], p['val_acc'], p['model'], 'dimgray') for p in paper]
     if repro:
         datasets = sorted({str(r.get('dataset', '')) for r in repro})
         for ds in datasets:
             sel = [r for r in repro if str(r.get('dataset', '')) == ds]
-            acc = [r['val_acc'] for r in sel]
-            ax.scatter([r['params'] for r in sel], acc, marker='o', label=f'this project ({ds or "?"})', zorder=4)
-            for r, a in zip(sel, acc):
-                ax.annotate(str(r.get('model', '')).replace('vit_minimal_', ''), (r['params'], a),
-                            textcoords='offset points', xytext=(4, 3), fontsize=7)
-        title = 'Validation accuracy against parameters'
+            dots = ax.scatter([r['params'] for r in sel], [r['val_acc'] for r in sel], marker='o',
+                              label=f'this project ({ds or "?"})', zorder=4)
+            points += [(r['params'], r['val_acc'], str(r.get('model', '')).split('.')[0],
+                        dots.get_facecolor()[0]) for r in sel]
+        title = 'Validation accuracy against parameters: the paper\'s Table 2 and this project'
     else:
         title = 'Validation accuracy against parameters (paper only: no reproduction results yet)'
     ax.set_xscale('log')
@@ -110,6 +105,8 @@ def plot_accuracy(repro: Optional[List[Dict[str, Any]]], path: str) -> str:
     ax.grid(True, which='both', alpha=0.3)
     ax.legend(fontsize=8, loc='lower right')
     fig.tight_layout()
+    label_points(ax, [(x, y) for x, y, _, _ in points], [m.replace('vit_minimal_', '') for _, _, m, _ in points],
+                 [c for _, _, _, c in points])
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path

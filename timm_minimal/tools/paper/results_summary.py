@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ...models.datasets import DATASETS
 from ...models.paper import PAPER, PAPER_DATASETS, PAPER_EPOCHS, arch_name
-from ..figures import pyplot
+from ..figures import label_points, pyplot
 from .grid_row import read_grid_rows
 
 __all__ = ['load_rows', 'write_summary', 'cell', 'check_row', 'load_pilots', 'pilot_setup', 'pilot_seed']
@@ -285,25 +285,40 @@ def claim_section(rows: List[Row]) -> List[str]:
 
 
 def write_plot(rows: List[Row], path: Path) -> None:
-    """Accuracy lost against parameters saved, one series per dataset and depth."""
+    """Accuracy lost against parameters saved, one panel per dataset, depth and budget (each against its baseline),
+    every point named."""
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for group in _groups(rows):
-        base = _baseline(rows, group)
-        if base is None:
-            continue
+    groups = [(group, _baseline(rows, group)) for group in _groups(rows)]
+    groups = [(group, base) for group, base in groups if base is not None]
+    if not groups:
+        return
+    cols = min(3, len(groups))
+    fig, axes = plt.subplots(-(-len(groups) // cols), cols, figsize=(4.6 * cols, 3.6 * -(-len(groups) // cols)),
+                             squeeze=False, sharex=True)
+    for ax in axes.flat[len(groups):]:
+        ax.set_visible(False)
+    named = []
+    for ax, (group, base) in zip(axes.flat, groups):
         g = [r for r in rows if _group(r) == group]
-        xs = [100 * (1 - r['params'] / base['params']) for r in g]
-        ys = [r['val_acc'] - base['val_acc'] for r in g]
-        ax.scatter(xs, ys, label=f'{_name(group[0])}, {group[1]} layers ({g[0]["epochs"]} epochs)')
-        for x, y, r in zip(xs, ys, g):
-            ax.annotate(r['architecture'].replace('vit_minimal_', ''), (x, y), fontsize=6,
-                        xytext=(3, 3), textcoords='offset points')
-    ax.axhline(0, color='grey', lw=0.8)
-    ax.set_xlabel('parameters saved against the baseline (%)')
-    ax.set_ylabel('validation accuracy against the baseline (pp)')
-    ax.legend(fontsize=8)
+        points = [(100 * (1 - r['params'] / base['params']), r['val_acc'] - base['val_acc']) for r in g]
+        named.append((ax, points, [r['architecture'].replace('vit_minimal_', '') for r in g]))
+        ax.scatter(*zip(*points), s=18, zorder=3)
+        ax.axhline(0, color='grey', lw=0.8)
+        ax.set_title(f'{_name(group[0])}, {group[1]} layers, {g[0]["epochs"]} epochs', fontsize=9)
+        ax.grid(alpha=.3)
+        low, high = min(y for _, y in points), max(y for _, y in points)
+        pad = max(1.0, (high - low) * .15)
+        ax.set_ylim(low - pad, high + pad)
+        ax.set_xlim(-12, 100)
+    for ax in axes[-1]:
+        ax.set_xlabel('parameters saved (%)')
+    for row in axes:
+        row[0].set_ylabel('accuracy against\nthe baseline (pp)')
+    fig.suptitle('Accuracy lost against parameters saved, each panel against its baseline, std_mlp_<depth>x1',
+                 fontsize=10)
     fig.tight_layout()
+    for ax, points, names in named:  # once the layout is final
+        label_points(ax, points, names, fontsize=6, step=4)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
     plt.close(fig)
