@@ -6,7 +6,9 @@ torchvision one (``use_fast=True``: one batched resize, crop and normalisation),
 For each shipped geometry (MNIST digits, CIFAR-10 images, an ImageNet-size input of the .in1k cfg), random RGB
 images of a size that needs a resize go through both processors, alternating within each repeat; the table gives
 the median milliseconds a batch, the speed of the torchvision processor against the PIL one, and the largest pixel
-difference in 8-bit levels. Prints the CPU, its flags and the versions above the table.
+difference in 8-bit levels. transformers' own ``ViTImageProcessor`` (its torchvision backend, set to the same size, mean,
+std and filter; it resizes straight to the input size, without timm's crop) takes its turn too, as the reference the
+torchvision processor should keep up with. Prints the CPU, its flags and the versions above the table.
 """
 import statistics
 import sys
@@ -38,16 +40,21 @@ def main(argv=None) -> int:
     print(f'{cpu["device"]} (CPU flags: {cpu["flags"]}); {args.threads} thread(s); python {sys.version.split()[0]}, '
           f'torch {torch.__version__}, transformers {transformers.__version__}; batch {args.batch}, median of '
           f'{args.repeats}; torchvision processor on {args.device}\n')
-    print('| checkpoint geometry | input | PIL ms | torchvision ms | speed | max diff (levels) |')
-    print('|---|---|---:|---:|---:|---:|')
+    print('| checkpoint geometry | input | PIL ms | torchvision ms | speed | ViTImageProcessor ms | torchvision / ViT '
+          '| max diff (levels) |')
+    print('|---|---|---:|---:|---:|---:|---:|---:|')
     rng = np.random.default_rng(0)
     for name, (h, w) in CASES:
         cfg = timm.create_model(name).pretrained_cfg
         images = [Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)) for _ in range(args.batch)]
         slow = VitMinimalImageProcessor.from_pretrained_cfg(cfg)
         fast = VitMinimalImageProcessorFast.from_pretrained_cfg(cfg)
+        vit = transformers.ViTImageProcessor(
+            size=dict(height=cfg['input_size'][1], width=cfg['input_size'][2]), image_mean=list(slow.image_mean),
+            image_std=list(slow.image_std), resample=getattr(Image.Resampling, cfg['interpolation'].upper()))
         calls = {'slow': lambda: slow(images)['pixel_values'],
-                 'fast': lambda: fast(images, device=args.device)['pixel_values'].cpu()}
+                 'fast': lambda: fast(images, device=args.device)['pixel_values'].cpu(),
+                 'vit': lambda: vit(images, return_tensors='pt')['pixel_values']}
         out = {k: f() for k, f in calls.items()}  # warm-up
         times = {k: [] for k in calls}
         for _ in range(args.repeats):
@@ -59,7 +66,8 @@ def main(argv=None) -> int:
         level = 1 / 255 / min(slow.image_std)
         diff = float((out['fast'] - out['slow']).abs().max()) / level
         print(f'| {name} ({cfg["input_size"][1]}x{cfg["input_size"][2]}, {cfg["interpolation"]}) | {h}x{w} | '
-              f'{ms["slow"]:.1f} | {ms["fast"]:.1f} | {ms["slow"] / ms["fast"]:.2f}x | {diff:.2f} |')
+              f'{ms["slow"]:.1f} | {ms["fast"]:.1f} | {ms["slow"] / ms["fast"]:.2f}x | {ms["vit"]:.1f} | '
+              f'{ms["vit"] / ms["fast"]:.2f}x | {diff:.2f} |')
     return 0
 
 

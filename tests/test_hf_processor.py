@@ -38,8 +38,8 @@ PROCESSORS = [VitMinimalImageProcessor, VitMinimalImageProcessorFast]
 
 
 def _level(processor):
-    """One 8-bit level after normalisation: how far the torchvision processor's resize may differ from PIL's."""
-    return 1 / 255 / min(processor.image_std) + 1e-6 if isinstance(processor, VitMinimalImageProcessorFast) else ATOL
+    """Two 8-bit levels after normalisation: how far the torchvision processor's resize may differ from PIL's."""
+    return 2 / 255 / min(processor.image_std) + 1e-6 if isinstance(processor, VitMinimalImageProcessorFast) else ATOL
 
 
 @pytest.mark.parametrize('cls', PROCESSORS)
@@ -200,25 +200,27 @@ def test_a_float_image_a_little_over_1_is_a_0_1_image():
 
 
 @pytest.mark.parametrize('interpolation', ['nearest', 'bilinear', 'bicubic', 'box', 'hamming', 'lanczos'])
-def test_pil_resize_is_pillows_within_one_level(interpolation):
+def test_the_torchvision_processors_resize_is_pillows_within_two_levels(interpolation):
     """The torchvision processor's resize against Pillow's, shrinking and growing, each dimension alone and both,
-    the height shrinking faster than the width (Pillow 13 then runs its vertical pass first)."""
-    from timm_minimal.models.resample import pil_resize
-    modes = dict(nearest=Image.NEAREST, bilinear=Image.BILINEAR, bicubic=Image.BICUBIC, box=Image.BOX,
-                 hamming=Image.HAMMING, lanczos=Image.LANCZOS)
+    grey and RGB: torchvision's uint8 kernels for bilinear and bicubic, Pillow itself for the other filters."""
+    processor = VitMinimalImageProcessorFast(pretrained_cfg=dict(input_size=(3, 32, 32), mean=(0.5,) * 3,
+                                                                 std=(0.5,) * 3, interpolation=interpolation))
     rng = np.random.default_rng(0)
     for (h, w), (oh, ow) in (((260, 300), (256, 295)), ((30, 40), (28, 37)), ((28, 28), (56, 56)),
                              ((100, 20), (30, 25)), ((7, 300), (20, 28)), ((50, 64), (50, 32)), ((50, 64), (36, 64))):
-        x = rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
-        want = np.asarray(Image.fromarray(x).resize((ow, oh), modes[interpolation])).astype(int)
-        got = pil_resize(torch.from_numpy(x).permute(2, 0, 1), (oh, ow), interpolation).permute(1, 2, 0).numpy()
-        assert got.dtype == np.uint8 and got.shape == want.shape
-        assert np.abs(got.astype(int) - want).max() <= 1, ((h, w), (oh, ow))
+        for channels in (1, 3):
+            x = rng.integers(0, 256, (h, w, channels), dtype=np.uint8)
+            want = np.asarray(Image.fromarray(x.squeeze(-1) if channels == 1 else x).resize(
+                (ow, oh), getattr(Image.Resampling, interpolation.upper()))).astype(int)
+            got = processor._resize(torch.from_numpy(x).permute(2, 0, 1)[None], (oh, ow))[0].permute(1, 2, 0).numpy()
+            assert got.dtype == np.uint8 and got.shape[:2] == want.shape[:2]
+            exact = interpolation not in ('bilinear', 'bicubic')
+            assert np.abs(got.astype(int) - want.reshape(got.shape)).max() <= (0 if exact else 2), ((h, w), (oh, ow))
 
 
 def test_processor_saved_with_the_model(saved):
     """transformers' torchvision backend by default and with use_fast=True, the PIL one with use_fast=False (or
-    backend='pil'); their pixel values agree within one 8-bit level."""
+    backend='pil'); their pixel values agree within two 8-bit levels."""
     folder, model = saved
     fast, slow = AutoImageProcessor.from_pretrained(folder, use_fast=True), AutoImageProcessor.from_pretrained(folder, use_fast=False)
     assert type(fast) is type(AutoImageProcessor.from_pretrained(folder)) is VitMinimalImageProcessorFast

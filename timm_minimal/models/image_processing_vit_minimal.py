@@ -18,6 +18,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 import numpy as np
 import torch
 from PIL import Image
+from torchvision.transforms.v2 import InterpolationMode
+from torchvision.transforms.v2 import functional as tv_functional
 
 from transformers.image_processing_backends import TorchvisionBackend
 from transformers.image_processing_utils import BaseImageProcessor, BatchFeature
@@ -25,7 +27,6 @@ from transformers.processing_utils import ImagesKwargs
 
 from .configuration_vit_minimal import AUTO_MAP
 from .datasets import MIN_CROP_PCT, channel_stats
-from .resample import PIL_FILTERS, pil_resize
 from .images import CHANNEL_MODES, array_to_image, check_image_size, check_layout, convert_image, image_mode, upright
 
 __all__ = ['VitMinimalImageProcessor', 'VitMinimalImageProcessorFast']
@@ -33,7 +34,7 @@ __all__ = ['VitMinimalImageProcessor', 'VitMinimalImageProcessorFast']
 # what a processor's JSON holds: its timm pretrained cfg (the one home of its settings), its class, and where remote
 # code finds both classes; the settings themselves are attributes, derived from the cfg
 _SAVED = ('pretrained_cfg', 'image_processor_type', 'processor_class', 'auto_map')
-INTERPOLATIONS = ('nearest', *PIL_FILTERS)
+INTERPOLATIONS = ('nearest', 'bilinear', 'bicubic', 'box', 'hamming', 'lanczos')  # Pillow's filters, timm's names
 CROP_MODES = ('center', 'squash', 'border')
 # the settings of timm's evaluation transform; each is needed, but crop_mode, which is timm's 'center' when unsaid
 SETTINGS = ('size', 'num_channels', 'image_mean', 'image_std', 'interpolation', 'crop_pct', 'crop_mode')
@@ -41,6 +42,8 @@ _CFG_NEEDS = ('input_size', 'mean', 'std')  # what a pretrained cfg must say its
 # the keys of a processor's JSON that transformers' base classes take; config.json's model keys are not set on it
 _PASSED = ('image_processor_type', 'processor_class', 'auto_map', 'feature_extractor_type')
 _PROCESSOR_FILE, _CONFIG_FILE = 'preprocessor_config.json', 'config.json'
+# the filters whose antialiased uint8 kernels in torchvision are Pillow's (within two 8-bit levels)
+TORCHVISION_FILTERS = {'bilinear': InterpolationMode.BILINEAR, 'bicubic': InterpolationMode.BICUBIC}
 
 
 class VitMinimalImageProcessorKwargs(ImagesKwargs, total=False):
@@ -292,8 +295,8 @@ class VitMinimalImageProcessorFast(_TimmEvalSettings, TorchvisionBackend):
     """The same preprocessing with torch and torchvision (transformers' torchvision backend, ``use_fast=True``):
     each image is converted to the model's channels as the PIL processor converts it, then the images of one size
     are resized, cropped and normalised together, on ``device`` where given. Its pixel values are the PIL
-    processor's within one 8-bit level: the resize is Pillow's, done in torch (``resample.pil_resize``); equal where
-    no resize is needed."""
+    processor's within two 8-bit levels: bilinear and bicubic resizes are torchvision's antialiased uint8 kernels,
+    the other filters Pillow's own; equal where no resize is needed."""
 
     def preprocess(
             self,
@@ -308,30 +311,49 @@ class VitMinimalImageProcessorFast(_TimmEvalSettings, TorchvisionBackend):
         images = self._images(images, kwargs, return_tensors, input_data_format, data_format)
         pixels = [torch.from_numpy(np.array(self._to_pil(image, input_data_format))) for image in images]
         steps = self._transform().transforms
-        mean = torch.tensor(self.image_mean, device=device).view(-1, 1, 1)
         std = torch.tensor(self.image_std, device=device).view(-1, 1, 1)
-        out: List[Optional[torch.Tensor]] = [None] * len(pixels)
+        scale, shift = 1 / (255 * std), -torch.tensor(self.image_mean, device=device).view(-1, 1, 1) / std
         by_size: Dict[Any, List[int]] = {}
         for i, p in enumerate(pixels):
             by_size.setdefault(tuple(p.shape), []).append(i)
+        out: Optional[torch.Tensor] = None
         for indices in by_size.values():
             batch = torch.stack([pixels[i] for i in indices]).to(device)
             batch = batch.unsqueeze(1) if batch.dim() == 3 else batch.permute(0, 3, 1, 2)  # (B, C, H, W) uint8
-            batch = (self._geometry(steps, batch).float() / 255 - mean) / std
-            for i, x in zip(indices, batch):
-                out[i] = x
-        return self._output(torch.stack(out), return_tensors, data_format)
+            batch = self._geometry(steps, batch).float().mul_(scale).add_(shift)  # (x / 255 - mean) / std in place
+            if len(by_size) == 1:
+                out = batch
+            else:
+                out = batch.new_empty((len(pixels), *batch.shape[1:])) if out is None else out
+                out[indices] = batch
+        return self._output(out, return_tensors, data_format)
 
     def _geometry(self, steps: Sequence[Any], batch: torch.Tensor) -> torch.Tensor:
-        """timm's resize and crop steps on a uint8 batch: a resize to the size it gives a PIL image of the batch's size,
-        done as Pillow does it (``pil_resize``); the crops and pads are torchvision's, on tensors."""
+        """timm's resize and crop steps on a uint8 batch: a resize to the size it gives a PIL image of the batch's size
+        (``_resize``); the crops and pads are torchvision's, on tensors."""
         for step in steps:
             name = type(step).__name__
             if name in ('MaybeToTensor', 'ToTensor', 'Normalize'):
                 continue
             if name.startswith('Resize'):
                 width, height = step(Image.new('L', (batch.shape[-1], batch.shape[-2]))).size
-                batch = pil_resize(batch, (height, width), self.interpolation)
+                batch = self._resize(batch, (height, width))
             else:
                 batch = step(batch)
         return batch
+
+    def _resize(self, batch: torch.Tensor, size: Tuple[int, int]) -> torch.Tensor:
+        """A uint8 batch (B, C, H, W) resized to ``size`` (height, width): bilinear and bicubic by torchvision's
+        antialiased uint8 kernels (Pillow's filters: within two 8-bit levels of Pillow), the other filters by Pillow
+        itself, image by image."""
+        if tuple(batch.shape[-2:]) == tuple(size):
+            return batch
+        if self.interpolation in TORCHVISION_FILTERS:
+            return tv_functional.resize(batch, list(size), interpolation=TORCHVISION_FILTERS[self.interpolation],
+                                        antialias=True)
+        resample = getattr(Image.Resampling, self.interpolation.upper())
+        images = [Image.fromarray(x.squeeze(0).cpu().numpy() if x.shape[0] == 1 else x.permute(1, 2, 0).cpu().numpy())
+                  for x in batch]
+        out = [torch.from_numpy(np.array(im.resize((size[1], size[0]), resample))) for im in images]
+        out = torch.stack(out).to(batch.device)
+        return out.unsqueeze(1) if out.dim() == 3 else out.permute(0, 3, 1, 2)
