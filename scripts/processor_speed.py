@@ -33,7 +33,7 @@ def main(argv=None) -> int:
     import torch
     import transformers
     from PIL import Image
-    from timm_minimal import VitMinimalImageProcessor, VitMinimalImageProcessorFast
+    from timm_minimal import VitMinimalImageProcessorPil, VitMinimalImageProcessor
     from timm_minimal.tools.common import cpu_environment
     torch.set_num_threads(args.threads)
     cpu = cpu_environment()
@@ -47,8 +47,8 @@ def main(argv=None) -> int:
     for name, (h, w) in CASES:
         cfg = timm.create_model(name).pretrained_cfg
         images = [Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)) for _ in range(args.batch)]
-        slow = VitMinimalImageProcessor.from_pretrained_cfg(cfg)
-        fast = VitMinimalImageProcessorFast.from_pretrained_cfg(cfg)
+        slow = VitMinimalImageProcessorPil.from_pretrained_cfg(cfg)
+        fast = VitMinimalImageProcessor.from_pretrained_cfg(cfg)
         vit = transformers.ViTImageProcessor(
             size=dict(height=cfg['input_size'][1], width=cfg['input_size'][2]), image_mean=list(slow.image_mean),
             image_std=list(slow.image_std), resample=getattr(Image.Resampling, cfg['interpolation'].upper()))

@@ -26,7 +26,7 @@ from transformers import (
 import timm_minimal
 from timm_minimal import (
     ARCHITECTURES, VisionTransformerMinimal, VitMinimalConfig, VitMinimalForImageClassification,
-    VitMinimalImageProcessorFast, VitMinimalModel,
+    VitMinimalImageProcessor, VitMinimalModel,
 )
 from timm_minimal.tools.hub.hf_export import check_hf_configs, write_hf_configs
 from timm_minimal.models.layers import sincos_2d_pos_embed
@@ -426,8 +426,8 @@ def test_remote_code_without_the_package(checkpoints, tmp_path):
             diff = (model(expected['x']).logits - expected['logits']).abs().max().item()
         processor = AutoImageProcessor.from_pretrained(folder, trust_remote_code=True)
         slow = AutoImageProcessor.from_pretrained(folder, trust_remote_code=True, use_fast=False)
-        assert type(processor).__name__ == 'VitMinimalImageProcessorFast', type(processor)
-        assert type(slow).__name__ == 'VitMinimalImageProcessor', type(slow)
+        assert type(processor).__name__ == 'VitMinimalImageProcessor', type(processor)
+        assert type(slow).__name__ == 'VitMinimalImageProcessorPil', type(slow)
         image = Image.linear_gradient('L').resize((40, 30)).convert('RGB')
         pixels = processor(image)['pixel_values']
         assert pixels.shape == (1, 1, 28, 28), pixels.shape
@@ -456,7 +456,7 @@ def test_pipeline_returns_class_names(checkpoints, monkeypatch):
                                                          'frog', 'horse', 'ship', 'truck'])):
         folder, model = checkpoints[name]
         classifier = pipeline('image-classification', model=str(folder))
-        assert isinstance(classifier.image_processor, VitMinimalImageProcessorFast)  # transformers' default backend
+        assert isinstance(classifier.image_processor, VitMinimalImageProcessor)  # transformers' default backend
         result = classifier(_image(), top_k=3)
         assert len(result) == 3 and all(r['label'] in names and 0 <= r['score'] <= 1 for r in result)
         assert not asked, asked

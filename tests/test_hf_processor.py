@@ -1,4 +1,4 @@
-"""The image processors (``VitMinimalImageProcessor`` and its torchvision twin): timm's eval transform, every input
+"""The image processors (``VitMinimalImageProcessor``, torchvision, and its PIL twin ``VitMinimalImageProcessorPil``): timm's eval transform, every input
 layout ``ViTImageProcessor`` takes, and clear refusals."""
 import json
 
@@ -11,7 +11,7 @@ from timm.data import create_transform, resolve_data_config
 from transformers import AutoImageProcessor
 
 from timm_minimal import (
-    VitMinimalConfig, VitMinimalForImageClassification, VitMinimalImageProcessor, VitMinimalImageProcessorFast,
+    VitMinimalConfig, VitMinimalForImageClassification, VitMinimalImageProcessorPil, VitMinimalImageProcessor,
 )
 
 torch.set_num_threads(1)
@@ -34,12 +34,12 @@ def saved(tmp_path_factory):
     return folder, model
 
 
-PROCESSORS = [VitMinimalImageProcessor, VitMinimalImageProcessorFast]
+PROCESSORS = [VitMinimalImageProcessorPil, VitMinimalImageProcessor]
 
 
 def _level(processor):
     """Two 8-bit levels after normalisation: how far the torchvision processor's resize may differ from PIL's."""
-    return 2 / 255 / min(processor.image_std) + 1e-6 if isinstance(processor, VitMinimalImageProcessorFast) else ATOL
+    return 2 / 255 / min(processor.image_std) + 1e-6 if isinstance(processor, VitMinimalImageProcessor) else ATOL
 
 
 @pytest.mark.parametrize('cls', PROCESSORS)
@@ -152,7 +152,7 @@ def test_processor_takes_transformers_layout_arguments(cls):
 
 
 def test_bad_inputs_fail_clearly():
-    processor = VitMinimalImageProcessor.from_config(VitMinimalConfig())
+    processor = VitMinimalImageProcessorPil.from_config(VitMinimalConfig())
     with pytest.raises(TypeError, match='Expected a PIL image, numpy array or torch tensor'):
         processor('not an image')
     hf = VitMinimalForImageClassification(VitMinimalConfig())
@@ -174,7 +174,7 @@ def test_a_float_image_a_little_over_1_is_a_0_1_image():
     read as 0..255, near black. A 0-255 float image is read as such; a float image beyond 255 is refused."""
     import warnings
     from PIL import Image
-    processor = VitMinimalImageProcessor.from_pretrained_cfg(
+    processor = VitMinimalImageProcessorPil.from_pretrained_cfg(
         timm.create_model('vit_minimal_sym_6x4.mnist').pretrained_cfg)
     rng = np.random.default_rng(0)
     image = rng.random((28, 28)).astype(np.float32)
@@ -203,7 +203,7 @@ def test_a_float_image_a_little_over_1_is_a_0_1_image():
 def test_the_torchvision_processors_resize_is_pillows_within_two_levels(interpolation):
     """The torchvision processor's resize against Pillow's, shrinking and growing, each dimension alone and both,
     grey and RGB: torchvision's uint8 kernels for bilinear and bicubic, Pillow itself for the other filters."""
-    processor = VitMinimalImageProcessorFast(pretrained_cfg=dict(input_size=(3, 32, 32), mean=(0.5,) * 3,
+    processor = VitMinimalImageProcessor(pretrained_cfg=dict(input_size=(3, 32, 32), mean=(0.5,) * 3,
                                                                  std=(0.5,) * 3, interpolation=interpolation))
     rng = np.random.default_rng(0)
     for (h, w), (oh, ow) in (((260, 300), (256, 295)), ((30, 40), (28, 37)), ((28, 28), (56, 56)),
@@ -223,16 +223,38 @@ def test_processor_saved_with_the_model(saved):
     backend='pil'); their pixel values agree within two 8-bit levels."""
     folder, model = saved
     fast, slow = AutoImageProcessor.from_pretrained(folder, use_fast=True), AutoImageProcessor.from_pretrained(folder, use_fast=False)
-    assert type(fast) is type(AutoImageProcessor.from_pretrained(folder)) is VitMinimalImageProcessorFast
-    assert type(slow) is type(AutoImageProcessor.from_pretrained(folder, backend='pil')) is VitMinimalImageProcessor
-    assert fast.to_dict() == dict(slow.to_dict(), image_processor_type='VitMinimalImageProcessorFast')
+    assert type(fast) is type(AutoImageProcessor.from_pretrained(folder)) is VitMinimalImageProcessor
+    assert type(slow) is type(AutoImageProcessor.from_pretrained(folder, backend='pil')) is VitMinimalImageProcessorPil
+    assert fast.to_dict() == dict(slow.to_dict(), image_processor_type='VitMinimalImageProcessor')
     assert slow.num_channels == 3 and slow.image_mean == list(model.pretrained_cfg['mean'])
     images = [_image(50, 64, seed=2), _image(32, 32, seed=3), _image(40, 30, seed=4)]
     torch.testing.assert_close(fast(images)['pixel_values'], slow(images)['pixel_values'], rtol=0, atol=_level(fast))
     content = json.loads((folder / 'preprocessor_config.json').read_text())
-    assert content['image_processor_type'] == 'VitMinimalImageProcessor'
-    assert content['auto_map']['AutoImageProcessor'] == ['image_processing_vit_minimal.VitMinimalImageProcessor',
-                                                         'image_processing_vit_minimal.VitMinimalImageProcessorFast']
+    assert content['image_processor_type'] == 'VitMinimalImageProcessor'  # transformers 5's names: plain and ...Pil
+    assert content['auto_map']['AutoImageProcessor'] == {
+        'torchvision': 'image_processing_vit_minimal.VitMinimalImageProcessor',
+        'pil': 'image_processing_vit_minimal.VitMinimalImageProcessorPil'}
+
+
+@pytest.mark.parametrize('kind', ['VitMinimalImageProcessorFast', 'VitMinimalImageProcessor'])
+def test_a_folder_saved_with_the_earlier_names_loads_both_processors(saved, tmp_path, kind):
+    """A folder from before transformers 5's names: its processor is ``...Fast`` (torchvision) or the plain name
+    (then PIL), its auto_map the (PIL, torchvision) list."""
+    import shutil
+    folder = tmp_path / 'earlier'
+    shutil.copytree(saved[0], folder)
+    for name in ('preprocessor_config.json', 'config.json'):
+        content = json.loads((folder / name).read_text())
+        if name == 'preprocessor_config.json':
+            content['image_processor_type'] = kind
+        content['auto_map']['AutoImageProcessor'] = ['image_processing_vit_minimal.VitMinimalImageProcessor',
+                                                     'image_processing_vit_minimal.VitMinimalImageProcessorFast']
+        (folder / name).write_text(json.dumps(content))
+    fast = AutoImageProcessor.from_pretrained(folder, use_fast=True)
+    slow = AutoImageProcessor.from_pretrained(folder, use_fast=False)
+    assert isinstance(fast, VitMinimalImageProcessor) and isinstance(slow, VitMinimalImageProcessorPil)
+    images = [_image(50, 64, seed=2), _image(32, 32, seed=3)]
+    torch.testing.assert_close(fast(images)['pixel_values'], slow(images)['pixel_values'], rtol=0, atol=_level(fast))
 
 
 def test_images_are_read_as_pil_and_transformers_read_them():
@@ -240,7 +262,7 @@ def test_images_are_read_as_pil_and_transformers_read_them():
     composed onto white; bfloat16 tensors taken; a float image that is neither [0, 1] nor [0, 255], and an integer
     image with negative values, refused by name rather than read as black."""
     import io
-    processor = VitMinimalImageProcessor.from_pretrained_cfg(
+    processor = VitMinimalImageProcessorPil.from_pretrained_cfg(
         timm.create_model('vit_minimal_sym_6x4.mnist').pretrained_cfg)
     digit = (np.arange(28 * 28).reshape(28, 28) % 200).astype(np.uint8)
 

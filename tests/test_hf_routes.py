@@ -25,13 +25,13 @@ import torch
 from PIL import Image
 from transformers import AutoImageProcessor, pipeline
 
-from timm_minimal import VitMinimalForImageClassification, VitMinimalImageProcessor, VitMinimalImageProcessorFast
+from timm_minimal import VitMinimalForImageClassification, VitMinimalImageProcessorPil, VitMinimalImageProcessor
 
 torch.set_num_threads(1)
 
 NAMES = ('vit_minimal_sym_6x4.mnist', 'vit_minimal_sym_6x4.cifar10')
 DIGITS = 500
-PROCESSORS = (VitMinimalImageProcessor, VitMinimalImageProcessorFast)
+PROCESSORS = (VitMinimalImageProcessorPil, VitMinimalImageProcessor)
 SETTINGS = ('input_size', 'interpolation', 'mean', 'std', 'crop_pct', 'crop_mode')
 
 
@@ -83,7 +83,7 @@ def test_every_route_gives_the_models_preprocessing(folders, name):
     config_dict = json.loads((folder / 'config.json').read_text())
     saved_dict = json.loads((folder / 'preprocessor_config.json').read_text())
     legacy = {k: v for k, v in saved_dict.items() if k != 'pretrained_cfg'}  # what the earlier release saved
-    p = VitMinimalImageProcessor.from_dict(saved_dict)
+    p = VitMinimalImageProcessorPil.from_dict(saved_dict)
     legacy.update(size=p.size, crop_pct=p.crop_pct, crop_mode=p.crop_mode, interpolation=p.interpolation,
                   image_mean=p.image_mean, image_std=p.image_std, num_channels=p.num_channels)
     routes = {}
@@ -96,7 +96,7 @@ def test_every_route_gives_the_models_preprocessing(folders, name):
             f'{cls.__name__}.from_pretrained(folder without preprocessor_config.json)': cls.from_pretrained(bare),
         })
     for where, path in (('folder', folder), ('folder without preprocessor_config.json', bare)):
-        for backend, cls in (('pil', VitMinimalImageProcessor), ('torchvision', VitMinimalImageProcessorFast)):
+        for backend, cls in (('pil', VitMinimalImageProcessorPil), ('torchvision', VitMinimalImageProcessor)):
             processor = AutoImageProcessor.from_pretrained(path, backend=backend)
             assert type(processor) is cls, (where, backend, type(processor))
             routes[f'AutoImageProcessor({where}, backend={backend})'] = processor

@@ -40,7 +40,8 @@ _MODELS = {
 # The transformers classes, imported on first use only: each of them imports transformers.
 _TRANSFORMERS_CLASSES = {
     'models.configuration_vit_minimal': ('VitMinimalConfig',),
-    'models.image_processing_vit_minimal': ('VitMinimalImageProcessor', 'VitMinimalImageProcessorFast'),
+    'models.image_processing_vit_minimal': ('VitMinimalImageProcessor', 'VitMinimalImageProcessorPil',
+                                            'VitMinimalImageProcessorFast'),
     'models.modeling_vit_minimal': ('VitMinimalModel', 'VitMinimalForImageClassification',
                                     'VitMinimalPreTrainedModel'),
 }

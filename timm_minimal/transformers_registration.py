@@ -31,10 +31,10 @@ def _models(module) -> None:
 
 def _image_processor(module) -> None:
     from .models.configuration_vit_minimal import VitMinimalConfig
-    from .models.image_processing_vit_minimal import VitMinimalImageProcessor, VitMinimalImageProcessorFast
+    from .models.image_processing_vit_minimal import VitMinimalImageProcessor, VitMinimalImageProcessorPil
     module.AutoImageProcessor.register(
-        VitMinimalConfig, image_processor_classes={'pil': VitMinimalImageProcessor,
-                                                   'torchvision': VitMinimalImageProcessorFast}, exist_ok=True)
+        VitMinimalConfig, image_processor_classes={'pil': VitMinimalImageProcessorPil,
+                                                   'torchvision': VitMinimalImageProcessor}, exist_ok=True)
 
 
 def _no_video_processor(module) -> None:

@@ -67,9 +67,9 @@ AUTO_MAP: Dict[str, Any] = {
     'AutoConfig': 'configuration_vit_minimal.VitMinimalConfig',
     'AutoModel': 'modeling_vit_minimal.VitMinimalModel',
     'AutoModelForImageClassification': 'modeling_vit_minimal.VitMinimalForImageClassification',
-    # (PIL backend, torchvision backend: use_fast=True), as transformers picks them
-    'AutoImageProcessor': ['image_processing_vit_minimal.VitMinimalImageProcessor',
-                           'image_processing_vit_minimal.VitMinimalImageProcessorFast'],
+    # by backend, as transformers 5 names them: the torchvision processor plainly (its default), the PIL one ...Pil
+    'AutoImageProcessor': {'torchvision': 'image_processing_vit_minimal.VitMinimalImageProcessor',
+                           'pil': 'image_processing_vit_minimal.VitMinimalImageProcessorPil'},
 }
 
 

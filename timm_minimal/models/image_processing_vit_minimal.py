@@ -29,7 +29,7 @@ from .configuration_vit_minimal import AUTO_MAP
 from .datasets import MIN_CROP_PCT, channel_stats
 from .images import CHANNEL_MODES, array_to_image, check_image_size, check_layout, convert_image, image_mode, upright
 
-__all__ = ['VitMinimalImageProcessor', 'VitMinimalImageProcessorFast']
+__all__ = ['VitMinimalImageProcessor', 'VitMinimalImageProcessorPil', 'VitMinimalImageProcessorFast']
 
 # what a processor's JSON holds: its timm pretrained cfg (the one home of its settings), its class, and where remote
 # code finds both classes; the settings themselves are attributes, derived from the cfg
@@ -173,7 +173,7 @@ class _TimmEvalSettings:
             self._set_settings(**_resolve_settings(type(self).__name__, value, {}))
 
     @classmethod
-    def from_pretrained_cfg(cls, pretrained_cfg: Dict[str, Any], **kwargs) -> 'VitMinimalImageProcessor':
+    def from_pretrained_cfg(cls, pretrained_cfg: Dict[str, Any], **kwargs) -> '_TimmEvalSettings':
         """The processor for a timm pretrained cfg (``model.pretrained_cfg`` or ``config.pretrained_cfg``)."""
         return cls(pretrained_cfg=dict(pretrained_cfg), **kwargs)
 
@@ -196,7 +196,7 @@ class _TimmEvalSettings:
             return found
 
     @classmethod
-    def from_config(cls, config: Any, **kwargs) -> 'VitMinimalImageProcessor':
+    def from_config(cls, config: Any, **kwargs) -> '_TimmEvalSettings':
         """The processor for a ``VitMinimalConfig``."""
         return cls.from_pretrained_cfg(config.timm_pretrained_cfg(), **kwargs)
 
@@ -258,13 +258,14 @@ class _TimmEvalSettings:
     def to_dict(self) -> Dict[str, Any]:
         output = {k: v for k, v in super().to_dict().items() if k in _SAVED}
         output['pretrained_cfg'] = self.pretrained_cfg  # a property: not in the instance's __dict__
-        if 'auto_map' in output:  # both processors, as transformers picks them: (PIL, torchvision)
+        if 'auto_map' in output:  # both processors, by the backend transformers picks
             output['auto_map'] = dict(output['auto_map'], AutoImageProcessor=AUTO_MAP['AutoImageProcessor'])
         return output
 
 
-class VitMinimalImageProcessor(_TimmEvalSettings, BaseImageProcessor):
-    """Preprocessing of a minimal vision transformer, timm's evaluation transform on PIL images (its PIL backend).
+class VitMinimalImageProcessorPil(_TimmEvalSettings, BaseImageProcessor):
+    """Preprocessing of a minimal vision transformer, timm's evaluation transform on PIL images (transformers' PIL
+    backend: ``use_fast=False`` or ``backend="pil"``; named as transformers 5 names its PIL processors, ``...Pil``).
     The settings are those of ``_TimmEvalSettings``."""
 
     def preprocess(
@@ -291,8 +292,8 @@ class VitMinimalImageProcessor(_TimmEvalSettings, BaseImageProcessor):
         return self._output(pixel_values, return_tensors, data_format)
 
 
-class VitMinimalImageProcessorFast(_TimmEvalSettings, TorchvisionBackend):
-    """The same preprocessing with torch and torchvision (transformers' torchvision backend, ``use_fast=True``):
+class VitMinimalImageProcessor(_TimmEvalSettings, TorchvisionBackend):
+    """The same preprocessing with torch and torchvision (transformers' torchvision backend, its default):
     each image is converted to the model's channels as the PIL processor converts it, then the images of one size
     are resized, cropped and normalised together, on ``device`` where given. Its pixel values are the PIL
     processor's within two 8-bit levels: bilinear and bicubic resizes are torchvision's antialiased uint8 kernels,
@@ -307,7 +308,7 @@ class VitMinimalImageProcessorFast(_TimmEvalSettings, TorchvisionBackend):
             device: Optional[Union[str, torch.device]] = None,
             **kwargs,
     ) -> BatchFeature:
-        """As ``VitMinimalImageProcessor.preprocess``; ``device``: where the images are resized and normalised."""
+        """As ``VitMinimalImageProcessorPil.preprocess``; ``device``: where the images are resized and normalised."""
         images = self._images(images, kwargs, return_tensors, input_data_format, data_format)
         pixels = [torch.from_numpy(np.array(self._to_pil(image, input_data_format))) for image in images]
         steps = self._transform().transforms
@@ -357,3 +358,8 @@ class VitMinimalImageProcessorFast(_TimmEvalSettings, TorchvisionBackend):
         out = [torch.from_numpy(np.array(im.resize((size[1], size[0]), resample))) for im in images]
         out = torch.stack(out).to(batch.device)
         return out.unsqueeze(1) if out.dim() == 3 else out.permute(0, 3, 1, 2)
+
+
+class VitMinimalImageProcessorFast(VitMinimalImageProcessor):
+    """``VitMinimalImageProcessor`` by its earlier name (transformers 4 named a torchvision processor ``...Fast``;
+    transformers 5 names it plainly and the PIL one ``...Pil``): a folder saved with it loads as it did."""
