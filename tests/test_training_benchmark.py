@@ -162,7 +162,7 @@ def test_trainer_failure_is_one_clear_error(tmp_path, capsys, monkeypatch):
     (['--targets', 'mnist=high'], 'expected DATASET=ACCURACY'),
 ])
 def test_bad_command_line_exits_2(argv, message, tmp_path, capsys):
-    assert T.main(argv + ['--data-dir', str(tmp_path)]) == 2
+    assert _status(T.main, argv + ['--data-dir', str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert message in err and 'Traceback' not in err and len(err.strip().splitlines()) == 1
 
@@ -178,8 +178,16 @@ def test_benchmark_subcommands_take_their_words(tmp_path, capsys):
     assert subcommand(['--quick', '--', '--training'])[0] == 'suite'  # a trainer argument
     assert subcommand(['deployment', '--quick']) == ('deployment', ['--quick'], None)
     assert subcommand(['--cpu-modes', '--jobs', '2']) == ('cpu-modes', ['--jobs', '2'], '--cpu-modes')  # renamed
-    assert B.main(['training', '--batch-sizes', '0']) == 2
+    assert _status(B.main, ['training', '--batch-sizes', '0']) == 2
     assert 'must be an integer of at least 1' in capsys.readouterr().err
+
+
+def _status(main, argv):
+    """The exit status of ``main(argv)``: what it returns, or argparse's exit for a bad command line."""
+    try:
+        return main(argv)
+    except SystemExit as e:
+        return e.code
 
 
 def test_repeated_trainer_runs_of_a_mode_report_their_medians():

@@ -211,12 +211,10 @@ def config_from_args(args: argparse.Namespace, command: str) -> DeploymentConfig
 
 @command(PROG)
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """The command line; returns the exit status (0 done, 1 an export failed verification, 2 bad command line)."""
+    """The command line; returns the exit status (0 done, 1 an export failed verification, 2 bad input);
+    argparse exits with 2 for a bad command line."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    try:
-        args = build_parser().parse_args(argv)
-    except SystemExit as e:  # --help (0) or a bad command line (2), already printed
-        return e.code if isinstance(e.code, int) else 2
+    args = build_parser().parse_args(argv)  # --help and a bad command line exit here, as in every tool
     config = config_from_args(args, command=f'{PROG} {shlex.join(argv)}'.rstrip())
     results = run(config, log=lambda text: print(text, flush=True))
     write_report(results, render_markdown(results), config.out_json, config.out_md)

@@ -327,12 +327,10 @@ def _max_opset() -> int:
 
 @command('timm-minimal-export')
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """The command line; returns the exit status (0 written, 1 verification or a write failed, 2 bad command line)."""
+    """The command line; returns the exit status (0 written, 1 verification or a write failed, 2 bad input);
+    argparse exits with 2 for a bad command line."""
     parser = build_parser()
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as e:  # --help (0) or a bad command line (2), already printed
-        return e.code if isinstance(e.code, int) else 2
+    args = parser.parse_args(argv)  # --help and a bad command line exit here, as in every tool
     require_export_extra()
     logging.getLogger('onnx_ir').setLevel(logging.ERROR)  # the exporter's notes on attribute types
     result = export_model(args.model, args.output, args.int8, pretrained=not args.random_init,
