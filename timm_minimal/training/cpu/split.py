@@ -514,7 +514,10 @@ def _measure_candidates(model: str, batch: int, budget: int, processes: Sequence
 
 def _probe_seconds(processes: Sequence[int], modes: Sequence[bool], pads: Sequence[bool],
                    precisions: Sequence[bool]) -> float:
-    """About how long the measurement takes: a compiled probe compiles for a minute or so."""
+    """About how long the measurement takes: a compiled probe compiles for a minute or so. Where bf16 is measured
+    (only where the CPU has it natively, ``policy.cpu_bf16_pays``) it is counted as the choice, in which the padding
+    is not measured; an fp32 choice adds the padding's turns and a compiled probe."""
+    pads = [True] if len(precisions) > 1 else pads
     turns = 2 * PAD_ROUNDS * PAD_BLOCK_SECONDS + 12
     compiled = (len(processes) if modes == [True] else 1) * len(pads) if True in modes else 0
     eager = len(processes) if modes[0] is False else 0
