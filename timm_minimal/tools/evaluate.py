@@ -24,7 +24,7 @@ import torch
 from ..training.data.batch_augment import BatchAugment, BatchAugmentConfig
 from ..training.data.loading import DatasetError, build_transforms, load_dataset
 from ..training.data.device_data import images_to_array
-from ..training.engine import eval_metrics, eval_sums
+from ..training.engine import confusion_counts, eval_metrics, eval_sums
 from ..training.trackers import check_trackers, log_figures, project_name, start_trackers, tracker_name
 from ..plots.confusion import confusion_figure
 from ..models.datasets import DATASETS
@@ -115,7 +115,7 @@ def evaluate_split(forwards: Mapping[str, Callable[[torch.Tensor], torch.Tensor]
             logits = forward(x)
             sums[key] += eval_sums(logits, y)
             if confusion_matrix:
-                confusion[key] += torch.bincount(y * num_classes + logits.argmax(-1), minlength=num_classes ** 2)
+                confusion[key] += confusion_counts(logits, y, num_classes)
     results = {}
     for key in forwards:
         res = eval_metrics(sums[key], num_classes=num_classes)

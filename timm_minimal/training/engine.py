@@ -407,10 +407,15 @@ def confusion(run: Run, net: nn.Module) -> torch.Tensor:
     for x, y in run.data.eval_batches():
         with run.accelerator.autocast():
             out = net(x)
-        counts += torch.bincount(y * k + out.argmax(-1), minlength=k * k)
+        counts += confusion_counts(out, y, k)
     if run.world > 1:
         counts = run.accelerator.reduce(counts, reduction='sum')
     return counts.view(k, k)
+
+
+def confusion_counts(logits: torch.Tensor, y: torch.Tensor, num_classes: int) -> torch.Tensor:
+    """A batch's confusion counts, flat (true class * num_classes + predicted class), int64 on the device."""
+    return torch.bincount(y * num_classes + logits.argmax(-1), minlength=num_classes * num_classes)
 
 
 def eval_sums(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
