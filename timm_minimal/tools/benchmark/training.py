@@ -56,7 +56,7 @@ from ...models.paper import TABLE2
 from ...models.vit_minimal import ARCHITECTURES
 from ..common import cpu_environment, cpu_flags_lines, markdown_table, write_report
 from ...cli import Failure, OneLineParser, UsageError, command, non_negative_int, number, positive_int, torch_threads
-from ...training.cli import SEED
+from ...training.options import SEED
 
 __all__ = [
     'TrainingBenchmarkConfig', 'MeasurementError', 'TrainerError', 'UsageError', 'TrainerThroughput', 'TimeToTarget',

@@ -26,7 +26,7 @@ from typing import List, Optional, Sequence, Tuple
 
 from ...models.paper import PAPER_DATASETS, PAPER_EPOCHS, TABLE1, TABLE2, PaperRow
 from ...cli import HelpFormatter, OneLineParser, UsageError, command, number, positive_int
-from ...training.cli import SEED
+from ...training.options import SEED
 from .grid import collect, select_rows, train_command, train_rows
 from .pool import Command, CommandResult, run_commands, say
 from .report import precision_text, setup_text, write_markdown, write_plot

@@ -11,9 +11,8 @@ import torch
 from timm.models import split_model_name_tag
 
 from ...cli import Failure, UsageError
-from ..cli import CPU_COMPILE_MIN_IMAGES
 from ..data.loading import load_run_data
-from ..options import Options, PlannedOptions
+from ..options import CPU_COMPILE_MIN_IMAGES, Options, PlannedOptions
 from ..run.clock import LAUNCHED_AT_ENV, launched_at
 
 __all__ = ['cpu_has_bf16', 'minimal_with_mlp', 'cpu_bf16_pays', 'cpu_precision', 'default_compile', 'cpu_decision',

@@ -13,14 +13,15 @@ from . import checkpoint as ckpt
 from ..cli import UsageError
 from ...cli import listed
 from ..engine import Run, TrainState, say, set_rng_state
+from ..options import fixed_options
 
 __all__ = ['restore', 'FIXED_ON_RESUME', 'FIXED_TEACHER', 'SCHEDULE_OPTIONS']
 
-FIXED_ON_RESUME = ('opt', 'seed', 'grad_accum_steps', 'train_subset', 'model_kwargs', 'weight_init', 'drop_path', 'drop')
+# which options may not change is their fields' metadata (``options.Option.fixed``)
+FIXED_ON_RESUME = fixed_options('state')
 SCHEDULE_OPTIONS = ('epochs', 'lr', 'sched', 'warmup_epochs', 'warmup_lr', 'min_lr')
 # The teacher and how it enters the loss: run.json and the run's card state one for every epoch of the run
-FIXED_TEACHER = ('teacher', 'teacher_labels_by_order', 'distill_type', 'distill_temperature', 'distill_weight',
-                 'distill_task_weight')
+FIXED_TEACHER = fixed_options('teacher')
 
 
 def restore(run: Run, state: TrainState, last_dir: Path) -> None:
@@ -76,7 +77,7 @@ def restore(run: Run, state: TrainState, last_dir: Path) -> None:
 RESUME_KEYS = ('optimizer', 'rng', 'epoch', 'batch', 'update')
 # what defines the data beside the options that must not change: run.json records them as the run began (the model is
 # checked against the checkpoint's own config)
-FIXED_RUN = ('dataset', 'num_classes', *FIXED_ON_RESUME, *FIXED_TEACHER)
+FIXED_RUN = (*fixed_options('run'), *FIXED_ON_RESUME, *FIXED_TEACHER)
 
 
 def _check_the_same_run(run: Run, last_dir: Path, saved: Dict[str, Any]) -> None:
