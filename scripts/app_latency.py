@@ -55,7 +55,7 @@ def main() -> int:
     import torch
     from gradio_client import handle_file
     from timm_minimal import example_images
-    from timm_minimal.training.cpu.split import cpu_signature
+    from timm_minimal.machine import cpu_signature
     digit = next(e for e in example_images() if 'digit7' in e)
     names = ['this tree'] + (['baseline'] if args.baseline_src else [])
     apps: List[Dict] = []

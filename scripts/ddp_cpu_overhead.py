@@ -81,7 +81,7 @@ def main(argv=None) -> int:
             rates[mode].append(rate)
             print(f'round {r + 1}: {mode} {rate:,.0f} img/s', flush=True)
     base = statistics.median(rates['independent'])
-    from timm_minimal.training.cpu.split import cpu_signature
+    from timm_minimal.machine import cpu_signature
     print(f'\n{args.model}, global batch {args.batch}, 2 processes x 1 thread, torch {torch.__version__}; '
           f'{cpu_signature()["cpu"]}, CPU flags: {cpu_signature()["flags"]}')
     print('| mode | img/s (median) | range | / independent |\n|---|---:|---:|---:|')

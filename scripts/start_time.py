@@ -21,7 +21,7 @@ from typing import Dict, List
 
 import torch
 
-from timm_minimal.training.cpu.split import cpu_signature
+from timm_minimal.machine import cpu_signature
 
 COMMAND = ['timm-minimal-train', '--model', 'vit_minimal_sym_6x4.cifar10', '--dataset', 'cifar10', '--no-progress',
            '--log-interval', '10']

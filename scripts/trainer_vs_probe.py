@@ -18,7 +18,8 @@ from pathlib import Path
 
 import torch
 
-from timm_minimal.training.cpu.split import cpu_signature, measure
+from timm_minimal.training.cpu.split import measure
+from timm_minimal.machine import cpu_signature
 from timm_minimal.training.run.folder import RunFolder
 
 

@@ -98,7 +98,7 @@ def test_accuracy_results_reader(tmp_path):
 def test_the_benchmark_runs_on_its_threads_and_leaves_the_count_it_found(monkeypatch):
     """--threads N is the count the measurements run on, and the process has its own count back after the run."""
     import types
-    from timm_minimal.cli import torch_threads
+    from timm_minimal.machine import torch_threads
     from timm_minimal.tools.benchmark import suite
     seen = []
     monkeypatch.setattr(suite, 'MemoryServer', lambda: types.SimpleNamespace(close=lambda: None))
@@ -150,7 +150,7 @@ def test_quick_report_files(quick_run):
         assert heading in md, heading
     assert torch.__version__ in md and 'torch threads' in md and '| batch size | 8' in md
     if saved['env']['device'] == 'cpu':  # every CPU figure with the CPU's flags
-        from timm_minimal.training.cpu.split import cpu_signature
+        from timm_minimal.machine import cpu_signature
         assert f"| CPU flags | {cpu_signature()['flags']} |" in md
         assert 'at the start) |' in md  # the busy share of the cores measured as the run began, not guessed
     assert 'Quick smoke-test run' in md

@@ -97,11 +97,11 @@ def test_the_decision_measures_the_runs_own_step_and_keys_the_cache_by_it(monkey
 
 def test_kernels_capped_below_the_cpu_are_named_measured_apart_and_get_no_native_bf16(monkeypatch, tmp_path, quiet):
     """A process whose kernels are capped (an AVX2 run on an AVX-512 CPU) is recorded and cached as its own CPU."""
-    from timm_minimal.training.cpu import policy as cpu_policy
-    for name in cpu_split.KERNEL_CAP_ENV:
+    from timm_minimal import machine
+    for name in machine.KERNEL_CAP_ENV:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(torch.cpu, '_is_amx_tile_supported', lambda: True)
-    native, flags = cpu_policy.cpu_has_bf16(), cpu_split.cpu_signature()['flags']
+    native, flags = machine.cpu_has_bf16(), machine.cpu_signature()['flags']
     assert native and 'capped' not in flags
     monkeypatch.setattr(cpu_split, 'measure', lambda m, b, n, t, **step: float(n))
     decide = functools.partial(cpu_split.decide, 'vit_minimal_sym_6x4.cifar10', 256, tmp_path, budget=2,
@@ -111,14 +111,14 @@ def test_kernels_capped_below_the_cpu_are_named_measured_apart_and_get_no_native
                  {'ONEDNN_MAX_CPU_ISA': 'AVX512_CORE_VNNI'}):
         for name, value in caps.items():
             monkeypatch.setenv(name, value)
-        capped = cpu_split.cpu_signature()['flags']
+        capped = machine.cpu_signature()['flags']
         assert capped.startswith(flags + '; kernels capped by ') and all(f'{k}={v}' in capped for k, v in caps.items())
-        assert not cpu_policy.cpu_has_bf16()
+        assert not machine.cpu_has_bf16()
         decide()
     assert len(json.loads((tmp_path / 'cpu_split.json').read_text())) == 3  # one entry per kernel cap
     monkeypatch.setenv('ONEDNN_MAX_CPU_ISA', 'AVX512_CORE_AMX')
     monkeypatch.delenv('ATEN_CPU_CAPABILITY')
-    assert cpu_policy.cpu_has_bf16()
+    assert machine.cpu_has_bf16()
 
 
 def test_a_run_that_leaves_compilation_to_the_decision_measures_each_count_eager_then_the_fastest_compiled(
@@ -730,6 +730,6 @@ def test_the_decision_speaks_through_the_log_so_q_silences_it(monkeypatch, tmp_p
 
 def test_an_empty_cache_variable_means_the_default_folder(monkeypatch):
     from pathlib import Path
-    from timm_minimal.training.data.loading import default_cache_dir
+    from timm_minimal.machine import default_cache_dir
     monkeypatch.setenv('TIMM_MINIMAL_CACHE', '')
     assert default_cache_dir() == Path.home() / '.cache' / 'timm_minimal'

@@ -10,7 +10,7 @@ import timm
 import torch
 
 from timm_minimal.tools.deploy import export as ex
-from timm_minimal.training.cpu.split import cpu_signature
+from timm_minimal.machine import cpu_signature
 
 ort = pytest.importorskip('onnxruntime', reason='the export extra is not installed: pip install -e ".[export]"')
 pytest.importorskip('onnxscript', reason='the export extra is not installed: pip install -e ".[export]"')

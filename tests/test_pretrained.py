@@ -250,7 +250,7 @@ def test_the_export_table_gives_the_card_accuracy(name):
 def all_cores():
     """Every core this process may use, for the suite's heaviest forwards, whatever thread count the test modules
     set (tests/test_train.py takes one)."""
-    from timm_minimal.cli import torch_threads, usable_cores
+    from timm_minimal.machine import torch_threads, usable_cores
     with torch_threads(usable_cores()):
         yield
 

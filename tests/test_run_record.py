@@ -94,7 +94,7 @@ def test_a_run_resumed_at_another_precision_is_reported_alike_by_the_card_and_th
     assert [la.mixed_precision for la in record.launches] == ['no', 'bf16']
     assert [la.first_epoch for la in record.launches] == [1, 2]
     if not torch.cuda.is_available():  # each launch names the CPU it trained on: its model name and SIMD flags
-        from timm_minimal.training.cpu.split import cpu_signature
+        from timm_minimal.machine import cpu_signature
         cpu = cpu_signature()
         assert all(la.device_name.startswith(cpu['cpu']) and la.cpu_flags == cpu['flags'] for la in record.launches)
 

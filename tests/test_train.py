@@ -630,7 +630,7 @@ def test_elapsed_leaves_out_what_the_shell_ran_before_python(data, tmp_path):
 def test_a_run_in_this_process_leaves_the_thread_count_it_found(tmp_path, data):
     """The trainer runs on the threads its plan says (--threads 1, which the run records) and sets torch's count back
     to what the process had: a library call leaves no global state behind."""
-    from timm_minimal.cli import torch_threads
+    from timm_minimal.machine import torch_threads
     out = tmp_path / 'run'
     with torch_threads(2):
         assert run_inprocess(BASE + data + ['--model', 'vit_minimal_sym_6x4', '--model-kwargs', 'depth=1',

@@ -11,7 +11,7 @@ import torch
 from timm_minimal.tools import benchmark as B
 from timm_minimal.tools.benchmark.cli import subcommand
 from timm_minimal.tools.benchmark import training as T
-from timm_minimal.training.cpu.split import cpu_signature
+from timm_minimal.machine import cpu_signature
 
 
 def _fake_runner(rows, calls=None):

@@ -6,7 +6,8 @@ Exit status: 0 done, 1 a failure the user can cause on the machine (no space lef
 folder, a port in use, a network that does not answer), 2 a command line or input that cannot run, 3 a training
 run whose numbers became non-finite.
 
-This module imports nothing else of the package, so that every layer (training, tools) can use it.
+This module imports nothing else of the package but ``machine`` (which imports none), so that every layer
+(training, tools) can use it.
 """
 import argparse
 import contextlib
@@ -15,21 +16,19 @@ import functools
 import logging
 import math
 import os
-import shutil
 import sys
 import threading
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator, NoReturn, Optional, Sequence, Union
 
-__all__ = ['UsageError', 'Failure', 'OneLineParser', 'HelpFormatter', 'number', 'INT_LIMIT', 'env_number', 'usable_cores',
-           'torch_threads', 'positive_int', 'positive_float', 'non_negative_int', 'non_negative_float', 'probability',
-           'is_disk_full', 'describe_os_error', 'listed', 'command', 'console', 'progress', 'timed_progress', 'MissingExtra', 'require_extra', 'EXIT_FAILURE', 'EXIT_USAGE', 'EXIT_DIVERGED']
+from .machine import is_disk_full
+
+__all__ = ['UsageError', 'Failure', 'OneLineParser', 'HelpFormatter', 'number', 'INT_LIMIT', 'env_number', 
+           'positive_int', 'positive_float', 'non_negative_int', 'non_negative_float', 'probability',
+           'describe_os_error', 'listed', 'command', 'console', 'progress', 'timed_progress', 'MissingExtra', 'require_extra', 'EXIT_FAILURE', 'EXIT_USAGE', 'EXIT_DIVERGED']
 
 EXIT_FAILURE, EXIT_USAGE, EXIT_DIVERGED = 1, 2, 3
-# torch.save reports a short write without the OS error ("unexpected pos ..."): below this much free space a
-# failed write is put down to a full disk
-_NEARLY_FULL = 1 << 20
 
 
 class _Console(logging.StreamHandler):
@@ -234,32 +233,10 @@ def _convert(kind: type, text: Union[str, int, float]) -> Union[int, float, None
         return None
 
 
-def usable_cores() -> int:
-    """The CPU cores this process may use: its affinity where the system has one, else the machine's count (the one
-    reading of it: the trainer's core budget, the grid's thread split, the benchmarks' headers)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else (os.cpu_count() or 1)
-
-
-@contextmanager
-def torch_threads(threads: Optional[int]) -> Iterator[None]:
-    """torch's intra-op thread count set to ``threads`` for the block (None: left as it is), and the count the
-    process had before set back after it: a run or a measurement in a Python process leaves its threads as it found
-    them."""
-    import torch
-    before = torch.get_num_threads()
-    if threads is not None:
-        torch.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
 def env_number(name: str, kind: type, default: Union[int, float, None], low: Optional[float] = None,
                high: Optional[float] = None) -> Union[int, float, None]:
     """An environment variable read as a number of ``kind`` within [low, high], as an option's value is; unset or
     empty: ``default``; anything else: ``UsageError`` naming the variable and what it may be."""
-    import os
     text = os.environ.get(name, '').strip()
     if not text:
         return default
@@ -274,25 +251,6 @@ non_negative_int = number(int, 0)
 positive_float = number(float, 0, above=True)
 non_negative_float = number(float, 0)
 probability = number(float, 0, 1)
-
-
-def is_disk_full(e: BaseException, where: Union[str, Path, None] = None) -> bool:
-    """Whether a failed write at ``where`` (a file or folder) met a full disk. An OS error that names its cause is
-    taken at its word: a read-only mount or a pseudo file system reports (nearly) no free space too."""
-    if isinstance(e, OSError) and e.errno is not None:
-        return e.errno == errno.ENOSPC
-    text = str(e)
-    if 'No space left on device' in text or 'os error 28' in text:
-        return True
-    if where is None:
-        return False
-    path = Path(where)
-    while not path.exists() and path != path.parent:
-        path = path.parent
-    try:
-        return shutil.disk_usage(path).free < _NEARLY_FULL
-    except OSError:
-        return False
 
 
 _OS_CAUSES = {

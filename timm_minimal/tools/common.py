@@ -96,9 +96,9 @@ def write_report(results: Dict[str, Any], text: str, out_json: Optional[str], ou
 def cpu_environment() -> Dict[str, str]:
     """This CPU for a benchmark report's header: ``device`` (model and the cores this process may use) and ``flags``
     (its SIMD flags), from the one reading of the CPU that the trainer's process split uses."""
-    from ..training.cpu.split import cpu_signature
+    from ..machine import cpu_signature
     cpu = cpu_signature()
-    from ..cli import usable_cores
+    from ..machine import usable_cores
     return dict(device=f"{cpu['cpu']}, {usable_cores()} cores", flags=cpu['flags'])
 
 

@@ -51,7 +51,8 @@ import torch
 import torch.nn as nn
 from timm.models import split_model_name_tag
 
-from ..cli import EXIT_DIVERGED, EXIT_FAILURE, EXIT_USAGE, Failure, command, listed, torch_threads
+from ..cli import EXIT_DIVERGED, EXIT_FAILURE, EXIT_USAGE, Failure, command, listed
+from ..machine import torch_threads
 from ..models.layers import set_head_padding
 from ..models.paper import is_minimal
 from .run import checkpoint as ckpt
@@ -62,7 +63,8 @@ from .engine import (
     evaluate, save_checkpoint, train_one_epoch,
 )
 from .distill import build_distillation, build_teacher, teacher_bf16, teacher_info
-from .run.files import FolderBusy, describe_write_error, is_disk_full
+from .run.files import FolderBusy, describe_write_error
+from ..machine import is_disk_full
 from .run.folder import RunFolder
 from .run.clock import launch_elapsed
 from .run.recording import RunInputs, closing_lines, finish_run, launched_alone, rank_report, write_run_record

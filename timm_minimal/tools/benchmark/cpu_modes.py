@@ -35,10 +35,11 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence
 
 import torch
 
-from ...training.cpu.split import cpu_signature
+from ...machine import cpu_signature
 from ...training.run.folder import RunFolder
 from ..common import write_report
-from ...cli import HelpFormatter, OneLineParser, UsageError, command, positive_int, torch_threads, usable_cores
+from ...cli import HelpFormatter, OneLineParser, UsageError, command, positive_int
+from ...machine import torch_threads, usable_cores
 
 __all__ = ['MODES', 'measure_mode', 'measure_jobs', 'measure_trainer', 'run', 'main']
 
@@ -213,7 +214,7 @@ def run(models: Sequence[str], batch_size: int, modes: Sequence[str], jobs: int,
             # the process split a full run takes by default (cpu.split.decide, measured here once); the short runs
             # below would stay one process, so it is passed to them
             from ...training.cpu.split import decide
-            from ...training.data.loading import default_cache_dir
+            from ...machine import default_cache_dir
             split = decide(model, batch_size, default_cache_dir(), budget=threads).processes  # of the eager step
             r['trainer_processes'] = split
             runs: Dict[str, List[Dict[str, Any]]] = {name: [] for name in TRAINER_MODES}

@@ -27,7 +27,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 
 from ..common import cpu_environment, cpu_flags_lines, markdown_table, write_report
-from ...cli import OneLineParser, UsageError, command, non_negative_int, positive_int, torch_threads
+from ...cli import OneLineParser, UsageError, command, non_negative_int, positive_int
+from ...machine import torch_threads
 from ..deploy.export import (FP32_FILE, INPUT_NAME, INT8_FILE, export_model, ort_session, require_export_extra,
                               resolve_model)
 

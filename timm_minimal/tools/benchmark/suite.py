@@ -16,11 +16,11 @@ from typing import Any, Dict, List, Sequence, Tuple
 import timm
 import torch
 
-from ...cli import torch_threads
+from ...machine import torch_threads
 from ...models.paper import arch_name
 from ...models.datasets import DATASETS
 from ...models.vit_minimal import ARCHITECTURES
-from ...training.cpu.split import cpu_signature
+from ...machine import cpu_signature
 from .config import BenchmarkConfig
 from .measure import (TIMM_REF, ModelSpec, Runner, calibrate, count_flops, count_params, geometry, measure_rounds,
                       measure_throughput, op_profile, parse_name)

@@ -55,7 +55,8 @@ from ...models.layers import set_head_padding
 from ...models.paper import TABLE2
 from ...models.vit_minimal import ARCHITECTURES
 from ..common import cpu_environment, cpu_flags_lines, markdown_table, write_report
-from ...cli import Failure, OneLineParser, UsageError, command, non_negative_int, number, positive_int, torch_threads
+from ...cli import Failure, OneLineParser, UsageError, command, non_negative_int, number, positive_int
+from ...machine import torch_threads
 from ...training.options import SEED
 
 __all__ = [

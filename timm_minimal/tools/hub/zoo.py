@@ -195,7 +195,7 @@ def pretrained_folder(name: str) -> Path:
     import timm
     from timm.models import get_pretrained_cfg
     from ..staging import staged_folder, unrecorded_entries
-    from ...training.data.loading import default_cache_dir
+    from ...machine import default_cache_dir
     cfg = get_pretrained_cfg(name) if name in shipped_names() else None
     if cfg is None:
         raise ValueError(f"no shipped checkpoint is named '{name}'; the shipped ones: {', '.join(shipped_names())}")

@@ -10,7 +10,8 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from ...models.datasets import DATASETS
 from ...models.paper import PAPER_EPOCHS, TABLE1, TABLE2, TABLE2_CIFAR10, PaperRow
-from ...cli import UsageError, usable_cores
+from ...cli import UsageError
+from ...machine import usable_cores
 from ...training.run.files import FolderBusy
 from ...training.run.folder import RunFolder
 from .grid_row import GridRow

@@ -7,26 +7,18 @@ import os
 import signal
 from typing import Any, Dict, Optional, Sequence
 
-import torch
 from timm.models import split_model_name_tag
 
 from ...cli import Failure, UsageError
+from ...machine import cpu_has_bf16
 from ..data.loading import load_run_data
 from ..options import CPU_COMPILE_MIN_IMAGES, Options, PlannedOptions
 from ..run.clock import LAUNCHED_AT_ENV, launched_at
 
-__all__ = ['cpu_has_bf16', 'minimal_with_mlp', 'cpu_bf16_pays', 'cpu_precision', 'default_compile', 'cpu_decision',
+__all__ = ['minimal_with_mlp', 'cpu_bf16_pays', 'cpu_precision', 'default_compile', 'cpu_decision',
            'cpu_threads', 'run_split', 'SPLIT_STATUS_ENV', 'SPLIT_RATES_ENV']
 
 _logger = logging.getLogger(__name__)
-
-
-def cpu_has_bf16() -> bool:
-    """Whether this CPU multiplies bf16 natively (AVX512-BF16 or AMX); elsewhere bf16 autocast is emulated and slow.
-    Kernels capped below those instructions (``cpu.split.kernels_capped_below_bf16``) emulate it too."""
-    from .split import kernels_capped_below_bf16
-    probes = ('_is_avx512_bf16_supported', '_is_amx_tile_supported')
-    return not kernels_capped_below_bf16() and any(getattr(torch.cpu, name, lambda: False)() for name in probes)
 
 
 def minimal_with_mlp(model: Optional[str], model_kwargs: Optional[Dict[str, Any]] = None) -> bool:
@@ -90,7 +82,7 @@ def cpu_decision(given: PlannedOptions, options: Options, model: str, run_images
     A resumed run keeps its count (and its compilation) from ``args.yaml``, on fewer cores too (said), unless
     ``explicit`` (given on this command line) asks for another; a count above the core budget is refused otherwise."""
     from .split import SPLIT_MIN_IMAGES, Decision, core_budget, decide
-    from ..data.loading import default_cache_dir
+    from ...machine import default_cache_dir
     budget = core_budget()
     run, kwargs = options.run, options.model.model_kwargs
     ruled = default_compile(given.compile, model, kwargs, 'cpu', run_images)

@@ -30,7 +30,6 @@ import json
 import logging
 import math
 import os
-import platform
 import re
 import signal
 import statistics
@@ -44,11 +43,11 @@ from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Se
 
 import torch
 
-from ...cli import env_number, timed_progress, usable_cores
+from ...cli import env_number, timed_progress
+from ...machine import cpu_signature, usable_cores
 from ..run.files import read_regular_file
 
-__all__ = ['Decision', 'SPLIT_MIN_IMAGES', 'core_budget', 'cpu_signature', 'kernel_caps',
-           'kernels_capped_below_bf16', 'bare_step_rate', 'padding_speedup', 'bf16_speedup',
+__all__ = ['Decision', 'SPLIT_MIN_IMAGES', 'core_budget', 'bare_step_rate', 'padding_speedup', 'bf16_speedup',
            'measure', 'measure_padding', 'measure_bf16', 'decide',
            'worker_command', 'run_split_processes',
            'end_process_group', 'NEVER_FREED']
@@ -106,42 +105,6 @@ def free_cores(budget: int, seconds: float = 0.3) -> int:
         percents = [percents[c] for c in cores]
     busy = sum(percents) / 100.0
     return max(1, min(budget, round(len(percents) - busy)))
-
-
-def cpu_signature() -> Dict[str, str]:
-    """What identifies this CPU for a measurement: its model name, its SIMD flags and its core count."""
-    name, flags = platform.processor() or platform.machine(), ''
-    try:
-        for line in Path('/proc/cpuinfo').read_text().splitlines():
-            key, _, value = line.partition(':')
-            if key.strip() == 'model name':
-                name = value.strip()
-            elif key.strip() == 'flags':
-                flags = ' '.join(sorted(f for f in value.split() if f.startswith(('avx', 'amx', 'fma', 'sse4'))))
-                break
-    except OSError:
-        pass
-    caps = kernel_caps()
-    flags += f'; kernels capped by {caps}' if caps else ''
-    return dict(cpu=name, flags=flags, cores=str(usable_cores()), torch=torch.__version__.split('+')[0])
-
-
-KERNEL_CAP_ENV = ('ATEN_CPU_CAPABILITY', 'MKL_ENABLE_INSTRUCTIONS', 'ONEDNN_MAX_CPU_ISA')
-
-
-def kernel_caps() -> str:
-    """The environment variables set to cap the instruction sets of torch's CPU kernels (ATen and inductor, MKL,
-    oneDNN), as ``NAME=value`` words; '' where none is. A capped process runs as a CPU without the instructions
-    above the cap, so the flags of every measurement and record name the cap beside the CPU's own flags."""
-    return ' '.join(f'{k}={os.environ[k]}' for k in KERNEL_CAP_ENV if os.environ.get(k, '').strip())
-
-
-def kernels_capped_below_bf16() -> bool:
-    """Whether a kernel cap (``kernel_caps``) leaves out the bf16 instructions (AVX512-BF16, AMX): ATen at AVX2 or
-    below, or oneDNN capped at an instruction set without BF16 or AMX."""
-    onednn = os.environ.get('ONEDNN_MAX_CPU_ISA', '').strip().upper()
-    return (os.environ.get('ATEN_CPU_CAPABILITY', '').strip().lower() in ('default', 'avx2')
-            or onednn not in ('', 'ALL', 'DEFAULT') and not any(w in onednn for w in ('BF16', 'AMX', 'AVX10')))
 
 
 def _training_step(model: str, batch: int, threads: int, model_kwargs: Optional[Dict[str, Any]], bf16: bool

@@ -26,7 +26,6 @@ import gzip
 import hashlib
 import logging
 import math
-import os
 import zlib
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -41,6 +40,7 @@ from ...cli import listed
 from ...models.datasets import CIFAR10_CLASSES, DATASETS, MNIST_CLASSES, SAMPLES, tag_for_kind
 from ..options import RunOptions
 from ..run.files import missing_folders, remove_empty
+from ...machine import default_cache_dir
 from .names import BUILTIN_DATASETS, TIMM_FACTORY_PREFIXES, DatasetError, damaged_file, dataset_kind
 from .image_archive import read_decoded, read_image_archive
 from .image_folder import EVAL_SPLIT_DIRS, FolderDataset, FolderScan, folder_classes, scan_split, stack_same_size
@@ -50,15 +50,8 @@ _logger = logging.getLogger(__name__)
 __all__ = [
     'BUILTIN_DATASETS', 'TIMM_FACTORY_PREFIXES', 'CIFAR10_CLASSES', 'DatasetError', 'ImageData', 'ArrayImageDataset',
     'load_dataset', 'load_run_data', 'load_mnist', 'load_cifar10', 'find_image_folder_splits', 'build_transforms',
-    'default_cache_dir',
     'subset_indices', 'augment_ops', 'posterize_to_black', 'posterize_on_any_pillow',
 ]
-
-
-def default_cache_dir() -> Path:
-    """Where decoded archives and arrays are kept: $TIMM_MINIMAL_CACHE, or ~/.cache/timm_minimal where it is unset or
-    empty (an empty one would be the working folder)."""
-    return Path(os.environ.get('TIMM_MINIMAL_CACHE') or Path.home() / '.cache' / 'timm_minimal')
 
 
 # -- datasets --------------------------------------------------------------------------------------

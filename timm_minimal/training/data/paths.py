@@ -91,7 +91,7 @@ def device_path_blockers(path: DataPathOptions, aug: AugmentationOptions, data: 
 
 def _device_arrays(cache_dir: Optional[str], data: ImageData, split: str, indices: np.ndarray, eval_tf, data_cfg,
                    img_mode: str):
-    from .loading import default_cache_dir
+    from ...machine import default_cache_dir
     ds = data.train if split == 'train' else data.eval
     cache, content = None, data.fingerprint('train' if split == 'train' else 'eval')
     if content:  # only where the content is known: a cache is never read for other images

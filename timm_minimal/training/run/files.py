@@ -8,7 +8,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 from filelock import FileLock, Timeout
 
-from ...cli import describe_os_error, is_disk_full
+from ...cli import describe_os_error
+from ...machine import is_disk_full
 
 __all__ = ['LOCK_FILE', 'is_disk_full', 'describe_write_error', 'missing_folders', 'remove_empty', 'FolderLock',
            'FolderBusy', 'read_derived_npz', 'read_regular_file']

@@ -45,7 +45,7 @@ def versions() -> Dict[str, str]:
 def device_name(device: torch.device) -> str:
     if device.type == 'cuda':
         return torch.cuda.get_device_name(device)
-    from ..cpu.split import cpu_signature
+    from ...machine import cpu_signature
     return f"{cpu_signature()['cpu']}, {cpu_signature()['cores']} cores"
 
 
@@ -53,7 +53,7 @@ def cpu_flags(device: torch.device) -> Optional[str]:
     """The CPU's SIMD flags where the run trains on the CPU (they decide its speed and its bf16 path)."""
     if device.type == 'cuda':
         return None
-    from ..cpu.split import cpu_signature
+    from ...machine import cpu_signature
     return cpu_signature()['flags']
 
 
