@@ -414,6 +414,7 @@ def test_the_decision_is_the_machines_wherever_cache_dir_decodes_the_data(monkey
     measured = []
     monkeypatch.setattr(cpu_split, 'measure', lambda m, b, n, t, **step: measured.append(n) or float(n))
     monkeypatch.setattr(cpu_split, 'measure_padding', lambda m, b, t, **step: measured.append('padding') or 1.2)
+    monkeypatch.setattr(cpu_split, 'measure_bf16', lambda m, b, t, **step: measured.append('bf16') or 0.9)
     long_run = ['--model', 'vit_minimal_sym_6x4', '--dataset', 'mnist', '--cpu', '--epochs', '100', *map(str, data)]
     caplog.set_level(logging.INFO, logger='timm_minimal')
     assert _plan(long_run + ['--cache-dir', str(tmp_path / 'a')]).processes == 2
@@ -709,7 +710,7 @@ def test_a_record_that_is_not_one_is_set_aside_once_and_measured_again(tmp_path,
 def test_a_read_only_cache_is_said_and_the_run_goes_on(monkeypatch, tmp_path, quiet, caplog):
     monkeypatch.setattr(cpu_split, 'measure', lambda m, b, n, t, **k: float(n))
     monkeypatch.setattr(cpu_split, 'measure_padding', lambda m, b, t, **step: 1.0)
-    monkeypatch.setattr('timm_minimal.training.run.checkpoint.write_json_atomic',
+    monkeypatch.setattr('timm_minimal.training.cpu.split.write_json_atomic',
                         lambda *a, **k: (_ for _ in ()).throw(PermissionError(13, 'Permission denied')))
     assert cpu_split.decide('vit_minimal_sym_6x4.cifar10', 256, tmp_path, budget=2, say=lambda *a: None).processes == 2
     warned = [r.getMessage() for r in caplog.records if r.levelname == 'WARNING']

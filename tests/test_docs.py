@@ -124,3 +124,18 @@ def test_the_readme_trains_on_the_bundled_sample_as_written(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     run = next((tmp_path / 'runs').glob('mnist-sample-*'))
     assert len((run / 'metrics.jsonl').read_text().splitlines()) == int(line[line.index('--epochs') + 1])
+
+
+def test_the_layout_names_every_module():
+    """docs/layout.md names each module of the package in a row of its folder (its own path, or its file name in a
+    row that names the folder)."""
+    package = ROOT / 'timm_minimal'
+    rows = [line for line in (ROOT / 'docs' / 'layout.md').read_text().splitlines() if line.startswith('|')]
+    modules = [p.relative_to(package) for p in sorted(package.rglob('*.py')) if p.name != '__init__.py']
+    assert len(modules) > 80
+
+    def named(rel):
+        folder = rel.parent.as_posix()
+        return any((f'`{rel.name}`' in row or rel.as_posix() in row)
+                   and (folder == '.' or f'{folder}/' in row or f'`{rel.parent.name}/' in row) for row in rows)
+    assert [str(rel) for rel in modules if not named(rel)] == []

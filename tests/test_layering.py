@@ -14,10 +14,12 @@ FORBIDDEN = {'models': ('training', 'tools', 'cli', 'examples', 'transformers_re
              'training': ('tools',)}
 
 
-def imported_modules(path: Path):
-    """Each import of a module as a dotted name inside the package (``training.data``), with its line."""
+def imported_modules(path: Path, module_level: bool = False):
+    """Each import of a module as a dotted name inside the package (``training.data``), with its line; with
+    ``module_level``, only those that run when the module is imported (not inside a function)."""
     package = path.relative_to(PACKAGE.parent).with_suffix('').parts[:-1]  # ('timm_minimal', 'training')
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    tree = ast.parse(path.read_text(), str(path))
+    for node in (_module_level(tree) if module_level else ast.walk(tree)):
         if isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package[:len(package) - node.level + 1]
@@ -33,6 +35,16 @@ def imported_modules(path: Path):
         for name in names:
             if name and name[0] == 'timm_minimal':
                 yield '.'.join(name[1:]), node.lineno
+
+
+def _module_level(tree: ast.AST):
+    """The nodes that run at import: the module's statements and what they hold, but no function or class body."""
+    todo = list(ast.iter_child_nodes(tree))
+    while todo:
+        node = todo.pop()
+        yield node
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            todo.extend(ast.iter_child_nodes(node))
 
 
 def violations(layer: str):
@@ -82,3 +94,90 @@ def test_publishing_the_zoo_enters_only_the_run_folder_format_of_training(tmp_pa
     rc, *modules = out.splitlines()[-1].split()
     assert rc == '0' and (tmp_path / 'zoo' / 'vit_minimal_sym_6x4.mnist' / 'model.safetensors').is_file()
     assert 'training.run.record' in modules and set(modules) <= RUN_FOLDER_FORMAT, modules
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix('').parts
+    return '.'.join(parts[1:-1] if parts[-1] == '__init__' else parts[1:])
+
+
+def import_graph():
+    """Each module of the package (``training.train``) and the package modules its import runs: what it imports at
+    module level, and the packages above each (importing ``training.data.paths`` runs ``training/__init__.py`` and
+    ``training/data/__init__.py`` first)."""
+    paths = {module_name(p): p for p in PACKAGE.rglob('*.py')}
+    graph = {}
+    for name, path in paths.items():
+        edges = set()
+        for module, _ in imported_modules(path, module_level=True):
+            parts = module.split('.')
+            edges.update('.'.join(parts[:i]) for i in range(1, len(parts) + 1) if '.'.join(parts[:i]) in paths)
+        graph[name] = edges - {name, ''}
+    return graph
+
+
+def circles(graph):
+    """The import circles of ``graph``: each set of modules that reach each other (Tarjan's strongly connected
+    components of more than one module)."""
+    index, low, stack, found = {}, {}, [], []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_circle_at_module_level():
+    """No modules of the package import each other when they are imported: training's core and its sub-packages
+    (data/, run/, cpu/) are layers, not folders that reach into each other."""
+    graph = import_graph()
+    assert {'training.train', 'training.data.paths', 'machine'} <= set(graph)
+    assert 'training.run.files' in graph['training.data.loading']
+    assert circles(graph) == []
+
+
+def test_the_circle_check_finds_a_circle():
+    assert circles({'a': {'b'}, 'b': {'c'}, 'c': {'a'}, 'd': {'a'}}) == [['a', 'b', 'c']]
+    assert circles({'a': {'b'}, 'b': set()}) == []
+
+
+# An import inside a function buys a fast start (a command's --help, a module read by tools that start without
+# torch), an optional extra, or a package imported only where it is used (matplotlib); each says which, marked
+# "# lazy: <why>" on its line. Every other import sits at the top of its module.
+MOST_IMPORTS_INSIDE_FUNCTIONS = 140
+
+
+def imports_inside_functions():
+    for path in sorted(PACKAGE.rglob('*.py')):
+        lines = path.read_text().splitlines()
+        tree = ast.parse('\n'.join(lines), str(path))
+        inside = {node for fn in ast.walk(tree) if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
+                  for node in ast.walk(fn) if isinstance(node, (ast.Import, ast.ImportFrom))}
+        for node in sorted(inside, key=lambda n: n.lineno):
+            text = '\n'.join(lines[node.lineno - 1:node.end_lineno])
+            yield f'{path.relative_to(PACKAGE.parent)}:{node.lineno}', '# lazy' in text
+
+
+def test_imports_inside_functions_are_few_and_each_says_why():
+    found = list(imports_inside_functions())
+    assert 20 < len(found) <= MOST_IMPORTS_INSIDE_FUNCTIONS, len(found)
+    assert [where for where, marked in found if not marked] == []

@@ -77,6 +77,7 @@ def _on_a_terminal(argv, env):
     return out.decode(errors='replace')
 
 
+@pytest.mark.slow  # several seconds: the whole suite runs it
 def test_evaluate_shows_the_archives_first_decode_and_the_evaluation(tmp_path):
     _archive(tmp_path / 'data')
     env = dict(os.environ, TIMM_MINIMAL_CACHE=str(tmp_path / 'cache'), OMP_NUM_THREADS='1')

@@ -110,6 +110,7 @@ def test_a_run_resumed_at_another_precision_is_reported_alike_by_the_card_and_th
     assert 'Mixed precision: bf16.' in reproduce.precision_text(rows)
 
 
+@pytest.mark.slow  # several seconds: the whole suite runs it
 def test_a_launch_set_up_for_several_processes_that_started_one_says_so_and_records_its_line(mnist_dir, tmp_path):
     """accelerate launch --cpu --num_processes 2 without --multi_cpu starts one process: the run says which flag was
     missing, in one line, and run.json keeps the launcher's line."""

@@ -92,6 +92,7 @@ def test_the_benchmark_parser_lists_its_subcommands_and_they_fail_through_the_la
 
 
 
+@pytest.mark.slow  # several seconds: the whole suite runs it
 def test_timm_script_runs_a_checkouts_script_with_the_installed_timm_and_the_models(tmp_path):
     """A pytorch-image-models checkout (its own ``timm/`` beside ``validate.py``, here of an older version) on the
     path and as the working folder: the script still imports the installed timm, finds the vit_minimal models

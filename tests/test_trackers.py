@@ -72,6 +72,7 @@ def test_the_result_is_the_hparams_metric_and_the_figures_are_images(tb_run):
     assert [p.name for p in (tb_run / 'trackers' / 'timm-minimal').iterdir() if p.is_dir()] == []  # no sub-run
 
 
+@pytest.mark.slow  # several seconds: the whole suite runs it
 def test_a_resume_goes_on_in_the_same_tensorboard_run_writing_no_step_twice(mnist_dir, tmp_path):
     out = tmp_path / 'run'
     args = DDP_ARGS + ['--data-dir', mnist_dir, '--log-interval', '3', '--checkpoint-interval', '4',

@@ -776,6 +776,7 @@ def test_a_resume_restores_the_random_states_the_batches_draw_from(reference, da
     assert_same_run(reference, out)
 
 
+@pytest.mark.slow  # several seconds: the whole suite runs it
 def test_another_timm_model_trains_and_its_checkpoint_records_no_vit_minimal_keywords(data, tmp_path):
     """The trainer takes any timm model: its checkpoint holds the weights without the keywords record of a
     vit_minimal model (the record's writer asked every model for them, and a ResNet stopped the run)."""

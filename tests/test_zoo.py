@@ -72,6 +72,7 @@ def test_the_zoo_writes_a_complete_repository_folder_per_checkpoint(tmp_path, ca
     assert {p.name: p.read_bytes() for p in (tmp_path / 'zoo' / written[0]).iterdir()} == before
 
 
+@pytest.mark.slow  # several seconds: the whole suite runs it
 def test_the_whole_zoo_is_37_repository_folders_offline(tmp_path, monkeypatch):
     monkeypatch.setenv('HF_HUB_OFFLINE', '1')
     assert _zoo(tmp_path) == 0
@@ -170,6 +171,7 @@ else:
 '''
 
 
+@pytest.mark.slow  # several seconds: the whole suite runs it
 def test_the_hubs_snippet_runs_without_the_package_and_gives_its_logits(tmp_path, hub_server):
     assert _zoo(tmp_path, '--only', *SAMPLE, '--push', '--namespace', 'testorg') == 0
     api = HfApi()

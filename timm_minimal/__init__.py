@@ -23,6 +23,7 @@ import time
 # metrics.jsonl) starts here, so it leaves out whatever ran before Python (pip, in the same shell line)
 STARTED_AT = time.perf_counter()
 
+import importlib.metadata  # noqa: E402
 import sys  # noqa: E402
 
 from .lazy import LazyNames  # noqa: E402
@@ -60,10 +61,9 @@ def load_models() -> None:
 
 def _version() -> str:
     """The installed distribution's version (pyproject.toml is its one home)."""
-    from importlib.metadata import PackageNotFoundError, version
     try:
-        return version('timm-minimal')
-    except PackageNotFoundError:  # imported from a source tree that was never installed
+        return importlib.metadata.version('timm-minimal')
+    except importlib.metadata.PackageNotFoundError:  # imported from a source tree that was never installed
         return '0+unknown'
 
 

@@ -13,6 +13,7 @@ import argparse
 import contextlib
 import errno
 import functools
+import importlib
 import logging
 import math
 import os
@@ -64,7 +65,6 @@ class MissingExtra(UsageError):
 
 def require_extra(modules: Sequence[str], extra: str, what: str) -> None:
     """Import ``modules`` (an extra's packages), or raise ``MissingExtra`` naming those missing and the extra."""
-    import importlib
     missing = []
     for name in modules:
         try:

@@ -46,8 +46,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         raise UsageError(f'{script}: no such Python script; name one of timm\'s scripts, e.g. '
                          f'path/to/pytorch-image-models/validate.py, then its arguments.')
     installed_timm_first()  # the console script did so before the package imported timm; python -m did not
-    import timm
-    import timm_minimal  # noqa: F401  (registers the vit_minimal architectures)
+    import timm  # lazy: after the checkout's timm is first on the path
+    import timm_minimal  # noqa: F401  # lazy: registers the architectures, with the checkout's timm first
     if Path(timm.__file__).resolve().parent != installed_timm():
         raise UsageError(f'timm was imported from {Path(timm.__file__).parent}, not the installed timm: run the '
                          f'console script {PROG}, which keeps that folder off the path before anything imports timm.')

@@ -18,20 +18,22 @@ _AUTO = 'transformers.models.auto.'
 
 
 def _config(module) -> None:
-    from .models.configuration_vit_minimal import VitMinimalConfig
+    from .models.configuration_vit_minimal import VitMinimalConfig  # lazy: imports transformers
     module.AutoConfig.register(VitMinimalConfig.model_type, VitMinimalConfig, exist_ok=True)
 
 
 def _models(module) -> None:
-    from .models.configuration_vit_minimal import VitMinimalConfig
-    from .models.modeling_vit_minimal import VitMinimalForImageClassification, VitMinimalModel
+    from .models.configuration_vit_minimal import VitMinimalConfig  # lazy: imports transformers
+    from .models.modeling_vit_minimal import (  # lazy: imports transformers
+        VitMinimalForImageClassification, VitMinimalModel)
     module.AutoModel.register(VitMinimalConfig, VitMinimalModel, exist_ok=True)
     module.AutoModelForImageClassification.register(VitMinimalConfig, VitMinimalForImageClassification, exist_ok=True)
 
 
 def _image_processor(module) -> None:
-    from .models.configuration_vit_minimal import VitMinimalConfig
-    from .models.image_processing_vit_minimal import VitMinimalImageProcessor, VitMinimalImageProcessorPil
+    from .models.configuration_vit_minimal import VitMinimalConfig  # lazy: imports transformers
+    from .models.image_processing_vit_minimal import (  # lazy: imports transformers
+        VitMinimalImageProcessor, VitMinimalImageProcessorPil)
     module.AutoImageProcessor.register(
         VitMinimalConfig, image_processor_classes={'pil': VitMinimalImageProcessorPil,
                                                    'torchvision': VitMinimalImageProcessor}, exist_ok=True)
@@ -40,7 +42,7 @@ def _image_processor(module) -> None:
 def _no_video_processor(module) -> None:
     # Said explicitly: transformers' pipelines look for a video processor and would otherwise take the
     # checkpoint's AutoImageProcessor auto_map for remote video code and ask whether to run it.
-    from .models.configuration_vit_minimal import VitMinimalConfig
+    from .models.configuration_vit_minimal import VitMinimalConfig  # lazy: imports transformers
     try:
         module.AutoVideoProcessor.register(VitMinimalConfig, video_processor_classes={}, exist_ok=True)
     except TypeError:  # an older transformers without per-backend registration

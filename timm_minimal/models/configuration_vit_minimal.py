@@ -52,7 +52,7 @@ def timm_model(model_or_name: Any, defaults: Optional[Dict[str, Any]] = None, **
     """A timm model: the instance given, or ``timm.create_model(name, **defaults, **kwargs)``; keyword arguments
     apply to a name only."""
     if isinstance(model_or_name, str):
-        import timm
+        import timm  # lazy: the config loads without torch and timm (remote code)
         return timm.create_model(model_or_name, **{**(defaults or {}), **kwargs})
     if kwargs:
         raise TypeError(f'from_timm got keyword arguments {sorted(kwargs)} with a model instance; '
@@ -297,7 +297,7 @@ class VitMinimalConfig(PreTrainedConfig, _ModelFields):
         if init_kwargs is None:
             raise TypeError(f'from_timm expects a VisionTransformerMinimal or a vit_minimal_* name, '
                             f'got {type(model).__name__}.')
-        import torch.nn as nn
+        import torch.nn as nn  # lazy: the config loads without torch and timm (remote code)
         for key, default in (('norm_layer', nn.LayerNorm), ('act_layer', nn.GELU)):
             if init_kwargs.get(key, default) is not default:
                 raise ValueError(f'{key}={init_kwargs[key]!r} cannot be written to a config (only the default '

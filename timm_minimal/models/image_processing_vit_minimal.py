@@ -18,9 +18,9 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 import numpy as np
 import torch
 from PIL import Image
-from torchvision.transforms.v2 import InterpolationMode
+from timm.data import create_transform, resolve_data_config
 from torchvision.transforms.v2 import functional as tv_functional
-
+from torchvision.transforms.v2 import InterpolationMode
 from transformers.image_processing_backends import TorchvisionBackend
 from transformers.image_processing_utils import BaseImageProcessor, BatchFeature
 from transformers.processing_utils import ImagesKwargs
@@ -60,7 +60,6 @@ class VitMinimalImageProcessorKwargs(ImagesKwargs, total=False):
 def settings_of_pretrained_cfg(pretrained_cfg: Any) -> Dict[str, Any]:
     """The processor settings a timm pretrained cfg gives: those of the transform timm builds for it
     (``resolve_data_config``); a cfg without its input size, mean or std is refused."""
-    from timm.data import resolve_data_config
     if not isinstance(pretrained_cfg, Mapping):
         raise TypeError(f'pretrained_cfg must be a dict (a timm pretrained cfg), got {type(pretrained_cfg).__name__}.')
     missing = [k for k in _CFG_NEEDS if pretrained_cfg.get(k) is None]
@@ -212,7 +211,6 @@ class _TimmEvalSettings:
         )
 
     def _transform(self):
-        from timm.data import create_transform
         return create_transform(**self.timm_data_config(), is_training=False)
 
     def _to_pil(self, image: Any, layout: Optional[str] = None) -> Image.Image:

@@ -5,6 +5,7 @@ processor, which builds on it.
 
 This file travels with saved checkpoints (``trust_remote_code=True``).
 """
+import warnings
 from typing import Any, Optional, Tuple
 
 import numpy as np
@@ -102,7 +103,6 @@ def _float_to_uint8(array: np.ndarray) -> np.ndarray:
     """A float image as uint8: a [0, 1] image where every value lies in [-0.5, ``UNIT_RANGE_LIMIT``] (clipped to
     [0, 1], with a warning where a value lies further outside than rounding), a [0, 255] image where a value lies
     beyond that and none beyond [-0.5, 255.5]; anything else is refused rather than guessed."""
-    import warnings
     if not np.isfinite(array).all():
         raise ValueError('The image holds non-finite values.')
     low, high = float(array.min(initial=0)), float(array.max(initial=0))

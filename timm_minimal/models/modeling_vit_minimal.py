@@ -13,6 +13,7 @@ This file travels with saved checkpoints (``trust_remote_code=True``): it import
 model's own modules, relatively.
 """
 import contextlib
+import inspect
 import os
 import re
 from pathlib import Path
@@ -20,9 +21,13 @@ from typing import Any, Dict, Optional, Tuple, Union
 
 import torch
 import torch.nn as nn
-from transformers import PreTrainedModel
+from huggingface_hub import utils as hub_utils
+from safetensors import safe_open
+from safetensors.torch import load_file
 from transformers import initialization as init
+from transformers import PreTrainedModel
 from transformers.modeling_outputs import BaseModelOutputWithPooling, ImageClassifierOutput
+from transformers.utils import logging as hf_logging, cached_file
 
 from .configuration_vit_minimal import VitMinimalConfig, timm_model
 from .image_processing_vit_minimal import VitMinimalImageProcessor
@@ -44,7 +49,6 @@ def _weights_file(name_or_path: Any, kwargs: Dict[str, Any]) -> Optional[str]:
     cache's copy); None where the weights came from elsewhere (a state dict, a single file, another format)."""
     if kwargs.get('state_dict') is not None or name_or_path is None or os.path.isfile(str(name_or_path)):
         return None
-    from transformers.utils import cached_file
     hub = {k: kwargs[k] for k in ('cache_dir', 'revision', 'subfolder', 'token') if kwargs.get(k) is not None}
     return cached_file(str(name_or_path), 'model.safetensors', local_files_only=True, **hub,
                        _raise_exceptions_for_missing_entries=False, _raise_exceptions_for_connection_errors=False)
@@ -52,8 +56,6 @@ def _weights_file(name_or_path: Any, kwargs: Dict[str, Any]) -> Optional[str]:
 
 def _record_keywords(folder: Union[str, os.PathLike], model_kwargs: Dict[str, Any]) -> None:
     """Add the function keywords (``weights_record``) to the metadata of the safetensors files transformers wrote."""
-    from safetensors import safe_open
-    from safetensors.torch import load_file
     for path in sorted(Path(folder).glob('model*.safetensors')):
         with safe_open(str(path), 'pt') as f:
             metadata = dict(f.metadata() or {})
@@ -69,8 +71,6 @@ def _without_progress_bars():
     """transformers draws a bar over the tensors it loads and the shards it writes, and huggingface_hub one per
     download; these checkpoints hold a few dozen tensors and at most a few MB, so the bars would only flash by. They
     are off for the call, then as they were."""
-    from huggingface_hub import utils as hub_utils
-    from transformers.utils import logging as hf_logging
     bars, hub_bars = hf_logging.is_progress_bar_enabled(), not hub_utils.are_progress_bars_disabled()
     hf_logging.disable_progress_bar()
     try:
@@ -237,7 +237,6 @@ class VitMinimalPreTrainedModel(PreTrainedModel):
     def _check_kwargs(self, kwargs: Dict[str, Any], allowed: Tuple[str, ...] = ()) -> None:
         unexpected = sorted(set(kwargs) - set(allowed))
         if unexpected:
-            import inspect
             params = [p for p in inspect.signature(self.forward).parameters if p != 'kwargs']
             raise TypeError(f'{type(self).__name__}.forward got unexpected arguments {unexpected}; it takes '
                             f'{", ".join(params + list(allowed))}.')

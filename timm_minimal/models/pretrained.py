@@ -8,6 +8,7 @@ import hashlib
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Union
 
+from timm.data import ImageNetInfo
 from timm.layers import to_2tuple
 
 from .datasets import DATASETS
@@ -76,7 +77,6 @@ def tag_for_geometry(in_chans: int, img_size: Any, patch_size: Any) -> Optional[
 def dataset_label_names(tag: Optional[str]) -> Optional[List[str]]:
     """Class names of a pretrained tag's dataset (``None`` for an unknown tag)."""
     if tag == 'in1k':
-        from timm.data import ImageNetInfo
         return list(ImageNetInfo('imagenet-1k').label_descriptions())
     names = DATASETS[tag_dataset(tag)].label_names if tag_dataset(tag) else None
     return list(names) if names is not None else None

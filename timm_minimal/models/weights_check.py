@@ -19,6 +19,9 @@ from pathlib import Path
 from typing import Any, Dict, Mapping, Optional, Tuple
 
 import torch
+from huggingface_hub import try_to_load_from_cache
+from safetensors import safe_open
+from safetensors.torch import save
 
 __all__ = ['weights_file', 'head_classes', 'check_weights_fit', 'check_finite_weights', 'FUNCTION_KEYWORDS',
            'RECORD_KEY', 'loaded_weights_file', 'weights_record', 'save_weights_file', 'recorded_keywords', 'check_recorded_keywords']
@@ -53,7 +56,6 @@ def loaded_weights_file(pretrained_cfg: Any) -> Optional[Path]:
     cfg = _cfg_fields(pretrained_cfg)
     if path is not None or not cfg.get('hf_hub_id'):
         return path
-    from huggingface_hub import try_to_load_from_cache
     repo_id, _, revision = str(cfg['hf_hub_id']).partition('@')
     found = try_to_load_from_cache(repo_id, 'model.safetensors', revision=revision or None)
     return Path(found) if isinstance(found, str) else None
@@ -61,7 +63,6 @@ def loaded_weights_file(pretrained_cfg: Any) -> Optional[Path]:
 
 def _read_header(path: Path) -> Tuple[Dict[str, Any], Dict[str, str]]:
     """A safetensors file's header, read without the tensors: each tensor's (shape, dtype), and the metadata."""
-    from safetensors import safe_open
     try:
         with safe_open(str(path), 'pt') as f:
             tensors = {k: (tuple(f.get_slice(k).get_shape()), f.get_slice(k).get_dtype()) for k in f.keys()}
@@ -129,7 +130,6 @@ def weights_record(model_kwargs: Optional[Mapping[str, Any]]) -> Dict[str, str]:
 def save_weights_file(tensors: Mapping[str, torch.Tensor], path: Path, metadata: Mapping[str, str]) -> None:
     """``tensors`` as a safetensors file with ``metadata`` in sorted order, so that the same weights and metadata
     give the same bytes (safetensors orders the metadata at random), written in full or not at all."""
-    from safetensors.torch import save
     raw = save(dict(tensors), metadata=dict(metadata))
     size = int.from_bytes(raw[:8], 'little')
     header = json.loads(raw[8:8 + size])

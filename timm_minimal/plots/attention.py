@@ -106,7 +106,7 @@ def _overlay(ax: Any, maps: AttentionMaps, values: torch.Tensor, norm: Any) -> A
 def _matrix(ax: Any, matrix: torch.Tensor, kind: str, title: str) -> None:
     """A T x T matrix titled with its asymmetry: scores from their minimum (blue) to their maximum (red),
     attention from 0 on a square-root scale."""
-    from matplotlib.colors import PowerNorm
+    from matplotlib.colors import PowerNorm  # lazy: matplotlib where a figure is drawn
     m = matrix.numpy()
     if kind == 'scores':
         ax.imshow(m, cmap='RdBu_r', interpolation='nearest')
@@ -130,7 +130,7 @@ def _colorbar(fig: Any, spec: Any, mappable: Any, label: str = '') -> None:
 
 def _top_row(fig: Any, spec: Any, maps: AttentionMaps, classes_width: float, k: int = 5) -> None:
     """Input, rollout (with its scale) and the top-``k`` class probabilities (``classes_width`` panels wide)."""
-    from matplotlib.colors import Normalize
+    from matplotlib.colors import Normalize  # lazy: matplotlib where a figure is drawn
     row = spec.subgridspec(1, 5, width_ratios=[1, .1, 1, .07, classes_width])
     ax = _panel(fig, row[0], 'input')
     ax.imshow(maps.image, cmap='gray' if maps.image.ndim == 2 else None, vmin=0, vmax=1, interpolation='nearest')
@@ -153,8 +153,8 @@ def plot_attention(maps: AttentionMaps, head: int = 0, panel_inches: float = 1.2
     layer with its heads' heat maps (one scale), the scores S and the attention A = softmax(S) of
     ``head``. Axes are labelled ``input``, ``rollout``, ``classes``, ``head L.H``, ``scores L`` and
     ``attention L`` (1-based), colorbars ``<colorbar>``."""
-    from matplotlib.colors import PowerNorm
-    from matplotlib.figure import Figure
+    from matplotlib.colors import PowerNorm  # lazy: matplotlib where a figure is drawn
+    from matplotlib.figure import Figure  # lazy: matplotlib where a figure is drawn
     layers, heads = len(maps.attentions), maps.attentions[0].shape[0]
     ratios = [1] * heads + [.07, .25, 1.1, 1.1]  # heads, their colorbar, a gap, S, A
     width = max(sum(ratios), 3.6)

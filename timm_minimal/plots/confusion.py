@@ -33,7 +33,7 @@ def draw_confusion(ax: Any, matrix: np.ndarray, names: Sequence[str], title: str
 
 def confusion_figure(matrix: np.ndarray, names: Sequence[str], title: str) -> Any:
     """One confusion matrix as a figure."""
-    from matplotlib.figure import Figure
+    from matplotlib.figure import Figure  # lazy: matplotlib where a figure is drawn
     side = panel_inches(len(names))
     fig = Figure(figsize=(side, side - 0.5), layout='constrained')
     draw_confusion(fig.add_subplot(), np.asarray(matrix), names, title)

@@ -5,16 +5,18 @@ import os
 import shlex
 from typing import Any, Dict, List, Optional, Sequence, Type
 
+import timm
 import torch.nn as nn
+
+from ..machine import cpu_signature, usable_cores
+from ..models.paper import VARIANTS
+from ..models.pretrained import RECIPE_TAGS, TAGS, check_tag_spelling
+from ..models.vit_minimal import ARCHITECTURES, NoPretrainedWeights, VisionTransformerMinimal
 
 
 
 def allowed_models() -> str:
     """The model names a tool takes, for error messages."""
-    import timm
-    from ..models.paper import VARIANTS
-    from ..models.pretrained import TAGS
-    from ..models.vit_minimal import ARCHITECTURES
     return (f'a vit_minimal architecture vit_minimal_<{"|".join(VARIANTS)}>[_mlp]_<depth>x<heads> '
             f'({len(ARCHITECTURES)} registered: timm.list_models("vit_minimal*")) with an optional tag '
             f'{", ".join("." + t for t in TAGS)}; shipped weights: {", ".join(timm.list_pretrained("vit_minimal*"))}; '
@@ -49,9 +51,6 @@ def create_named_model(name: str, pretrained: bool, error: Type[Exception] = Val
     weights with ``pretrained``, else a random initialisation), or a ``local-dir:`` / ``hf-hub:`` checkpoint
     (always with its weights). Anything else raises ``error`` with what is allowed; a tag without weights adds
     ``no_weights_hint``."""
-    import timm
-    from ..models.pretrained import RECIPE_TAGS, TAGS, check_tag_spelling
-    from ..models.vit_minimal import ARCHITECTURES, NoPretrainedWeights, VisionTransformerMinimal
     checkpoint = name.startswith(('local-dir:', 'hf-hub:'))
     if not checkpoint:
         arch, _, tag = name.partition('.')
@@ -96,9 +95,7 @@ def write_report(results: Dict[str, Any], text: str, out_json: Optional[str], ou
 def cpu_environment() -> Dict[str, str]:
     """This CPU for a benchmark report's header: ``device`` (model and the cores this process may use) and ``flags``
     (its SIMD flags), from the one reading of the CPU that the trainer's process split uses."""
-    from ..machine import cpu_signature
     cpu = cpu_signature()
-    from ..machine import usable_cores
     return dict(device=f"{cpu['cpu']}, {usable_cores()} cores", flags=cpu['flags'])
 
 
@@ -123,7 +120,11 @@ def portable_command(command: str, model: str) -> str:
     return shlex.join(words)
 
 
-def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """A markdown table of ``rows`` under ``header``."""
-    lines = ['| ' + ' | '.join(header) + ' |', '|' + '|'.join('---' for _ in header) + '|']
-    return '\n'.join(lines + ['| ' + ' | '.join(r) + ' |' for r in rows])
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]], align: Optional[str] = None) -> str:
+    """A markdown table of ``rows`` under ``header``; ``align`` gives each column's alignment, one letter each,
+    ``l`` or ``r`` (None: none marked)."""
+    if align is None:
+        rule = '|' + '|'.join('---' for _ in header) + '|'
+    else:
+        rule = '| ' + ' | '.join('---:' if a == 'r' else ':---' for a in align) + ' |'
+    return '\n'.join(['| ' + ' | '.join(header) + ' |', rule] + ['| ' + ' | '.join(r) + ' |' for r in rows])

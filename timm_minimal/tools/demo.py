@@ -20,6 +20,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ..cli import Failure, HelpFormatter, OneLineParser, command, number
 from ..models.datasets import SAMPLES
+from ..training.options import Options
 
 SAMPLE = 'mnist-sample'
 DEMO_MODEL = 'vit_minimal_sym_6x4'
@@ -40,8 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def choose_threads(model: str, batch: int) -> Dict[str, float]:
     """The faster of all cores and one core for ``model``'s training step here: its threads and images/s."""
-    import torch
-    from ..training.cpu.split import bare_step_rate, core_budget
+    import torch  # lazy: --help answers without it
+    from ..training.cpu.split import bare_step_rate, core_budget  # lazy: --help answers without it
     budget = core_budget()
     rates = {threads: bare_step_rate(f'{model}.mnist', batch, threads, PROBE_SECONDS, warmup=2)
              for threads in sorted({1, budget})}
@@ -52,9 +53,9 @@ def choose_threads(model: str, batch: int) -> Dict[str, float]:
 
 def zoo_rows() -> List[Dict[str, Any]]:
     """Every shipped MNIST checkpoint on the bundled test digits, through the package's one evaluation."""
-    import timm
-    from timm.data import resolve_data_config
-    from .evaluate import evaluate_forwards
+    import timm  # lazy: --help answers without it
+    from timm.data import resolve_data_config  # lazy: --help answers without it
+    from .evaluate import evaluate_forwards  # lazy: --help answers without it
     names = timm.list_pretrained('vit_minimal*.mnist')
     models = {name: timm.create_model(name, pretrained=True).eval() for name in names}
     first = models[names[0]]
@@ -99,7 +100,7 @@ class _Progress:
     """One progress bar over the run's updates, with the latest test accuracy (the trainer's TrainHooks)."""
 
     def __init__(self, total: int, desc: str):
-        from tqdm.auto import tqdm
+        from tqdm.auto import tqdm  # lazy: --help answers without it
         self.bar = tqdm(total=total, desc=desc, unit='step', dynamic_ncols=True)
 
     def after_update(self, update: int) -> None:
@@ -115,9 +116,8 @@ class _Progress:
 def train_model(model: str, output: str, epochs: Optional[int]) -> Dict[str, Any]:
     """Trains ``model`` on the bundled digits with timm-minimal-train's own code, at the torch threads set by
     ``choose_threads``; its log stays in a buffer that is printed only if the run fails."""
-    from ..training.cli import parse_args
-    from ..training.options import Options
-    from ..training.train import count_batches, train
+    from ..training.cli import parse_args  # lazy: --help answers without it
+    from ..training.train import count_batches, train  # lazy: --help answers without it
     argv = ['--model', model, '--dataset', SAMPLE, '--output', output, '--no-progress', '--log-interval', '1000000',
             '--cpu-processes', '1'] + (['--epochs', str(epochs)] if epochs else [])
     args, provenance = parse_args(argv)
@@ -136,7 +136,7 @@ def train_model(model: str, output: str, epochs: Optional[int]) -> Dict[str, Any
 
 
 def _sample_data():
-    from ..training.data.loading import load_dataset
+    from ..training.data.loading import load_dataset  # lazy: --help answers without it
     return load_dataset(SAMPLE)
 
 
@@ -152,7 +152,7 @@ def expected_seconds(rate: float, epochs: int, zoo_models: int) -> Dict[str, flo
 
 def attention_picture(run_dir: Path) -> Path:
     """The trained model's attention on the first bundled test digit, as ``attention.png`` in the run folder."""
-    from .inside.attention import create_attention_model, render_attention
+    from .inside.attention import create_attention_model, render_attention  # lazy: --help answers without it
     model = create_attention_model(f'local-dir:{run_dir / "checkpoints" / "last"}', pretrained=True)
     image, _ = _sample_data().eval[0]
     out = run_dir / 'attention.png'
@@ -165,9 +165,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     start = time.perf_counter()
-    import timm
-    from ..models.vit_minimal import ARCHITECTURES
-    from ..training.cli import load_recipe
+    import timm  # lazy: --help answers without it
+    from ..models.vit_minimal import ARCHITECTURES  # lazy: --help answers without it
+    from ..training.cli import load_recipe  # lazy: --help answers without it
     if args.model not in ARCHITECTURES:
         parser.error(f"--model: unknown architecture '{args.model}'; choose one of {', '.join(ARCHITECTURES)}")
     recipe = load_recipe(SAMPLES[SAMPLE].recipe)

@@ -11,7 +11,7 @@ from typing import Any, Dict, List, Sequence, Tuple
 import numpy as np
 
 from ..plots.confusion import draw_confusion, panel_inches
-from ..training.run.checkpoint import write_file_atomic
+from ..training.run.files import write_file_atomic
 
 __all__ = ['wilson_interval', 'per_class', 'model_table', 'class_table', 'write_confusion_figure', 'write_json']
 
@@ -67,7 +67,7 @@ def class_table(results: Sequence[Dict[str, Any]]) -> List[str]:
 
 def write_confusion_figure(path: Path, results: Sequence[Dict[str, Any]], names: Sequence[str]) -> None:
     """The confusion matrix of each model, side by side (rows: true class, columns: predicted), as a PNG."""
-    from matplotlib.figure import Figure
+    from matplotlib.figure import Figure  # lazy: matplotlib where a figure is drawn
     side = panel_inches(len(names))
     fig = Figure(figsize=(side * len(results), side - 0.5), layout='constrained')
     for ax, r in zip(fig.subplots(1, len(results), squeeze=False)[0], results):

@@ -19,7 +19,10 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
+import timm
 import torch
+from accelerate import Accelerator
+from timm.data import resolve_data_config
 
 from ..training.data.batch_augment import BatchAugment, BatchAugmentConfig
 from ..training.data.loading import DatasetError, build_transforms, load_dataset
@@ -33,6 +36,8 @@ from ..models.images import image_mode
 from .common import describe_load_error
 from ..cli import UsageError, command, listed, progress
 from .cli import EVAL_BATCH_SIZE, build_parser
+from ..models.pretrained import WEIGHTS_DIR
+from .eval_report import class_table, model_table, per_class, wilson_interval, write_confusion_figure, write_json
 
 __all__ = ['evaluate_model', 'evaluate_forwards', 'load_eval_split', 'evaluate_split', 'EvalSplit', 'main']
 
@@ -165,7 +170,6 @@ def evaluate_models(models: Mapping[str, torch.nn.Module], dataset: str, data_di
     preprocessing, classes and label names) share one reading and preparation of the split and one pass over it.
     An error (``DatasetError``, ``RuntimeError``, ``ValueError``) names the models it concerns where there are
     several."""
-    from timm.data import resolve_data_config
     groups: Dict[str, List[str]] = {}
     configs = {}
     for name, model in models.items():
@@ -210,7 +214,6 @@ def tag_dataset(model: torch.nn.Module) -> Optional[str]:
 
 
 def _load(name: str) -> torch.nn.Module:
-    import timm
     try:
         return timm.create_model(name, pretrained=True)
     except (RuntimeError, ValueError, OSError) as e:
@@ -233,7 +236,6 @@ def _dataset(args, models: Dict[str, torch.nn.Module]) -> str:
 
 def _report(args, results: List[Dict[str, Any]]) -> None:
     """The table of the models (one model: its line), the rows per class, and the files asked for."""
-    from .eval_report import class_table, model_table, write_confusion_figure, write_json
     first = results[0]
     if len(results) == 1:
         r = first
@@ -257,7 +259,6 @@ def _report(args, results: List[Dict[str, Any]]) -> None:
 
 @command('timm-minimal-evaluate')
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    from .eval_report import per_class, wilson_interval
     args = build_parser().parse_args(argv)
     names = args.model if isinstance(args.model, list) else [args.model]
     check_output_files(args, names)
@@ -295,7 +296,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 def _log(args, results: List[Dict[str, Any]]) -> None:
     """The evaluation as one tracker run: each model's loss, top-1 and top-5 (``<model>/acc``, ...) and its confusion
     matrix as an image; the options as its configuration."""
-    from accelerate import Accelerator  # lazy: only with --log-with
     folder = Path(args.log_dir) / f'evaluate-{datetime.now():%Y%m%d-%H%M%S}'
     folder.mkdir(parents=True, exist_ok=True)
     accelerator = Accelerator(cpu=True)
@@ -314,7 +314,6 @@ def _log(args, results: List[Dict[str, Any]]) -> None:
 def _inputs(args, names: Sequence[str]) -> List[Path]:
     """The folders and files the evaluation reads: each ``local-dir:`` model's folder, the package's weights, and the
     dataset's folder (an image folder given as --dataset, and --data-dir)."""
-    from ..models.pretrained import WEIGHTS_DIR
     inputs = [Path(n[len('local-dir:'):]) for n in names if n.startswith('local-dir:')] + [WEIGHTS_DIR]
     inputs += [Path(p) for p in (args.dataset, args.data_dir) if p and Path(p).exists()]
     return [p.resolve() for p in inputs]

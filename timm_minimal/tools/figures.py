@@ -3,9 +3,9 @@
 
 def pyplot():
     """matplotlib's pyplot on the Agg backend (no display): a figure costs its import only where one is drawn."""
-    import matplotlib
+    import matplotlib  # lazy: matplotlib where a figure is drawn
     matplotlib.use('Agg', force=True)
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # lazy: matplotlib where a figure is drawn
     return plt
 
 
@@ -24,7 +24,7 @@ def label_points(ax, points, labels, colors=None, fontsize: float = 7, step: flo
     renderer = fig.canvas.get_renderer()
     frame = ax.get_window_extent(renderer)
     dots = [ax.transData.transform(p) for p in points]
-    from matplotlib.transforms import Bbox
+    from matplotlib.transforms import Bbox  # lazy: matplotlib where a figure is drawn
     taken = [Bbox.from_extents(x - 4, y - 4, x + 4, y + 4) for x, y in dots]
     colors = colors or ['black'] * len(points)
     placed = []

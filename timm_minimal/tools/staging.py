@@ -28,10 +28,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Type
 
+from filelock import FileLock
+
 from ..cli import Failure, listed
 from ..models.pretrained import file_sha256
 from ..training.run.files import describe_write_error, read_regular_file
-from ..machine import is_disk_full
+from ..machine import default_cache_dir, is_disk_full
 
 __all__ = ['staged_folder', 'refusal', 'recorded_files', 'unrecorded_entries', 'recover', 'RECORD_FORMAT']
 
@@ -53,7 +55,6 @@ def _files(folder: Path) -> Dict[str, str]:
 
 
 def _records() -> Path:
-    from ..machine import default_cache_dir
     return default_cache_dir() / 'outputs'
 
 
@@ -112,8 +113,6 @@ def unrecorded_entries(folder: Path, out: Optional[Path] = None) -> List[str]:
 def _swap_lock(out: Path) -> Iterator[None]:
     """An exclusive lock on ``out`` for a check and a swap (filelock, so it holds on every OS), kept in the cache
     folder under a digest of the output's path: nothing is created beside the output."""
-    from filelock import FileLock
-    from ..machine import default_cache_dir
     locks = default_cache_dir() / 'locks'
     locks.mkdir(parents=True, exist_ok=True)
     with FileLock(str(locks / f'{hashlib.sha256(str(out).encode()).hexdigest()[:24]}.lock')):

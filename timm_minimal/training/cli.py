@@ -6,6 +6,7 @@ own ``args.yaml`` below the command line. A recipe or ``args.yaml`` is plain YAM
 are option names and whose values have the option's type.
 """
 import argparse
+import inspect
 import sys
 from dataclasses import dataclass, field
 from importlib import resources
@@ -142,7 +143,7 @@ def training_device(cpu: bool) -> str:
     else the first accelerator torch finds (CUDA, XPU, MPS), else the CPU."""
     if cpu:
         return 'cpu'
-    import torch
+    import torch  # lazy: --help answers without it
     if torch.cuda.is_available():
         return 'cuda'
     if hasattr(torch, 'xpu') and torch.xpu.is_available():
@@ -261,7 +262,7 @@ def _resumed_options(explicit: Dict[str, Any]) -> Dict[str, Any]:
 def _minimal_weight_init(resolved: Dict[str, Any], model: str, explicit: Dict[str, Any]) -> None:
     """``--weight-init`` is the minimal transformers' keyword: another model asked for one on the command line is
     refused; a recipe's (``cifar10_cpu``) leaves it to its own initialisation."""
-    from timm.models import split_model_name_tag
+    from timm.models import split_model_name_tag  # lazy: --help answers without it
     if resolved['weight_init'] == 'default' or is_minimal(split_model_name_tag(model)[0]):
         return
     if 'weight_init' in explicit:
@@ -285,15 +286,14 @@ TRAINER_MODEL_KWARGS = {
 def check_model_kwargs(args: argparse.Namespace) -> None:
     """``--model-kwargs`` before anything is built or written: none of the trainer's own keywords, and for a
     vit_minimal model only the keywords its class and timm's ``create_model`` take (named in the refusal)."""
-    import inspect
-    import timm
-    from timm.models import split_model_name_tag
+    import timm  # lazy: --help answers without it
+    from timm.models import split_model_name_tag  # lazy: --help answers without it
     kwargs = args.model_kwargs or {}
     for key in kwargs:
         if key in TRAINER_MODEL_KWARGS:
             raise UsageError(f'--model-kwargs {key}=...: {TRAINER_MODEL_KWARGS[key]}.')
     if is_minimal(split_model_name_tag(args.model)[0]):
-        from ..models.vit_minimal import MODEL_KEYWORDS
+        from ..models.vit_minimal import MODEL_KEYWORDS  # lazy: --help answers without it
         factory = [k for k in inspect.signature(timm.create_model).parameters if k not in ('model_name', 'kwargs')]
         allowed = [k for k in (*MODEL_KEYWORDS, 'weight_init', *factory) if k not in TRAINER_MODEL_KWARGS]
         unknown = sorted(set(kwargs) - set(allowed))

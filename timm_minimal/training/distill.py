@@ -20,15 +20,18 @@ A teacher whose class count or input geometry differs from the student's is refu
 from dataclasses import dataclass
 from typing import Any, Dict, Optional, Sequence
 
+import timm
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from timm.task import DistillationTeacher, LogitDistillationTask, TokenDistillationTask
 
 from ..cli import UsageError, listed
 from .cli import TOKEN_DISTILL_TYPES
 from .cpu.policy import cpu_bf16_pays
 from .engine import Run, evaluate, say
 from .options import DistillationOptions
+from ..models.model_size import param_limit
 
 __all__ = ['TeacherInfo', 'HardLogitDistillation', 'build_teacher', 'build_distillation', 'check_teacher_labels']
 
@@ -112,8 +115,6 @@ def _check_teacher_size(name: str) -> None:
     """Refuse a teacher of more than ``models.model_size.param_limit()`` parameters before it is built: its
     architecture is built first on the meta device, which allocates nothing (a config.json naming a plain timm
     architecture of 8e9 parameters was built whole). A teacher that cannot be built there is left to the real build."""
-    import timm
-    from ..models.model_size import param_limit
     try:
         with torch.device('meta'):
             params = sum(p.numel() for p in timm.create_model(name).parameters())
@@ -129,7 +130,6 @@ def build_teacher(name: str, num_classes: int, input_size: Sequence[int], device
     """The teacher model (pretrained, eval mode, frozen, on ``device``, in bf16 autocast with ``bf16``);
     ``UsageError`` in one line where it cannot be built or does not fit the student's classes (their number and,
     given ``classes``, their names in order) and input geometry."""
-    import timm
     _check_teacher_size(name)
     try:
         model = timm.create_model(name, pretrained=True)
@@ -158,7 +158,6 @@ def build_distillation(student: nn.Module, teacher: nn.Module, criterion: nn.Mod
     """timm's ``LogitDistillationTask`` (or ``HardLogitDistillation``, or ``TokenDistillationTask``) over
     ``student``, as the distillation options ask; called with (input, target) it returns ``loss`` and ``output``.
     ``mean`` and ``std``: how the student's batch is normalised."""
-    from timm.task import DistillationTeacher, LogitDistillationTask, TokenDistillationTask
     distill_type, distill_weight, task_weight = opts.distill_type, opts.distill_weight, opts.distill_task_weight
     # the teacher's normalisation buffers go where the run trains (timm's wrapper makes them on the CPU otherwise)
     teacher = DistillationTeacher(teacher, device=device)

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from accelerate.state import PartialState, is_initialized
 
 from ..models.weights_check import weights_record
 from ..cli import EXIT_DIVERGED, Failure, progress
@@ -41,7 +42,6 @@ __all__ = ['TrainState', 'TrainHooks', 'FiniteGuard', 'Run', 'Diverged', 'Checkp
 def say(message: str, warning: bool = False) -> None:
     """A line of the run's log, said by the main process alone: the ``timm_minimal`` logger, which the tools show
     on the console (``cli.console``) and a caller of ``train`` configures as any logger."""
-    from accelerate.state import PartialState, is_initialized
     if not is_initialized() or PartialState().is_main_process:
         (_RUN_LOG.warning if warning else _RUN_LOG.info)(message)
 

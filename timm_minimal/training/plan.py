@@ -17,6 +17,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional
 
+import timm
 import torch
 from timm.models import split_model_name_tag
 
@@ -64,7 +65,6 @@ class RunPlan:
 def resolve_model_name(name: str, kind: str) -> str:
     """``name`` as timm creates it: a known architecture, and for an untagged minimal transformer the tag of its
     dataset kind (``tag_for_kind``: the dataset's own, else ImageNet's geometry)."""
-    import timm
     arch, tag = split_model_name_tag(name)
     if not timm.is_model(arch):
         minimal = ', '.join(timm.list_models('vit_minimal*'))

@@ -43,7 +43,7 @@ SUMMARY_TAGS = ('test/best_acc', 'test/final_acc')  # the run's result: TensorBo
 
 
 def _tracker_names() -> Sequence[str]:
-    from accelerate.utils import LoggerType
+    from accelerate.utils import LoggerType  # lazy: --help answers without it
     return [str(t) for t in LoggerType]
 
 
@@ -62,7 +62,7 @@ def project_name(option: Optional[str]) -> str:
 
 def check_trackers(names: Sequence[str]) -> None:
     """Refuse a tracker whose package is not installed (accelerate would drop it without a word)."""
-    from accelerate.tracking import get_available_trackers
+    from accelerate.tracking import get_available_trackers  # lazy: --help answers without it
     available = {str(t) for t in get_available_trackers()}
     if 'all' in names and not available:
         require_extra(('tensorboard',), 'tensorboard', '--log-with all')
@@ -81,7 +81,7 @@ def _hparam(value: Any) -> Any:
 def _store_hparams(writer: Any, config: Mapping[str, Any], metrics: Sequence[str]) -> None:
     """The options into TensorBoard's HParams view, in the run itself (accelerate's ``add_hparams`` makes a sub-run
     without a metric), with the scalars ``metrics`` as its metrics; an option that is None is left blank."""
-    from torch.utils.tensorboard.summary import hparams
+    from torch.utils.tensorboard.summary import hparams  # lazy: --help answers without it
     values = {k: _hparam(v) for k, v in config.items() if v is not None}
     for summary in hparams(values, {tag: 0.0 for tag in metrics}):
         writer._get_file_writer().add_summary(summary)
@@ -89,7 +89,7 @@ def _store_hparams(writer: Any, config: Mapping[str, Any], metrics: Sequence[str
 
 def _use_mlflow_store(logging_dir: Path) -> None:
     """MLflow's store under the run folder (mlflow's default is the working folder)."""
-    import mlflow  # optional extra, only with --log-with mlflow
+    import mlflow  # lazy: the mlflow extra, only with --log-with mlflow
     mlflow.set_tracking_uri(f'sqlite:///{(logging_dir / "mlflow.db").resolve()}')
 
 
@@ -98,7 +98,7 @@ def start_trackers(accelerator: Any, names: Sequence[str], folder: Path, options
     """Start ``names`` for the run in ``folder`` (main process; files under ``folder/trackers``), with ``options`` as
     its configuration and the scalars ``metrics`` as its result (TensorBoard's HParams metrics), resuming the tracker
     runs of ``run_ids`` (tracker name: run id); returns the run ids to keep."""
-    from accelerate.tracking import filter_trackers
+    from accelerate.tracking import filter_trackers  # lazy: --help answers without it
     logging_dir = Path(folder) / TRACKING_DIR
     if not accelerator.is_main_process:
         return {}
@@ -151,10 +151,10 @@ def log_figures(accelerator: Any, figures: Mapping[str, Any], step: int) -> None
             if tracker.name == 'tensorboard':
                 tracker.writer.add_figure(name, fig, global_step=step, close=False)
             elif tracker.name == 'wandb':
-                import wandb  # optional extra, only with --log-with wandb
+                import wandb  # lazy: the wandb extra, only with --log-with wandb
                 tracker.run.log({name: wandb.Image(_rgb(fig))}, step=step)
             elif tracker.name == 'mlflow':
-                import mlflow  # optional extra, only with --log-with mlflow
+                import mlflow  # lazy: the mlflow extra, only with --log-with mlflow
                 mlflow.log_figure(fig, f'{name}.png')
         if tracker.name == 'tensorboard':
             tracker.writer.flush()
@@ -162,8 +162,8 @@ def log_figures(accelerator: Any, figures: Mapping[str, Any], step: int) -> None
 
 def _rgb(fig: Any) -> Any:
     """A figure's pixels as an (H, W, 3) uint8 array."""
-    import numpy as np
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    import numpy as np  # lazy: --help answers without it
+    from matplotlib.backends.backend_agg import FigureCanvasAgg  # lazy: matplotlib where a figure is drawn
     canvas = FigureCanvasAgg(fig)
     canvas.draw()
     return np.asarray(canvas.buffer_rgba())[..., :3].copy()

@@ -47,12 +47,21 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Dict, Optional, Sequence, Tuple
 
+import timm
 import torch
 import torch.nn as nn
+from accelerate import Accelerator
+from accelerate.state import AcceleratorState, GradientState
+from accelerate.utils import broadcast_object_list
+from timm.data import Mixup
+from timm.loss import LabelSmoothingCrossEntropy, SoftTargetCrossEntropy
 from timm.models import split_model_name_tag
+from timm.optim import create_optimizer_v2
+from timm.scheduler import create_scheduler_v2
+from timm.utils import ModelEmaV3
 
 from ..cli import EXIT_DIVERGED, EXIT_FAILURE, EXIT_USAGE, Failure, command, listed
-from ..machine import torch_threads
+from ..machine import is_disk_full, torch_threads
 from ..models.layers import set_head_padding
 from ..models.paper import is_minimal
 from .run import checkpoint as ckpt
@@ -64,7 +73,6 @@ from .engine import (
 )
 from .distill import build_distillation, build_teacher, teacher_bf16, teacher_info
 from .run.files import FolderBusy, describe_write_error
-from ..machine import is_disk_full
 from .run.folder import RunFolder
 from .run.clock import launch_elapsed
 from .run.recording import RunInputs, closing_lines, finish_run, launched_alone, rank_report, write_run_record
@@ -78,6 +86,8 @@ from .data.paths import build_data_path, count_batches, data_config
 from .cpu.policy import SPLIT_STATUS_ENV, run_split
 from .plan import RunPlan, resolve_model_name, resolve_plan
 from .run.resume import restore
+from ..models.pretrained import describe_pretrained_cfg
+from .cpu.split import NEVER_FREED, lost_peer
 
 _logger = logging.getLogger('timm_minimal.training.train')
 
@@ -99,8 +109,6 @@ class WriteFailed(Failure):
 def make_accelerator(plan: RunPlan):
     """accelerate's Accelerator on the plan's device, in its precision (several processes without a GPU, from
     torchrun, accelerate launch or the CPU split, train as CPU data parallelism: gloo)."""
-    from accelerate import Accelerator
-    from accelerate.state import AcceleratorState, GradientState
     if launched_alone():
         _logger.warning('accelerate launch set up several processes (MASTER_ADDR is set) but started this one alone: '
                         'on the CPU, add --multi_cpu to accelerate launch (on GPUs, --multi_gpu); this run trains in '
@@ -132,7 +140,6 @@ def prepare_folder(plan: RunPlan, accelerator: Any) -> Tuple[RunFolder, Optional
         ds_short = Path(opts.dataset).name if plan.dataset_kind == 'folder' else opts.dataset.replace('/', '_')
         name = [str(Path('runs') / f'{ds_short}-{plan.given.model.replace(".", "_")}-{stamp}')]
         if accelerator.num_processes > 1:  # one folder for all processes: the main process's time stamp
-            from accelerate.utils import broadcast_object_list
             broadcast_object_list(name)
         output = name[0]
     folder = RunFolder(output)
@@ -175,7 +182,6 @@ def build_model(name: str, opts: ModelOptions, num_classes: int, seed: int, dist
                 pad_heads: bool = True) -> Tuple[nn.Module, Dict[str, Any]]:
     """The timm model ``name`` (its full name with tag) of the model options, seeded, and the model arguments given.
     ``distill_token``: a distillation token for timm's TokenDistillationTask (a vit_minimal model's keyword)."""
-    import timm
     torch.manual_seed(seed)
     model_kwargs = dict(opts.model_kwargs or {})
     if opts.drop_path:
@@ -219,7 +225,6 @@ def _pretrained_head(model: nn.Module, source: Any, classes: Sequence[str]) -> s
 def model_config(model: nn.Module, model_name: str, model_kwargs: Dict[str, Any], data: ImageData,
                  data_cfg: Dict[str, Any]) -> Dict[str, Any]:
     """A checkpoint's config.json: timm's Hub layout (architecture, num_classes, model_args, pretrained_cfg)."""
-    from ..models.pretrained import describe_pretrained_cfg
     cfg = describe_pretrained_cfg(getattr(model, 'pretrained_cfg', None) or {}, input_size=data_cfg['input_size'],
                                   mean=data_cfg['mean'], std=data_cfg['std'])
     cfg.update(num_classes=data.num_classes, label_names=data.classes)  # timm reads these from here too
@@ -233,8 +238,6 @@ def build_optimization(opt: OptimisationOptions, epochs: int, model: nn.Module, 
                        device: torch.device):
     """timm's optimizer (the fused kernel for Adam/AdamW on CUDA) and scheduler of the optimisation options, stepped
     per update over ``epochs``."""
-    from timm.optim import create_optimizer_v2
-    from timm.scheduler import create_scheduler_v2
     extra: Dict[str, Any] = {}
     if opt.opt_eps is not None:
         extra['eps'] = opt.opt_eps
@@ -261,8 +264,6 @@ def build_optimization(opt: OptimisationOptions, epochs: int, model: nn.Module, 
 
 def build_loss(aug: AugmentationOptions, num_classes: int, per_process_batch: int):
     """The training loss and timm's batch mixup/cutmix (None when off), of the augmentation options."""
-    from timm.data import Mixup
-    from timm.loss import LabelSmoothingCrossEntropy, SoftTargetCrossEntropy
     if aug.mixup > 0 or aug.cutmix > 0 or aug.cutmix_minmax is not None:
         if per_process_batch % 2:
             raise UsageError(f'mixup/cutmix needs an even batch per process; got {per_process_batch}.')
@@ -299,7 +300,6 @@ def _assemble(plan: RunPlan, accelerator: Any, folder: RunFolder, last_dir: Opti
               hooks: TrainHooks) -> Tuple[Run, TrainState, RunInputs, Optional[Path]]:
     """Data, model, optimizer, data path and state of a run whose folder is prepared (and locked); each stage takes
     the option groups it reads."""
-    from timm.utils import ModelEmaV3
     o, world = plan.options, accelerator.num_processes
     with accelerator.main_process_first():
         data = load_run_data(o.run, world)
@@ -420,7 +420,6 @@ def _train(run: Run, state: TrainState, inputs: RunInputs, last_dir: Optional[Pa
     acc.wait_for_everyone()
     acc.end_training()
     if os.environ.get(SPLIT_STATUS_ENV):  # a split run's process: freeing its DDP model can hang (cpu.split.NEVER_FREED)
-        from .cpu.split import NEVER_FREED
         NEVER_FREED.append(run)
     if status == 'diverged':
         raise Diverged(message)
@@ -514,7 +513,6 @@ def main(argv: Optional[Sequence[str]] = None, hooks: Optional[TrainHooks] = Non
     except Failure:
         raise
     except RuntimeError as e:
-        from .cpu.split import lost_peer
         world = os.environ.get('WORLD_SIZE', '1')
         lost = lost_peer(e)
         if not (world.isdigit() and int(world) > 1 and lost):

@@ -149,7 +149,7 @@ def config_from_args(args: argparse.Namespace) -> BenchmarkConfig:
     if args.models:
         overrides['models'] = tuple(args.models)
     if args.scaling_models:
-        from .suite import select_models
+        from .suite import select_models  # lazy: --help answers without it
         overrides['scaling_models'] = tuple(select_models(args.scaling_models))
     if args.sdpa_models:
         overrides['sdpa_models'] = tuple(args.sdpa_models)
@@ -205,8 +205,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 def run(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     """Measure (or read ``--from-json``), write the report and return the results."""
-    from .report import render_report, summary_lines
-    from .suite import run_benchmark, select_models
+    from .report import render_report, summary_lines  # lazy: --help answers without it
+    from .suite import run_benchmark, select_models  # lazy: --help answers without it
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

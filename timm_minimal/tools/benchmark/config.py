@@ -66,7 +66,7 @@ class BenchmarkConfig:
         return cls(**quick)
 
     def resolved_clock(self, device: 'torch.device') -> str:
-        import torch
+        import torch  # lazy: --help answers without it
         if self.clock not in ('auto', 'cpu', 'wall'):
             raise ValueError(f"Unknown clock '{self.clock}'; choose 'auto', 'cpu' or 'wall'.")
         if self.clock == 'cpu' and (device.type != 'cpu' or torch.get_num_threads() != 1):
@@ -76,7 +76,7 @@ class BenchmarkConfig:
         return self.clock
 
     def resolved_device(self) -> 'torch.device':
-        import torch
+        import torch  # lazy: --help answers without it
         if self.device == 'auto':
             return torch.device('cuda' if torch.cuda.is_available() else 'cpu')
         return torch.device(self.device)

@@ -33,13 +33,18 @@ import time
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Sequence
 
+import timm
 import torch
 
-from ...machine import cpu_signature
+from ...machine import cpu_signature, default_cache_dir, torch_threads, usable_cores
 from ...training.run.folder import RunFolder
 from ..common import write_report
 from ...cli import HelpFormatter, OneLineParser, UsageError, command, positive_int
-from ...machine import torch_threads, usable_cores
+from ...models import layers
+from ...models.datasets import DATASETS
+from ...models.pretrained import tag_dataset
+from .training import bare_step_throughput, read_metrics, run_trainer_subprocess
+from ...training.cpu.split import decide
 
 __all__ = ['MODES', 'measure_mode', 'measure_jobs', 'measure_trainer', 'run', 'main']
 
@@ -56,7 +61,6 @@ DEFAULT_MODES = ['eager-unpadded', 'eager', 'compile', 'bf16', 'compile+bf16']
 def measure_mode(model: str, mode: str, batch_size: int, threads: int, steps: int, warmup: int,
                  repeats: int) -> List[float]:
     """Images per second of the bare step of ``model`` in ``mode`` with ``threads`` torch threads."""
-    from .training import bare_step_throughput
     compile_, dtype, pad_heads = MODES[mode]
     with torch_threads(threads), _sdpa_kept(mode in SDPA_KEPT):
         return bare_step_throughput(model, batch_size, torch.device('cpu'), compile_, dtype, steps, warmup, repeats,
@@ -66,7 +70,6 @@ def measure_mode(model: str, mode: str, batch_size: int, threads: int, steps: in
 @contextlib.contextmanager
 def _sdpa_kept(kept: bool) -> Iterator[None]:
     """Within: the attention runs SDPA in every precision (``models.layers.sdpa_pays`` answers True) where ``kept``."""
-    from ...models import layers
     chosen = layers.sdpa_pays
     if kept:
         layers.sdpa_pays = lambda q: True
@@ -107,9 +110,6 @@ def measure_trainer(model: str, batch_size: int, data_dir: str, train_subset: in
     ``train_subset`` images in a temporary folder, with an empty compilation cache of its own; the median epoch
     throughput after the first, the first epoch's extra training time over the median of the others (start-up and
     a cold compilation), and the precision and compile mode the run used."""
-    from ...models.datasets import DATASETS
-    from ...models.pretrained import tag_dataset
-    from .training import read_metrics, run_trainer_subprocess
     dataset = DATASETS[tag_dataset(model.split('.')[1])].kind
     with tempfile.TemporaryDirectory(prefix='cpu-modes-trainer-') as tmp:
         out = Path(tmp) / 'run'
@@ -213,8 +213,6 @@ def run(models: Sequence[str], batch_size: int, modes: Sequence[str], jobs: int,
         if trainer_data_dir:
             # the process split a full run takes by default (cpu.split.decide, measured here once); the short runs
             # below would stay one process, so it is passed to them
-            from ...training.cpu.split import decide
-            from ...machine import default_cache_dir
             split = decide(model, batch_size, default_cache_dir(), budget=threads).processes  # of the eager step
             r['trainer_processes'] = split
             runs: Dict[str, List[Dict[str, Any]]] = {name: [] for name in TRAINER_MODES}
@@ -260,14 +258,12 @@ def build_parser() -> argparse.ArgumentParser:
 @command(PROG)
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """The command line; returns the exit status (0 done, 2 bad command line)."""
-    import timm
     args = build_parser().parse_args(argv)
     unknown = [m for m in args.models if not timm.is_model(m.split('.')[0])]
     if unknown:
         raise UsageError(f'unknown model {unknown[0]!r}: a vit_minimal_* name with its tag, e.g. '
                          f'vit_minimal_sym_6x4.cifar10')
     if args.trainer_data_dir:
-        from ...models.datasets import DATASETS
         untagged = [m for m in args.models if m.partition('.')[2] not in DATASETS]
         if untagged:
             raise UsageError(f'--trainer-data-dir trains on the dataset of the tag; {untagged[0]!r} has none of '

@@ -24,6 +24,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+import timm
 import torch
 
 from ..common import cpu_environment, cpu_flags_lines, markdown_table, write_report
@@ -31,6 +32,7 @@ from ...cli import OneLineParser, UsageError, command, non_negative_int, positiv
 from ...machine import torch_threads
 from ..deploy.export import (FP32_FILE, INPUT_NAME, INT8_FILE, export_model, ort_session, require_export_extra,
                               resolve_model)
+from ...models.vit_minimal import ARCHITECTURES
 
 __all__ = ['DeploymentConfig', 'shipped_checkpoints', 'measure_latency', 'benchmark_model', 'run', 'render_markdown',
            'main']
@@ -57,8 +59,6 @@ class DeploymentConfig:
 
 def shipped_checkpoints() -> List[str]:
     """Every ``<architecture>.<tag>`` with weights in the package."""
-    import timm
-    from ...models.vit_minimal import ARCHITECTURES  # importing it registers them
     return [name for name in timm.list_pretrained('vit_minimal*') if name.partition('.')[0] in ARCHITECTURES]
 
 
@@ -112,9 +112,8 @@ def benchmark_model(name: str, config: DeploymentConfig, workdir: Path) -> Dict[
 
 def environment() -> Dict[str, str]:
     """Device (the CPU and its SIMD flags), library versions and the date, for the report's header."""
-    import onnx
-    import onnxruntime
-    import timm
+    import onnx  # lazy: the export extra
+    import onnxruntime  # lazy: the export extra
     return dict(cpu_environment(), torch=torch.__version__, onnxruntime=onnxruntime.__version__,
                 onnx=onnx.__version__, timm=timm.__version__, python=platform.python_version(),
                 date=datetime.now(timezone.utc).isoformat(timespec='seconds'))

@@ -14,6 +14,9 @@ import timm
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from timm.models.vision_transformer import VisionTransformer
+from torch.profiler import profile
+from torch.utils import flop_counter as fc
 from torch.utils.flop_counter import FlopCounterMode
 
 from ...models.layers import set_head_padding, sincos_2d_pos_embed
@@ -70,7 +73,6 @@ def build_timm_reference(dataset: str = 'mnist', depth: int = 6, num_heads: int 
     sin-cos values and frozen: both models then add the same constant and train the same
     parameters (``load_state_dict`` of a ``vit_minimal_std_mlp`` state dict gives identical outputs).
     """
-    from timm.models.vision_transformer import VisionTransformer
     geo = geometry(dataset)
     img = img_size if img_size is not None else geo['img_size']
     model = VisionTransformer(
@@ -90,7 +92,6 @@ def build_timm_reference(dataset: str = 'mnist', depth: int = 6, num_heads: int 
 def op_profile(model: nn.Module, x: torch.Tensor, steps: int = 10) -> Dict[str, Dict[str, float]]:
     """The ops of ``steps`` inference forwards of ``model`` on ``x`` (after one unprofiled forward), as
     ``torch.profiler`` counts them: ``{op: {'calls': n, 'self_ms': self CPU time}}``."""
-    from torch.profiler import profile
     with torch.inference_mode():
         model(x)
         with profile() as prof:
@@ -106,7 +107,6 @@ def count_params(model: nn.Module, trainable_only: bool = True) -> int:
 def _cpu_sdpa_formulas() -> Dict[Any, Any]:
     """FLOP formulas for the CPU SDPA kernels where this torch's ``FlopCounterMode`` has none (torch 2.14 counts
     the CUDA kernels only): the same counts as the fused CUDA kernels, so every torch counts the architecture."""
-    from torch.utils import flop_counter as fc
     aten = torch.ops.aten
     formulas: Dict[Any, Any] = {}
     forward = getattr(aten, '_scaled_dot_product_flash_attention_for_cpu', None)

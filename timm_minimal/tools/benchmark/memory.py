@@ -4,14 +4,18 @@
 ``max_memory_allocated`` on CUDA) or, with ``method='rss'``, the peak RSS growth of each model in a
 fresh process forked from ``_memory_server`` (started through ``MemoryServer``).
 """
+import ctypes
 import gc
 import json
 import os
+import resource
+import subprocess
 import sys
 from dataclasses import asdict
 from typing import Any, Callable, Dict, Optional, Sequence
 
 import torch
+from torch.profiler import ProfilerActivity, profile
 
 from .measure import ModelSpec, Runner
 
@@ -42,7 +46,6 @@ def _reset_peak_rss() -> bool:
 
 def _malloc_trim() -> None:
     try:
-        import ctypes
         ctypes.CDLL('libc.so.6').malloc_trim(0)
     except (OSError, AttributeError):
         pass
@@ -50,7 +53,6 @@ def _malloc_trim() -> None:
 
 def _max_rss_kb() -> int:
     """The process's peak RSS from getrusage, in KiB (macOS reports bytes)."""
-    import resource
     maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return maxrss // 1024 if sys.platform == 'darwin' else maxrss
 
@@ -130,7 +132,6 @@ class MemoryServer:
         self.proc: Optional[Any] = None
 
     def _start(self) -> None:
-        import subprocess
         env = dict(os.environ)
         env['PYTHONPATH'] = os.pathsep.join([p for p in sys.path if p] + [env.get('PYTHONPATH', '')])
         # CPU memory only: with a GPU visible, the warm-up's backward starts autograd's device threads, and
@@ -184,7 +185,6 @@ def tensor_memory_peak(fn: Callable[[], None]) -> float:
     ``torch.cuda.max_memory_allocated``: tensors (activations, saved tensors, gradients,
     temporaries inside ops), not memory that libraries allocate outside torch.
     """
-    from torch.profiler import ProfilerActivity, profile
     with _QuietStderr(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         fn()
     events = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events()

@@ -1,6 +1,8 @@
 """The report's PNG plots (matplotlib, imported on first use, Agg backend)."""
 from typing import Any, Dict, List, Optional, Tuple
 
+import numpy as np
+
 from ...models.paper import PAPER_EPOCHS
 from .accuracy import PAPER_TABLE2
 from ..figures import label_points, pyplot
@@ -8,14 +10,13 @@ from .measure import median
 
 
 def matplotlib_ticker():
-    import matplotlib.ticker
+    import matplotlib.ticker  # lazy: matplotlib where a figure is drawn
     return matplotlib.ticker
 
 
 def plot_speedups(points: List[Dict[str, Any]], path: str) -> str:
     """Per variant: the speed-up FLOPs predict, and the measured inference and training speed-ups."""
     plt = pyplot()
-    import numpy as np
     points = sorted(points, key=lambda p: p['flops'], reverse=True)
     y = np.arange(len(points))
     h = 0.27

@@ -6,11 +6,13 @@ JSON, without measuring; ``summary_lines`` gives the headline ratios for the con
 import glob
 import math
 import os
+import random
 import statistics
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ...models.paper import PAPER_EPOCHS, VARIANTS
 from ...models.vit_minimal import ARCHITECTURES
+from ..common import markdown_table
 from .accuracy import load_reproduce_results
 from .measure import TIMM_REF, geometry, median, parse_name, ratios
 from .plots import plot_accuracy, plot_scaling, plot_speedups
@@ -35,17 +37,13 @@ def _fmt_tp(v: float) -> str:
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]], align: Optional[str] = None) -> str:
-    align = align or ('l' + 'r' * (len(header) - 1))
-    sep = ['---:' if a == 'r' else ':---' for a in align]
-    lines = ['| ' + ' | '.join(header) + ' |', '| ' + ' | '.join(sep) + ' |']
-    lines += ['| ' + ' | '.join(r) + ' |' for r in rows]
-    return '\n'.join(lines)
+    """The report's tables: a label column, then numbers aligned right, unless ``align`` says otherwise."""
+    return markdown_table(header, rows, align or 'l' + 'r' * (len(header) - 1))
 
 
 def median_ci(values: Sequence[float], level: float = 0.95, resamples: int = 2000, seed: int = 0
               ) -> Tuple[float, float, float]:
     """The median and a bootstrap confidence interval of the median (percentile method, seeded)."""
-    import random
     values = list(values)
     if len(values) < 2:
         m = median(values)

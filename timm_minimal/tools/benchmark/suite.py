@@ -16,15 +16,15 @@ from typing import Any, Dict, List, Sequence, Tuple
 import timm
 import torch
 
-from ...machine import torch_threads
+from ...machine import cpu_signature, torch_threads
 from ...models.paper import arch_name
 from ...models.datasets import DATASETS
 from ...models.vit_minimal import ARCHITECTURES
-from ...machine import cpu_signature
 from .config import BenchmarkConfig
 from .measure import (TIMM_REF, ModelSpec, Runner, calibrate, count_flops, count_params, geometry, measure_rounds,
                       measure_throughput, op_profile, parse_name)
 from .memory import MemoryServer, measure_memory
+from ...training.cpu.split import core_budget, free_cores
 
 
 def baseline_at(depth: int) -> str:
@@ -59,7 +59,6 @@ def _environment(config: BenchmarkConfig, device: torch.device) -> Dict[str, Any
     if device.type == 'cuda':
         env['gpu'] = torch.cuda.get_device_name(device)
     else:  # how much of the CPU other work took as the run began (a busy machine scatters the timings)
-        from ...training.cpu.split import core_budget, free_cores
         budget = core_budget()
         env['busy_cores_at_start'] = budget - free_cores(budget)
     return env

@@ -58,6 +58,7 @@ from ..common import cpu_environment, cpu_flags_lines, markdown_table, write_rep
 from ...cli import Failure, OneLineParser, UsageError, command, non_negative_int, number, positive_int
 from ...machine import torch_threads
 from ...training.options import SEED
+from ...training.run.folder import RunFolder
 
 __all__ = [
     'TrainingBenchmarkConfig', 'MeasurementError', 'TrainerError', 'UsageError', 'TrainerThroughput', 'TimeToTarget',
@@ -300,7 +301,6 @@ class TimeToTarget:
 def decided_rates(output: Path) -> Optional[Dict[str, float]]:
     """The images per second of each candidate that the run's CPU decision measured (its last launch's record), or
     None where it measured nothing (a GPU, a short run, a count given)."""
-    from ...training.run.folder import RunFolder
     try:
         return RunFolder(output).read_record().last_launch.cpu_rates
     except (OSError, ValueError, AttributeError):

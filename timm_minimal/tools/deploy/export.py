@@ -34,6 +34,9 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
+from timm.data import create_transform, resolve_data_config
+from torch.onnx._constants import ONNX_MAX_OPSET
+from torchvision import transforms
 
 from ...models.images import image_mode
 from ..common import create_named_model, model_label
@@ -41,6 +44,9 @@ from ...cli import Failure, UsageError, command, number, require_extra
 from .cli import MIN_OPSET, build_parser
 from ..cli import EVAL_BATCH_SIZE
 from ..staging import staged_folder
+from ...models.configuration_vit_minimal import VitMinimalConfig
+from ..evaluate import evaluate_split, load_eval_split, model_label_names, tag_dataset
+from ...models.vit_minimal import VisionTransformerMinimal
 
 __all__ = ['ExportResult', 'ExportError', 'VerificationError', 'EXPORT_PACKAGES',
            'require_export_extra', 'resolve_model', 'preprocessing_config', 'export_onnx',
@@ -93,7 +99,6 @@ def resolve_model(name: str, pretrained: bool = True) -> nn.Module:
 
 def _label_names(model: nn.Module) -> List[str]:
     """The class names the Hugging Face config of the model gives (its ``id2label``): one source for both."""
-    from ...models.configuration_vit_minimal import VitMinimalConfig
     id2label = VitMinimalConfig.from_timm(model).id2label
     return [str(id2label[i]) for i in sorted(id2label)]
 
@@ -110,8 +115,6 @@ def _check_geometry(model: nn.Module, input_size: Tuple[int, ...]) -> None:
 def preprocessing_config(model: nn.Module, name: Optional[str] = None) -> Dict[str, Any]:
     """What the exported graph expects: timm's evaluation preprocessing of the model (``resolve_data_config``
     and the transform ``create_transform`` builds from it), the input and output tensors and the class names."""
-    from timm.data import create_transform, resolve_data_config
-    from torchvision import transforms
     cfg = resolve_data_config({}, model=model)
     _check_geometry(model, tuple(cfg['input_size']))
     tf = create_transform(**cfg)
@@ -138,7 +141,7 @@ def preprocessing_config(model: nn.Module, name: Optional[str] = None) -> Dict[s
 def export_onnx(model: nn.Module, path: Path, opset: Optional[int] = None) -> None:
     """``model`` as an fp32 ONNX file with a dynamic batch dimension (torch's dynamo exporter), without the
     exporter's per-node debugging metadata (source paths and stack traces; onnx_ir's metadata pass)."""
-    from onnx_ir.passes.common import ClearMetadataAndDocStringPass
+    from onnx_ir.passes.common import ClearMetadataAndDocStringPass  # lazy: the export extra
     example = torch.randn(EXPORT_BATCH, *model.pretrained_cfg['input_size'])
     with warnings.catch_warnings():  # torch 2.13's exporter warns about its own use of pytree's LeafSpec
         warnings.filterwarnings('ignore', message=r'`isinstance\(treespec, LeafSpec\)` is deprecated',
@@ -154,7 +157,7 @@ def quantize_int8(src: Path, dst: Path) -> None:
     """The dynamically quantised copy of an fp32 ONNX file: onnxruntime's shape inference and graph
     optimisation (``quant_pre_process``, advised before quantising), then ``quantize_dynamic`` with int8
     weights for the ``INT8_OP_TYPES``."""
-    from onnxruntime.quantization import QuantType, quant_pre_process, quantize_dynamic
+    from onnxruntime.quantization import QuantType, quant_pre_process, quantize_dynamic  # lazy: the export extra
     with tempfile.TemporaryDirectory() as scratch:
         prepared = Path(scratch) / 'prepared.onnx'
         quant_pre_process(str(src), str(prepared))
@@ -164,7 +167,7 @@ def quantize_int8(src: Path, dst: Path) -> None:
 
 def ort_session(path: Path, threads: Optional[int] = None) -> Any:
     """An onnxruntime CPU session of an ONNX file (``threads``: intra-op threads, default all cores)."""
-    import onnxruntime as ort
+    import onnxruntime as ort  # lazy: the export extra
     options = ort.SessionOptions()
     if threads:
         options.intra_op_num_threads = threads
@@ -208,9 +211,9 @@ def _check_accuracy(accuracy: Dict[str, Dict[str, Any]], max_int8_drop: float) -
 
 
 def _versions() -> Dict[str, str]:
-    import onnx
-    import onnxruntime
-    import onnxscript
+    import onnx  # lazy: the export extra
+    import onnxruntime  # lazy: the export extra
+    import onnxscript  # lazy: the export extra
     return dict(torch=torch.__version__, onnx=onnx.__version__, onnxscript=onnxscript.__version__,
                 onnxruntime=onnxruntime.__version__)
 
@@ -262,7 +265,6 @@ def export_model(model: Union[str, nn.Module], out_dir: Union[str, Path], int8: 
     if isinstance(model, str):
         name, model = model, resolve_model(model, pretrained)
     else:
-        from ...models.vit_minimal import VisionTransformerMinimal
         if not isinstance(model, VisionTransformerMinimal):
             raise ExportError(f'export_model takes a VisionTransformerMinimal, got {type(model).__name__}')
         name, model = model_label(model), model.eval()
@@ -280,8 +282,6 @@ def _test_split_evaluator(model: nn.Module, dataset: Optional[str], data_dir: st
                           batch_size: int) -> Callable[[Dict[str, Any]], Dict[str, Dict[str, Any]]]:
     """A function from onnxruntime sessions to the test-split metrics of torch and of each session. The split is
     read and matched to the model's classes here, before anything is exported: missing data are named at once."""
-    from timm.data import resolve_data_config
-    from ..evaluate import evaluate_split, load_eval_split, model_label_names, tag_dataset
     dataset = dataset or tag_dataset(model)
     if dataset is None:
         raise ExportError('the model has no dataset tag: name the test data with --dataset')
@@ -321,7 +321,6 @@ def format_report(result: ExportResult) -> str:
 
 
 def _max_opset() -> int:
-    from torch.onnx._constants import ONNX_MAX_OPSET
     return ONNX_MAX_OPSET
 
 

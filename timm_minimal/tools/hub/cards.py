@@ -7,6 +7,13 @@ from importlib import resources
 from pathlib import Path
 from typing import Optional
 
+from huggingface_hub import ModelCard
+
+from ...models.datasets import DATASETS
+from ...models.paper import FLAGSHIP, TABLE1, TABLE2
+from ...models.pretrained import tag_dataset
+from ...models.vit_minimal import ARCHITECTURES
+
 __all__ = ['CARD_LIBRARY', 'CARD_TAGS', 'card_template', 'card_usage', 'refreshed_card', 'which_model',
            'readme_with_which_model', 'card_weights_sha256', 'weights_index']
 
@@ -30,14 +37,13 @@ def _section(text: str, heading: str) -> slice:
 
 def card_usage(repo_id: str, shipped: Optional[str]) -> str:
     """The template's Usage section for a repository, with the offline lines of a ``shipped`` checkpoint."""
-    from jinja2 import Template
+    from jinja2 import Template  # lazy: jinja2 only where a card is rendered
     text = card_template()
     return Template(text[_section(text, '## Usage')], keep_trailing_newline=True).render(repo_id=repo_id, shipped=shipped)
 
 
 def refreshed_card(text: str, repo_id: str, shipped: Optional[str]) -> str:
     """A card with the template's library, tags and Usage section; its numbers and every other line as they were."""
-    from huggingface_hub import ModelCard
     card = ModelCard(text)
     attn = [t for t in card.data.tags or [] if t.startswith('attn-')]
     card.data.library_name, card.data.tags = CARD_LIBRARY, [*CARD_TAGS, *attn]
@@ -79,8 +85,6 @@ WITHIN_POINTS = 1.0  # the smallest checkpoint whose accuracy is this close to t
 def _card_facts(path: Path) -> dict:
     """A shipped card's name, dataset, test accuracy (its eval result), parameter count (its architecture table), and
     the epochs and device of its training (its training paragraph: "N epochs on one GPU (NAME)" or "on one CPU")."""
-    import re
-    from huggingface_hub import ModelCard
     card = ModelCard.load(path)
     result = card.data.eval_results[0]
     params = re.search(r'^\| parameters \| ([\d,]+) \|$', card.text, re.M)
@@ -101,9 +105,6 @@ def _cell(fact: dict, link_base: str) -> str:
 def which_model(cards_dir: Path, link_base: str = 'model_cards') -> str:
     """Markdown: per dataset, the most accurate shipped checkpoint, the smallest one within ``WITHIN_POINTS`` of it and
     the paper's flagship (its most accurate tag), all read from the cards; then the architectures without weights."""
-    from ...models.datasets import DATASETS
-    from ...models.paper import FLAGSHIP, TABLE1, TABLE2
-    from ...models.vit_minimal import ARCHITECTURES
     facts = [_card_facts(p) for p in sorted(Path(cards_dir).glob('vit_minimal_*.md'))]
     lines = [f'| data | the most accurate | the smallest within {WITHIN_POINTS:g} point of it | the paper\'s flagship '
              f'(`{FLAGSHIP}`: no MLP, symmetric attention) |', '|---|---|---|---|']
@@ -136,8 +137,6 @@ ZOO_TABLE_MARKERS = ('<!-- zoo-table: start -->\n', '<!-- zoo-table: end -->\n')
 def zoo_table(cards_dir: Path, link_base: str = 'model_cards') -> str:
     """Markdown: every shipped checkpoint with its data, parameters, epochs, device and test accuracy, read from its
     card, and the paper's validation accuracy for the architecture on that dataset (its Tables 1 and 2)."""
-    from ...models.paper import TABLE1, TABLE2
-    from ...models.pretrained import tag_dataset
     paper = {}
     for row in TABLE1 + TABLE2:
         if row.val_acc is not None:

@@ -16,13 +16,19 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
+import timm
 import torch
 import yaml
+from huggingface_hub import EvalResult, HfApi, ModelCard, ModelCardData, constants
+from huggingface_hub.utils import HFValidationError, validate_repo_id
+from safetensors.torch import load_file
+from transformers.utils import logging as hf_logging
 
 from ..benchmark import count_flops
 from ...models.paper import PAPER_EPOCHS, TABLE1, TABLE2, VARIANTS
 from ...models.pretrained import HUB_ORG, TAGS, file_sha256, tag_dataset, weights_file_name
-from ...training.run.checkpoint import CONFIG_FILE, MODEL_FILE, write_file_atomic
+from ...training.run.checkpoint import CONFIG_FILE, MODEL_FILE
+from ...training.run.files import write_file_atomic
 from ...training.run.folder import RunFolder
 from ...training.run.record import Launch, RunRecord
 from ...cli import Failure, UsageError, command
@@ -117,7 +123,6 @@ def read_run(run_dir: Path, checkpoint: str = 'last') -> RunInfo:
 
 
 def _load_model(info: RunInfo):
-    import timm
     model = timm.create_model(f'local-dir:{info.checkpoint}', pretrained=True)
     return model.eval()
 
@@ -156,7 +161,6 @@ def _resolved_recipe(run: RunRecord) -> Dict[str, Any]:
 
 def _card_data(info: RunInfo, repo_id: str, attn_type: str):
     """The card's metadata: library, tags, dataset and the last epoch's test accuracy as an eval result."""
-    from huggingface_hub import EvalResult, ModelCardData
 
     dataset_name, last = info.dataset_name, info.last
     return ModelCardData(
@@ -188,7 +192,6 @@ def render_card(info: RunInfo, repo_id: str, model, weights_sha256: str, templat
                 note: str = ''):
     """The model card of a run (``huggingface_hub.ModelCard``); every number comes from the run's files, and
     ``weights_sha256`` is the SHA-256 of the ``model.safetensors`` they were measured on."""
-    from huggingface_hub import ModelCard
 
     arch, kind = info.architecture, info.dataset_kind
     dataset_name = info.dataset_name
@@ -254,7 +257,6 @@ def export_run(run_dir: Path, out_dir: Path, repo_id: str, checkpoint: str = 'la
     ``tag``: the tag the card names and the weights ship under, a recipe tag of the run's dataset
     (``models.pretrained.RECIPE_TAGS``); by default the run's own.
     """
-    from huggingface_hub.utils import HFValidationError, validate_repo_id
     try:
         validate_repo_id(repo_id)
     except HFValidationError as e:
@@ -313,8 +315,6 @@ def push_folder(folder: Path, repo_id: str, private: bool = False, revision: Opt
 
     ``endpoint`` defaults to ``HF_ENDPOINT`` and ``token`` to ``HF_TOKEN`` / the saved login.
     """
-    from huggingface_hub import HfApi
-    from huggingface_hub import constants
     api = HfApi(endpoint=endpoint or constants.ENDPOINT, token=token)
     api.create_repo(repo_id, private=private, exist_ok=True, repo_type='model')
     if revision and revision != 'main':
@@ -328,7 +328,6 @@ def push_folder(folder: Path, repo_id: str, private: bool = False, revision: Opt
 def written_from(out: Path, run_dir: Path, checkpoint: str) -> bool:
     """Whether ``out`` is a repository folder this tool wrote from ``checkpoint`` of the run in ``run_dir``: its card
     and config are there, and its weights are that checkpoint's, tensor for tensor."""
-    from safetensors.torch import load_file
     weights, source = out / MODEL_FILE, RunFolder(run_dir).checkpoint(checkpoint) / MODEL_FILE
     if not all(f.is_file() for f in (weights, source, out / CONFIG_FILE, out / 'README.md')):
         return False
@@ -366,7 +365,6 @@ def _check_arguments(args) -> None:
 
 def _push_failed(e: Exception, what: str, remedy: str) -> Failure:
     """One line for a push that failed: where it went, the client's error, what stands and how to go on."""
-    from huggingface_hub import constants
     cause = ' '.join(str(e).split())[:300] or type(e).__name__
     return Failure(f'the push {what} at {constants.ENDPOINT} failed ({type(e).__name__}: {cause}); {remedy}')
 
@@ -378,7 +376,6 @@ def publish_zoo(args) -> int:
     folders = write_zoo(args.output, names, args.cards, args.namespace)
     print(f'{len(folders)} repository folder{"s" if len(folders) != 1 else ""} in {args.output}')
     if args.push:
-        from huggingface_hub import constants
         try:
             done = push_zoo(folders, args.namespace, args.private, args.token)
         except Exception as e:  # noqa: BLE001 (the Hub client raises HTTP, connection and validation errors alike)
@@ -391,7 +388,6 @@ def publish_zoo(args) -> int:
 
 @command('timm-minimal-publish')
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    from transformers.utils import logging as hf_logging
     args = build_parser().parse_args(argv)
     _check_arguments(args)
     hf_logging.disable_progress_bar()  # save_pretrained's shard bar: the tool prints its own lines

@@ -24,8 +24,22 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence
 
+import timm
+import torch
+import yaml
+from huggingface_hub import HfApi, ModelCard, constants
+from huggingface_hub.errors import RepositoryNotFoundError
+from huggingface_hub.utils import HFValidationError, validate_repo_id
+from safetensors.torch import load_file
+
 from ...cli import UsageError
-from ...models.pretrained import HUB_ORG, check_shipped_file, file_sha256
+from ...models import pretrained
+from ...models.pretrained import HUB_ORG, WEIGHTS_INDEX, check_shipped_file, file_sha256
+from ...models import vit_minimal  # noqa: F401  (registers the architectures and their pretrained cfgs)
+from ..staging import refusal, staged_folder, unrecorded_entries
+from ...models.weights_check import check_finite_weights
+from .cards import CARD_LIBRARY, card_weights_sha256
+from ...machine import default_cache_dir
 
 __all__ = ['ZooError', 'shipped_names', 'select_names', 'check_zoo', 'write_zoo', 'repo_files', 'pretrained_folder',
            'remote_differences', 'push_zoo', 'hub_snippets', 'LICENSE_FILE']
@@ -41,12 +55,9 @@ class ZooError(UsageError):
 
 def shipped_names() -> List[str]:
     """``<architecture>.<tag>`` of every checkpoint whose weights ship inside the package, sorted."""
-    import timm
-    from timm.models import get_pretrained_cfg
-    from ...models import vit_minimal  # noqa: F401  (registers the architectures and their pretrained cfgs)
     names = []
     for name in timm.list_pretrained('vit_minimal_*'):
-        cfg = get_pretrained_cfg(name)
+        cfg = timm.models.get_pretrained_cfg(name)
         if cfg is not None and cfg.file and Path(cfg.file).is_file():
             names.append(name)
     return sorted(names)
@@ -80,9 +91,7 @@ def repo_files(model: Any, folder: Path, card: Optional[str] = None) -> None:
     """The files of a Hub repository of a timm ``model`` in ``folder``: ``model.safetensors``, ``config.json``, the
     remote code, ``preprocessor_config.json``, the license and, given, the card as ``README.md``; checked: timm
     (``local-dir:``) and transformers must read back the model's logits."""
-    import timm
-    import torch
-    from ...models.modeling_vit_minimal import VitMinimalForImageClassification
+    from ...models.modeling_vit_minimal import VitMinimalForImageClassification  # lazy: imports transformers
     folder = Path(folder)
     VitMinimalForImageClassification.from_timm(model).eval().save_pretrained(folder)  # the processor config too
     with resources.as_file(resources.files(__package__).joinpath(LICENSE_FILE)) as license_file:
@@ -105,8 +114,6 @@ def check_zoo(out_dir: Path, names: Sequence[str], cards_dir: Path, namespace: s
     matter of its library and result, or records no SHA-256 of its weights; weights whose SHA-256 is not the one their
     card measured, or that hold non-finite values; a namespace that makes no repository id. The SHA-256 of each
     checkpoint's weights otherwise."""
-    from huggingface_hub.utils import HFValidationError, validate_repo_id
-    from ..staging import refusal
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise ZooError(f'--output {out_dir} exists and is not a folder; nothing was written')
@@ -130,13 +137,6 @@ def check_zoo(out_dir: Path, names: Sequence[str], cards_dir: Path, namespace: s
 def _check_card_and_weights(name: str, card_path: Path) -> str:
     """The SHA-256 of a shipped checkpoint's weights, refused unless its card is readable and measured those weights,
     the package's index agrees, and the weights are finite."""
-    import yaml
-    from huggingface_hub import ModelCard
-    from safetensors.torch import load_file
-    from timm.models import get_pretrained_cfg
-    from ...models.pretrained import WEIGHTS_INDEX, shipped_digests
-    from ...models.weights_check import check_finite_weights
-    from .cards import CARD_LIBRARY, card_weights_sha256
     try:
         text = card_path.read_bytes().decode('utf-8')
         card = ModelCard(text, ignore_metadata_errors=False)
@@ -151,12 +151,12 @@ def _check_card_and_weights(name: str, card_path: Path) -> str:
         want = card_weights_sha256(text, str(card_path))
     except ValueError as e:
         raise ZooError(f'{e}; nothing was written') from None
-    weights = Path(get_pretrained_cfg(name).file)
+    weights = Path(timm.models.get_pretrained_cfg(name).file)
     got = file_sha256(weights)
     if got != want:
         raise ZooError(f'{weights}: its SHA-256 is {got[:16]}..., but its card {card_path} measured {want[:16]}...: '
                        f'these are not the weights the card describes; nothing was written')
-    if shipped_digests().get(weights.name) != want:
+    if pretrained.shipped_digests().get(weights.name) != want:
         raise ZooError(f'{WEIGHTS_INDEX} does not give {weights.name} the SHA-256 its card records; run python '
                        f'scripts/refresh_cards.py; nothing was written')
     try:
@@ -170,8 +170,6 @@ def write_zoo(out_dir: Path, names: Sequence[str], cards_dir: Path, namespace: s
     """``out_dir/<name>`` for each name: a complete Hub repository folder, written whole or not at all, whose weights are
     those its card measured. A folder an earlier run of the zoo wrote is replaced; any other folder of that name, and
     everything else ``check_zoo`` refuses for a push to ``namespace``, is refused before the first write."""
-    import timm
-    from ..staging import staged_folder
     digests = check_zoo(out_dir, names, cards_dir, namespace)
     folders = []
     for name in names:
@@ -192,11 +190,7 @@ def pretrained_folder(name: str) -> Path:
     under the digest of the weights it holds. Every call checks the folder's weights against the SHA-256 its card
     recorded (the package's weights index): a folder missing a file is written again; one whose files were changed
     after it was written is refused in one line, and left as it was."""
-    import timm
-    from timm.models import get_pretrained_cfg
-    from ..staging import staged_folder, unrecorded_entries
-    from ...machine import default_cache_dir
-    cfg = get_pretrained_cfg(name) if name in shipped_names() else None
+    cfg = timm.models.get_pretrained_cfg(name) if name in shipped_names() else None
     if cfg is None:
         raise ValueError(f"no shipped checkpoint is named '{name}'; the shipped ones: {', '.join(shipped_names())}")
     digest = check_shipped_file(Path(cfg.file))  # the package's own file is the one its card measured
@@ -229,7 +223,6 @@ def _git_blob_id(data: bytes) -> str:
 def remote_differences(api: Any, repo_id: str, folder: Path) -> Optional[List[str]]:
     """The files of ``folder`` that the repository lacks or holds with other content (None: no such repository).
     A regular file is compared by its git blob id, an LFS file by the SHA-256 of its content."""
-    from huggingface_hub.errors import RepositoryNotFoundError
     try:
         remote = {f.path: (f.blob_id, f.lfs.sha256 if f.lfs else None)  # RepoFile; folders have no blob_id
                   for f in api.list_repo_tree(repo_id, recursive=True) if hasattr(f, 'blob_id')}
@@ -249,7 +242,6 @@ def push_zoo(folders: Iterable[Path], namespace: str, private: bool = False, tok
              endpoint: Optional[str] = None) -> Dict[str, str]:
     """Upload each folder to ``<namespace>/<folder name>`` where the repository differs from it; one line each.
     What happened to each repository: 'created', 'updated' or 'unchanged'."""
-    from huggingface_hub import HfApi, constants
     api = HfApi(endpoint=endpoint or constants.ENDPOINT, token=token)
     done = {}
     for folder in folders:

@@ -22,6 +22,7 @@ import math
 import os
 import shutil
 import signal
+import socket
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
+import timm
 from PIL import Image
 
 from ...examples import example_images
@@ -55,13 +57,12 @@ class AppInputError(ValueError):
 def require_gradio() -> Any:
     """gradio, or ``MissingExtra`` naming the app extra."""
     require_extra(('gradio',), 'app', PROG)
-    import gradio
+    import gradio  # lazy: the app extra
     return gradio
 
 
 def shipped_checkpoints() -> List[str]:
     """Every checkpoint that ships with the package, MNIST ones first."""
-    import timm
     names = timm.list_pretrained('vit_minimal*')
     return sorted(names, key=lambda n: (not n.endswith('.mnist'), n))
 
@@ -298,8 +299,8 @@ def _refusals_name_no_server_paths() -> None:
     """gradio refuses a file that an API call names but did not upload with the file's absolute path on this server
     ('Cannot move /srv/app/x.png ...', a relative name resolved against the server's working folder): the refusal
     names the file alone. Where gradio checks files otherwise, nothing changes."""
-    from gradio import processing_utils
-    from gradio.exceptions import InvalidPathError
+    from gradio import processing_utils  # lazy: the app extra
+    from gradio.exceptions import InvalidPathError  # lazy: the app extra
     check = getattr(processing_utils, '_check_allowed', None)
     if check is None or getattr(check, 'names_no_paths', False):
         return
@@ -329,7 +330,6 @@ def launch(app: Any, host: str = '127.0.0.1', port: Optional[int] = None, block:
 def _check_port(host: str, port: int) -> None:
     """Raise the OS error of binding ``host:port`` (in use, not an address of this machine) before anything is
     printed or built; the command-line layer reports it in one line."""
-    import socket
     with socket.socket(socket.AF_INET6 if ':' in host else socket.AF_INET) as probe:
         try:
             probe.bind((host, port))

@@ -28,12 +28,14 @@ from typing import Any, List, Optional, Sequence, Tuple, Union
 import numpy as np
 import torch
 from PIL import Image, UnidentifiedImageError
+from timm.data import create_transform, resolve_data_config
 
 from ...models.images import ImageTooLarge, check_image_size, convert_image, image_mode, upright
 from ..common import allowed_models, create_named_model, model_label
 from ...cli import UsageError, command
 from ...plots.attention import AttentionMaps, asymmetry, attention_maps, attention_rollout, plot_attention
 from .cli import DEFAULT_MODEL, build_parser
+from ...models.configuration_vit_minimal import VitMinimalConfig
 
 __all__ = ['AttentionMaps', 'AttentionInputError', 'attention_rollout', 'asymmetry', 'create_attention_model',
            'label_names', 'load_image', 'preprocess', 'compute_attention', 'plot_attention', 'render_attention',
@@ -69,7 +71,6 @@ def load_image(path: Union[str, Path]) -> Image.Image:
 
 def preprocess(image: Image.Image, model: torch.nn.Module) -> Tuple[torch.Tensor, np.ndarray, List[str]]:
     """The model's evaluation transform applied to ``image``: input (1, C, H, W), displayable image, notes."""
-    from timm.data import create_transform, resolve_data_config
     try:
         check_image_size(*image.size)
     except ValueError as e:
@@ -96,7 +97,6 @@ def preprocess(image: Image.Image, model: torch.nn.Module) -> Tuple[torch.Tensor
 
 def label_names(model: torch.nn.Module) -> List[str]:
     """Class names, those the transformers config of the model records (``id2label``)."""
-    from ...models.configuration_vit_minimal import VitMinimalConfig
     id2label = VitMinimalConfig.from_timm(model).id2label
     return [str(id2label[i]) for i in range(model.num_classes)]
 

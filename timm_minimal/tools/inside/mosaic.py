@@ -55,7 +55,7 @@ def _font(size: int = 12) -> ImageFont.ImageFont:
 @functools.lru_cache(maxsize=None)
 def _colormap(name: str) -> np.ndarray:
     """The 256 RGB colours of a matplotlib colour map (uint8)."""
-    from matplotlib import colormaps
+    from matplotlib import colormaps  # lazy: matplotlib where a figure is drawn
     return (colormaps[name](np.linspace(0, 1, 256))[:, :3] * 255).astype(np.uint8)
 
 

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
 from ...cli import HelpFormatter, OneLineParser, UsageError, command, positive_int
-from ...training.run.checkpoint import write_file_atomic, write_text_atomic
+from ...training.run.files import write_file_atomic, write_text_atomic
 from ...training.run.folder import RunFolder
 from .grid import PAPER_START, finished_run, thread_env
 from .pool import Command, run_commands, say

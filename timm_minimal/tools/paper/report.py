@@ -240,7 +240,7 @@ def write_plot(results: List[Dict[str, Any]], path: Path) -> None:
            title=f'filled: ours ({max(r["epochs"] for r in done)} epochs max), hollow: paper ({PAPER_EPOCHS} epochs)')
     ax.legend(fontsize=7, loc='lower right')
     ax.grid(alpha=.3, which='both')
-    from matplotlib.ticker import MaxNLocator
+    from matplotlib.ticker import MaxNLocator  # lazy: matplotlib where a figure is drawn
     finals = [r['val_acc_per_epoch'][-1] for r in done if r.get('val_acc_per_epoch')]
     for axis in (ax2, ax3):
         axis.xaxis.set_major_locator(MaxNLocator(integer=True))

@@ -10,9 +10,10 @@ head). A dataset and depth trained at two budgets (a short grid and a converged 
 paragraph on what the longer budget did to the claim.
 """
 import json
+import math
 import os
-from statistics import median
 from pathlib import Path
+from statistics import median
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ...models.datasets import DATASETS
@@ -54,7 +55,6 @@ def check_row(r: Row, where: str, keys: Dict[str, Any], ranges: Dict[str, Tuple]
               optional: Sequence[str] = ()) -> None:
     """``r`` is a JSON object with each of ``keys`` of its type (a type or a tuple of them) within ``ranges``; the
     ``optional`` keys are checked only where the row has them. A ValueError names the row, the key and what it takes."""
-    import math
     if not isinstance(r, dict):
         raise ValueError(f'{where}: not a row (a JSON object), got {r!r}')
     for key, kind in keys.items():

@@ -10,10 +10,12 @@ from typing import Any, Dict, Optional, Sequence
 from timm.models import split_model_name_tag
 
 from ...cli import Failure, UsageError
-from ...machine import cpu_has_bf16
+from ...machine import cpu_has_bf16, default_cache_dir
 from ..data.loading import load_run_data
 from ..options import CPU_COMPILE_MIN_IMAGES, Options, PlannedOptions
 from ..run.clock import LAUNCHED_AT_ENV, launched_at
+from ...models.paper import is_minimal, parse_arch
+from . import split
 
 __all__ = ['minimal_with_mlp', 'cpu_bf16_pays', 'cpu_precision', 'default_compile', 'cpu_decision',
            'cpu_threads', 'run_split', 'SPLIT_STATUS_ENV', 'SPLIT_RATES_ENV']
@@ -24,7 +26,6 @@ _logger = logging.getLogger(__name__)
 def minimal_with_mlp(model: Optional[str], model_kwargs: Optional[Dict[str, Any]] = None) -> bool:
     """Whether ``model`` is a minimal transformer with an MLP (``*_mlp_*``, or ``use_mlp`` set): the family whose
     step the MLP's matmuls dominate, which the CPU defaults below treat apart. Other timm models: False."""
-    from ...models.paper import parse_arch
     try:
         mlp = parse_arch(split_model_name_tag(model or '')[0])['mlp']
     except ValueError:
@@ -38,7 +39,6 @@ def cpu_bf16_pays(model: Optional[str], model_kwargs: Optional[Dict[str, Any]] =
     fp32 step of ``sym_6x4`` and 1.80x that of ``std_mlp_6x1`` on an AVX512-BF16 EPYC
     (``benchmarks/cpu_modes_bf16_attention_avx512.md``). Other timm models are not measured and stay in fp32; a long
     run measures it (``cpu_decision``). ``model_kwargs``: those the run builds the model with (unused here)."""
-    from ...models.paper import is_minimal
     return is_minimal(split_model_name_tag(model or '')[0]) and cpu_has_bf16()
 
 
@@ -81,19 +81,17 @@ def cpu_decision(given: PlannedOptions, options: Options, model: str, run_images
 
     A resumed run keeps its count (and its compilation) from ``args.yaml``, on fewer cores too (said), unless
     ``explicit`` (given on this command line) asks for another; a count above the core budget is refused otherwise."""
-    from .split import SPLIT_MIN_IMAGES, Decision, core_budget, decide
-    from ...machine import default_cache_dir
-    budget = core_budget()
+    budget = split.core_budget()
     run, kwargs = options.run, options.model.model_kwargs
     ruled = default_compile(given.compile, model, kwargs, 'cpu', run_images)
     ruled_bf16 = cpu_bf16_pays(model, kwargs) if bf16 is None else bf16
-    decision = Decision(given.cpu_processes or 1, ruled, given.pad_heads is not False, bf16=ruled_bf16)
+    decision = split.Decision(given.cpu_processes or 1, ruled, given.pad_heads is not False, bf16=ruled_bf16)
     # a split is one process per core, and only where the batch divides into them
-    if given.cpu_processes is None and (run_images or 0) >= SPLIT_MIN_IMAGES and budget > 1 and \
+    if given.cpu_processes is None and (run_images or 0) >= split.SPLIT_MIN_IMAGES and budget > 1 and \
             run.batch_size % budget == 0:
         # the machine's cache, not --cache-dir: the answer describes this CPU, not where a dataset is decoded, so a
         # run with a new data cache does not measure the machine again
-        decision = decide(model, run.batch_size, default_cache_dir(), model_kwargs=kwargs,
+        decision = split.decide(model, run.batch_size, default_cache_dir(), model_kwargs=kwargs,
                           bf16=None if bf16 is None and cpu_has_bf16() else ruled_bf16, compiled=given.compile,
                           padded=given.pad_heads, before=lambda: load_run_data(run))
     if decision.processes > budget:
@@ -112,11 +110,10 @@ def cpu_decision(given: PlannedOptions, options: Options, model: str, run_images
 def cpu_threads(given: Optional[int]) -> int:
     """The torch threads of a one-process CPU run: ``--threads`` (``given``), else OMP_NUM_THREADS where set, else
     the cores that other work leaves free at the start (``cpu.split.free_cores``)."""
-    from .split import core_budget, free_cores
     if given is not None:
         return given
-    budget = core_budget()
-    threads = budget if 'OMP_NUM_THREADS' in os.environ or budget == 1 else free_cores(budget)
+    budget = split.core_budget()
+    threads = budget if 'OMP_NUM_THREADS' in os.environ or budget == 1 else split.free_cores(budget)
     if threads < budget:
         _logger.info(f'Other work keeps {budget - threads} of the {budget} cores busy: training on {threads} '
                      f'thread(s) (--threads sets the count).')
@@ -128,9 +125,8 @@ def run_split(plan: Any, argv: Sequence[str]) -> int:
     (``cpu.split``); its exit status, the main process's (2 bad input, 3 diverged), which that process writes into a
     pipe that it alone inherits (nothing on disk outlives a launcher that is killed). A process that is killed, or
     ends without a status, is named in one line with the command that resumes the run."""
-    from .split import core_budget, run_split_processes
     run, processes = plan.options.run, plan.processes
-    threads = max(1, core_budget() // processes)
+    threads = max(1, split.core_budget() // processes)
     # the data are found (downloaded, extracted) here, before the processes: a missing dataset is one line, not one
     # per process
     load_run_data(run, processes)
@@ -141,7 +137,7 @@ def run_split(plan: Any, argv: Sequence[str]) -> int:
                                                                 SPLIT_RATES_ENV: json.dumps(plan.cpu_rates),
                                                                 LAUNCHED_AT_ENV: repr(launched_at())})
         try:
-            rank, rc = run_split_processes(argv, processes, env, compiled=plan.compile, padded=plan.pad_heads,
+            rank, rc = split.run_split_processes(argv, processes, env, compiled=plan.compile, padded=plan.pad_heads,
                                            bf16=plan.precision == 'bf16',
                                            main_fds=(write_end,))
         finally:

@@ -24,6 +24,7 @@ measurement on this machine says that pays:
   launch records what ran in ``run.json``.
 """
 import contextlib
+import ctypes
 import functools
 import hashlib
 import json
@@ -32,20 +33,26 @@ import math
 import os
 import re
 import signal
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
 from datetime import timedelta
+from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
+import psutil
+import timm
 import torch
+import torch.distributed as dist
+from torch.distributed import TCPStore
 
 from ...cli import env_number, timed_progress
 from ...machine import cpu_signature, usable_cores
-from ..run.files import read_regular_file
+from ..run.files import read_regular_file, write_json_atomic
+from ...models.layers import set_head_padding
 
 __all__ = ['Decision', 'SPLIT_MIN_IMAGES', 'core_budget', 'bare_step_rate', 'padding_speedup', 'bf16_speedup',
            'measure', 'measure_padding', 'measure_bf16', 'decide',
@@ -98,7 +105,6 @@ def free_cores(budget: int, seconds: float = 0.3) -> int:
     """The cores of ``budget`` that other work leaves free now: the budget less the cores' measured busy share over
     ``seconds`` (this process sleeps meanwhile), at least one. On a machine busy with another job, one training
     thread beside it runs several times faster than two that fight it."""
-    import psutil
     cores = sorted(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else None
     percents = psutil.cpu_percent(interval=seconds, percpu=True)
     if cores is not None and max(cores) < len(percents):
@@ -112,7 +118,6 @@ def _training_step(model: str, batch: int, threads: int, model_kwargs: Optional[
     """``model`` built with ``model_kwargs`` on ``threads`` threads, and its bare training step on ``batch`` random
     images (forward through the module it is given, cross-entropy, backward, AdamW; in bf16 autocast where ``bf16``,
     which a call may change), which returns the loss (without ``update``: the loss alone, no gradients recorded)."""
-    import timm
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     net = timm.create_model(model, **(model_kwargs or {})).train()
@@ -139,8 +144,6 @@ def bare_step_rate(model: str, batch: int, threads: int, seconds: float, warmup:
     steps compile), with the heads padded where ``padded``. ``group`` (store port, rank, processes) makes it one
     process of a split: the model in DDP over gloo, its gradients averaged every step as the split's run averages
     them, through the store the caller serves on 127.0.0.1 (``measure``)."""
-    import torch.distributed as dist
-    from ...models.layers import set_head_padding
     net, step = _training_step(model, batch, threads, model_kwargs, bf16)
     set_head_padding(net, padded)
     if group is not None:
@@ -175,7 +178,6 @@ def padding_speedup(model: str, batch: int, threads: int, rounds: int = PAD_ROUN
     ``block_seconds`` in each padding in turn, the order reversed every round; the median of the rounds' ratios.
     Taking turns, the two see the same machine: measured one after the other, a probe of the same split gave 1,017
     and then 783 img/s on a quiet 2-core AVX2 EPYC, and such a drift chose the slower padding there."""
-    from ...models.layers import set_head_padding
     net, step = _training_step(model, batch, threads, model_kwargs, bf16)
 
     def timed(padded: bool, steps: int) -> float:
@@ -193,7 +195,6 @@ def bf16_speedup(model: str, batch: int, threads: int, rounds: int = PAD_ROUNDS,
     """How many times as fast the eager bare step of ``model`` trains in bf16 autocast as in fp32, the two taking
     turns in one model as ``padding_speedup`` does (the fp32 step with its heads ``padded`` or not). First the check
     that bf16 computes the fp32 step's loss, within ``_check_loss``'s tolerance: a RuntimeError where it does not."""
-    from ...models.layers import set_head_padding
     net, step = _training_step(model, batch, threads, model_kwargs, False)
     set_head_padding(net, padded)
     _check_loss('bf16', step(net, update=False, bf16=True).item(), step(net, update=False).item(), 'fp32')
@@ -243,8 +244,6 @@ def _all_done(done: bool, group: Optional[Tuple[int, int, int]]) -> bool:
 def _loopback_store(processes: int, timeout: timedelta) -> Iterator[int]:
     """A store for ``processes`` ranks, served by this process on the loopback address alone (torch's own listens on
     every interface, without authentication) on a port the system picks, while the block runs; yields the port."""
-    import socket
-    from torch.distributed import TCPStore
     with socket.socket() as sock:
         sock.bind(('127.0.0.1', 0))
         sock.listen(128)
@@ -391,8 +390,6 @@ def _pads(model: str, model_kwargs: Optional[Dict[str, Any]], padded: Optional[b
     """The head paddings to measure: the one given, else both where the model has head widths to pad."""
     if padded is not None:
         return [bool(padded)]
-    import timm
-    from ...models.layers import set_head_padding
     try:
         net = timm.create_model(model, **(model_kwargs or {}))
     except Exception:  # noqa: BLE001 (bad model arguments: the run's own build names them, in one line)
@@ -578,7 +575,6 @@ def _measure(model: str, batch: int, budget: int, processes: Sequence[int], mode
 def _keep(path: Path, known: Dict[str, Dict[str, Any]]) -> None:
     """The machine's decisions written whole to ``path``; where it cannot be written, said (the run goes on)."""
     try:
-        from ..run.checkpoint import write_json_atomic
         path.parent.mkdir(parents=True, exist_ok=True)
         write_json_atomic(path, known)
     except OSError as e:
@@ -592,7 +588,6 @@ def die_with_parent(parent: int) -> None:
     the processes of a split run never outlive the process that started them. Elsewhere than on Linux, nothing."""
     if not sys.platform.startswith('linux'):
         return
-    import ctypes
     ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM))  # 1: PR_SET_PDEATHSIG
     if os.getppid() != parent:
         os.kill(os.getpid(), signal.SIGTERM)

@@ -28,6 +28,7 @@ from typing import Any, Dict, Sequence, Tuple
 import torch
 import torch.nn.functional as F
 
+from ...cli import UsageError
 from ..seeding import mix_seed
 
 __all__ = ['BatchAugmentConfig', 'BatchAugment', 'epoch_uniforms', 'NUM_DRAWS']
@@ -56,16 +57,16 @@ class BatchAugmentConfig:
         for name in ('scale', 'ratio'):
             lo, hi = getattr(self, name)
             if not 0 < lo <= hi:
-                raise ValueError(f'{name} must be two numbers 0 < low <= high, got {getattr(self, name)}.')
+                raise UsageError(f'--{name} must be two numbers 0 < low <= high, got {getattr(self, name)}.')
         for name in ('hflip', 'vflip', 'reprob'):
             if not 0 <= getattr(self, name) <= 1:
-                raise ValueError(f'{name} is a probability in [0, 1], got {getattr(self, name)}.')
+                raise UsageError(f'--{name} is a probability in [0, 1], got {getattr(self, name)}.')
         if not 0 <= self.translate < 1:
-            raise ValueError(f'translate is a fraction of the image size in [0, 1), got {self.translate}.')
+            raise UsageError(f'--translate is a fraction of the image size in [0, 1), got {self.translate}.')
         if not 0 <= self.rotate <= 180:
-            raise ValueError(f'rotate is a maximum angle in degrees in [0, 180], got {self.rotate}.')
+            raise UsageError(f'--rotate is a maximum angle in degrees in [0, 180], got {self.rotate}.')
         if self.remode not in ERASE_MODES:
-            raise ValueError(f"remode must be one of {', '.join(ERASE_MODES)} on the device data path, got '{self.remode}'.")
+            raise UsageError(f"--remode must be one of {', '.join(ERASE_MODES)} on the device data path, got '{self.remode}'.")
 
     @property
     def geometric(self) -> bool:

@@ -28,8 +28,9 @@ from .batch_augment import BatchAugment, BatchAugmentConfig, epoch_uniforms
 from ...cli import progress
 from ...models.images import convert_image
 from .loading import ArrayImageDataset, IndexSubset
-from ..run.files import read_derived_npz
+from ..run.files import read_derived_npz, write_file_atomic
 from ..seeding import epoch_order
+from .names import DatasetError
 
 _logger = logging.getLogger(__name__)
 
@@ -93,7 +94,6 @@ def images_to_array(ds: Dataset, transform: Any, input_size: Sequence[int], img_
         return fast
     size = dataset_bytes(len(ds), input_size)
     if size > MAX_DECODED_BYTES:
-        from .loading import DatasetError
         raise DatasetError(f'{len(ds):,} images at the input size {"x".join(map(str, input_size))} would take '
                            f'{size / 2 ** 30:,.1f} GiB decoded, more than the {MAX_DECODED_BYTES / 2 ** 30:g} GiB '
                            f'allowed: check the model\'s input size (its img_size).')
@@ -103,7 +103,6 @@ def images_to_array(ds: Dataset, transform: Any, input_size: Sequence[int], img_
             return cached
     images, labels = _transform_all(ds, transform, img_mode)
     if cache is not None:
-        from ..run.checkpoint import write_file_atomic
         cache.parent.mkdir(parents=True, exist_ok=True)
         write_file_atomic(cache, lambda tmp: np.savez(tmp, images=images, labels=labels), suffix='.tmp.npz')
     return images, labels

@@ -25,7 +25,7 @@ import numpy as np
 
 from ...cli import progress
 from .names import DatasetError, damaged_file
-from ..run.files import read_derived_npz
+from ..run.files import read_derived_npz, write_file_atomic
 from .image_folder import EVAL_SPLIT_DIRS, IMAGE_EXTENSIONS, open_image, stack_same_size
 
 __all__ = ['archive_key', 'read_image_archive', 'read_decoded']
@@ -104,7 +104,6 @@ def _decode(archive: Path) -> Dict[str, np.ndarray]:
 
 def read_image_archive(archive: Path, cache_dir: Path) -> Tuple[Dict[str, np.ndarray], Path]:
     """The arrays of ``archive`` (``_decode``'s) and the cache file they are kept in, decoded on the first read."""
-    from ..run.checkpoint import write_file_atomic
     stem = archive.name[:-len('.tar.gz')] if archive.name.endswith('.tar.gz') else archive.stem
     try:
         key = archive_key(archive)

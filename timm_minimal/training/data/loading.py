@@ -29,21 +29,27 @@ import math
 import zlib
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 from PIL import Image
+from timm.data import create_dataset, create_transform
+from timm.data.auto_augment import AugmentOp, posterize
 from torch.utils.data import Dataset, IterableDataset
+from torchvision import transforms
+from torchvision.datasets import CIFAR10, MNIST
 
 from ...cli import listed
-from ...models.datasets import CIFAR10_CLASSES, DATASETS, MNIST_CLASSES, SAMPLES, tag_for_kind
+from ...models.datasets import CIFAR10_CLASSES, DATASETS, MIN_CROP_PCT, MNIST_CLASSES, SAMPLES, tag_for_kind
 from ..options import RunOptions
-from ..run.files import missing_folders, remove_empty
+from ..run.files import missing_folders, remove_empty, write_file_atomic
 from ...machine import default_cache_dir
 from .names import BUILTIN_DATASETS, TIMM_FACTORY_PREFIXES, DatasetError, damaged_file, dataset_kind
 from .image_archive import read_decoded, read_image_archive
 from .image_folder import EVAL_SPLIT_DIRS, FolderDataset, FolderScan, folder_classes, scan_split, stack_same_size
+from ...models.images import check_image_size
 
 _logger = logging.getLogger(__name__)
 
@@ -212,7 +218,6 @@ def load_mnist(root: Union[str, Path], download: bool = True, download_hint: str
                 f'MNIST not found: looked for train-images-idx3-ubyte[.gz] and the three other idx files in '
                 f'{searched}; pass {data_option} pointing at them' + _hint(download_hint) + '.')
         try:
-            from torchvision.datasets import MNIST
             with removed_on_failure(root / 'MNIST' / 'raw'):
                 MNIST(str(root), train=True, download=True)
                 MNIST(str(root), train=False, download=True)
@@ -241,7 +246,6 @@ def load_mnist(root: Union[str, Path], download: bool = True, download_hint: str
 
 def load_sample(kind: str) -> ImageData:
     """A dataset sample shipped with the package (``mnist-sample``): its arrays, read from ``timm_minimal/data``."""
-    from importlib import resources
     info = SAMPLES[kind]
     with resources.files('timm_minimal').joinpath(f'data/{info.bundled}').open('rb') as f:
         arrays = dict(np.load(f))
@@ -324,7 +328,6 @@ def load_image_folder_in_memory(root: Path, cache_dir: Path, name: str, kind: st
         tx, ty = _decode(train.samples, classes)
         ex, ey = _decode(evald.samples, classes)
         arrays = dict(train_images=tx, train_labels=ty, eval_images=ex, eval_labels=ey)
-        from ..run.checkpoint import write_file_atomic
         npz.parent.mkdir(parents=True, exist_ok=True)
         write_file_atomic(npz, lambda tmp: np.savez(tmp, **arrays), suffix='.tmp.npz')
     return _arrays_data(name, kind, arrays, list(classes), str(root), eval_split,
@@ -390,7 +393,6 @@ def _check_cifar_classes(data: ImageData) -> None:
 
 
 def _cifar_torchvision(root: Path, download: bool) -> ImageData:
-    from torchvision.datasets import CIFAR10
     try:
         with removed_on_failure(root):
             train = CIFAR10(str(root), train=True, download=download)
@@ -411,7 +413,6 @@ def _cifar_torchvision(root: Path, download: bool) -> ImageData:
 def load_timm_dataset(name: str, root: Optional[str], train_split: str, eval_split: str, download: bool,
                       img_mode: str, seed: int, batch_size: int, num_classes: Optional[int]) -> ImageData:
     """Any dataset ``timm.data.create_dataset`` reads (hfds/, hfids/, wds/, tfds/, torch/)."""
-    from timm.data import create_dataset
     common = dict(root=root, download=download, input_img_mode=img_mode, seed=seed, batch_size=batch_size)
     try:
         train = create_dataset(name, split=train_split, is_training=True, **common)
@@ -508,8 +509,6 @@ def check_decode_size(input_size: Sequence[int], crop_pct: float) -> None:
     """``DatasetError`` unless ``crop_pct`` is within [MIN_CROP_PCT, 1] and the size images are resized to before the
     centre crop (input size / crop_pct) is within the image limits (``check_image_size``): bounds on what every image
     of a split is decoded at, checked before the first one is."""
-    from ...models.datasets import MIN_CROP_PCT
-    from ...models.images import check_image_size
     if isinstance(crop_pct, bool) or not isinstance(crop_pct, (int, float)) or not MIN_CROP_PCT <= crop_pct <= 1:
         raise DatasetError(f'crop_pct must be a number from {MIN_CROP_PCT} to 1, got {crop_pct!r}.')
     h, w = (math.ceil(int(v) / crop_pct) for v in input_size[1:])
@@ -543,8 +542,6 @@ def build_transforms(
     ``translate`` (a fraction of the image size) and ``rotate`` (degrees) put torchvision's
     ``RandomAffine`` in front of timm's transform, as the device data path's batched affine does.
     """
-    from timm.data import create_transform
-    from torchvision import transforms
     check_decode_size(input_size, crop_pct)
     train_tf = create_transform(
         input_size, is_training=True, no_aug=no_aug, scale=tuple(scale) if scale else None,
@@ -564,14 +561,12 @@ def posterize_to_black(img: Any, bits_to_keep: int, **kwargs: Any) -> Any:
     """timm's ``posterize``, with no bit kept giving the black image Pillow gave before 13: Pillow 13 refuses 0 bits
     (``ValueError``), which timm's RandAugment asks for at the top of its magnitudes (``PosterizeIncreasing`` at 10,
     which ``rand-m9-mstd0.5-inc1`` reaches) and ``Posterize`` at the bottom."""
-    from timm.data.auto_augment import posterize
     return Image.new(img.mode, img.size) if bits_to_keep <= 0 else posterize(img, bits_to_keep, **kwargs)
 
 
 def augment_ops(transform: Any) -> List[Any]:
     """The ops (timm's ``AugmentOp``) of the RandAugment, AugMix or AutoAugment in ``transform`` (one, or a
     ``Compose`` of transforms)."""
-    from timm.data.auto_augment import AugmentOp
     ops = []
     for t in getattr(transform, 'transforms', [transform]):
         ops += list(getattr(t, 'ops', None) or []) + [op for sub in getattr(t, 'policy', None) or [] for op in sub]
@@ -581,7 +576,6 @@ def augment_ops(transform: Any) -> List[Any]:
 def posterize_on_any_pillow(transform: Any) -> Any:
     """``transform`` with the posterize ops of its RandAugment, AugMix or AutoAugment through ``posterize_to_black``:
     the same images on every Pillow, where Pillow 13 stopped the run."""
-    from timm.data.auto_augment import posterize
     for op in augment_ops(transform):
         if op.aug_fn is posterize:
             op.aug_fn = posterize_to_black

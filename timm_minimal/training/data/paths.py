@@ -7,17 +7,20 @@ from typing import Any, Dict, Optional, Sequence, Tuple
 import numpy as np
 import torch
 import torch.nn as nn
+from timm.data import resolve_data_config
+from timm.data.random_erasing import RandomErasing
 
 from ...cli import UsageError
 from ...models.datasets import channel_stats
 from ...models.images import convert_image, image_mode
-from .batch_augment import BatchAugment, BatchAugmentConfig
-from .loading import ImageData, build_transforms, subset
+from .batch_augment import ERASE_MODES, BatchAugment, BatchAugmentConfig
+from .loading import ImageData, build_transforms, subset, subset_indices
 from ..engine import say
 from ..options import AugmentationOptions, DataPathOptions, ModelOptions, RunOptions
 from .device_data import DeviceDataPath, cache_file, dataset_bytes, device_budget_bytes, images_to_array
 from .loader_data import LoaderDataPath, TransformDataset
 from ..seeding import mix_seed
+from ...machine import default_cache_dir
 
 __all__ = ['data_config', 'device_path_blockers', 'build_data_path', 'count_batches']
 
@@ -25,7 +28,6 @@ __all__ = ['data_config', 'device_path_blockers', 'build_data_path', 'count_batc
 def data_config(model: nn.Module, opts: ModelOptions) -> Dict[str, Any]:
     """Input size and preprocessing for the model: its pretrained config, its actual geometry, the model options'
     overrides (--mean, --std, --interpolation, --crop-pct)."""
-    from timm.data import resolve_data_config
     cfg = resolve_data_config({}, model=model)
     in_chans = getattr(model, 'in_chans', cfg['input_size'][0])
     patch_embed = getattr(model, 'patch_embed', None)
@@ -57,19 +59,15 @@ class _ConvertThen:
 def _batch_augment_config(aug: AugmentationOptions) -> BatchAugmentConfig:
     if aug.no_aug:
         return BatchAugmentConfig()
-    try:
-        return BatchAugmentConfig(
-            scale=tuple(aug.scale or (0.08, 1.0)), ratio=tuple(aug.ratio or (3 / 4, 4 / 3)),
-            translate=aug.translate, rotate=aug.rotate, hflip=aug.hflip, vflip=aug.vflip, reprob=aug.reprob,
-            remode=aug.remode)
-    except ValueError as e:
-        raise UsageError(str(e)) from e
+    return BatchAugmentConfig(  # raises UsageError for a value it cannot take
+        scale=tuple(aug.scale or (0.08, 1.0)), ratio=tuple(aug.ratio or (3 / 4, 4 / 3)),
+        translate=aug.translate, rotate=aug.rotate, hflip=aug.hflip, vflip=aug.vflip, reprob=aug.reprob,
+        remode=aug.remode)
 
 
 def device_path_blockers(path: DataPathOptions, aug: AugmentationOptions, data: ImageData, input_size: Sequence[int],
                          device: torch.device) -> list:
     """Why the device data path cannot take this run (empty when it can)."""
-    from .batch_augment import ERASE_MODES
     reasons = []
     if isinstance(data.train, torch.utils.data.IterableDataset):
         reasons.append('the dataset is streamed (an iterable dataset)')
@@ -91,7 +89,6 @@ def device_path_blockers(path: DataPathOptions, aug: AugmentationOptions, data: 
 
 def _device_arrays(cache_dir: Optional[str], data: ImageData, split: str, indices: np.ndarray, eval_tf, data_cfg,
                    img_mode: str):
-    from ...machine import default_cache_dir
     ds = data.train if split == 'train' else data.eval
     cache, content = None, data.fingerprint('train' if split == 'train' else 'eval')
     if content:  # only where the content is known: a cache is never read for other images
@@ -104,7 +101,6 @@ def _device_arrays(cache_dir: Optional[str], data: ImageData, split: str, indice
 def build_data_path(run: RunOptions, path: DataPathOptions, aug: AugmentationOptions, data: ImageData,
                     data_cfg: Dict[str, Any], accelerator: Any, batches_per_epoch: int) -> Any:
     """The device data path where it can run (``--data-path auto``), else the loader path."""
-    from .loading import subset_indices
     device, world, rank = accelerator.device, accelerator.num_processes, accelerator.process_index
     input_size = data_cfg['input_size']
     try:
@@ -135,7 +131,6 @@ def build_data_path(run: RunOptions, path: DataPathOptions, aug: AugmentationOpt
 
 def _loader_path(run: RunOptions, aug: AugmentationOptions, data: ImageData, data_cfg, img_mode: str, eval_tf,
                  common: Dict[str, Any]) -> LoaderDataPath:
-    from timm.data.random_erasing import RandomErasing
     device = common['device']
     train_tf, _ = build_transforms(
         data_cfg['input_size'], data_cfg['mean'], data_cfg['std'], interpolation=data_cfg['interpolation'],

@@ -1,4 +1,4 @@
-"""Atomic run-folder files and training checkpoints.
+"""Training checkpoints, written as whole folders (the atomic file writes are in ``run.files``).
 
 A checkpoint is a folder (``checkpoints/last``, ``checkpoints/best``) holding
 
@@ -21,19 +21,19 @@ but random erasing draws its noise when a batch is made, before that step, from 
 left them. Restoring them (``resume.restore``) is what makes a resumed run end bit for bit where an uninterrupted
 one does (``test_a_resume_restores_the_random_states_the_batches_draw_from`` fails without it).
 """
-import json
 import os
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Union
+from typing import TYPE_CHECKING, Callable, Dict, Optional
+
+from .files import PathLike, fsync_dir, fsync_file
 
 if TYPE_CHECKING:  # torch is imported where weights are read or written: the run folder's readers need no torch
     import torch
 
 
 __all__ = [
-    'atomic_write_dir', 'write_file_atomic', 'write_text_atomic', 'write_json_atomic', 'find_checkpoint', 'save_weights',
-    'load_weights', 'clean_stale_temp', 'MODEL_FILE', 'EMA_FILE', 'STATE_FILE', 'STATE_JSON', 'CONFIG_FILE',
+    'atomic_write_dir', 'find_checkpoint', 'save_weights', 'load_weights', 'clean_stale_temp', 'MODEL_FILE', 'EMA_FILE', 'STATE_FILE', 'STATE_JSON', 'CONFIG_FILE',
 ]
 
 MODEL_FILE = 'model.safetensors'
@@ -41,54 +41,6 @@ EMA_FILE = 'ema.safetensors'
 STATE_FILE = 'training_state.pt'
 STATE_JSON = 'state.json'
 CONFIG_FILE = 'config.json'
-
-PathLike = Union[str, Path]
-
-
-def _fsync_file(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def write_file_atomic(path: PathLike, write: Callable[[Path], None], suffix: str = '.tmp') -> Path:
-    """Write ``path`` through ``write(tmp)`` on a temporary file beside it, then ``os.replace``: readers see the
-    old file or the new one, and a failed write (a full disk) leaves neither a half file nor the temporary one."""
-    path = Path(path)
-    tmp = path.with_name(f'.{path.name}.{os.getpid()}{suffix}')
-    try:
-        write(tmp)
-        _fsync_file(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return path
-
-
-def write_text_atomic(path: PathLike, text: str) -> None:
-    """Write a text file via a temporary file and ``os.replace``."""
-    write_file_atomic(path, lambda tmp: tmp.write_text(text, encoding='utf-8'))
-
-
-def write_json_atomic(path: PathLike, obj: Any) -> None:
-    write_text_atomic(path, json.dumps(obj, indent=2, default=str) + '\n')
-
 
 def atomic_write_dir(target: PathLike, write: Callable[[Path], None],
                      between: Optional[Callable[[], None]] = None) -> Path:
@@ -104,15 +56,15 @@ def atomic_write_dir(target: PathLike, write: Callable[[Path], None],
     tmp.mkdir()
     write(tmp)
     for p in tmp.iterdir():
-        _fsync_file(p)
-    _fsync_dir(tmp)
+        fsync_file(p)
+    fsync_dir(tmp)
     if between is not None:
         between()
     if target.exists():
         shutil.rmtree(prev, ignore_errors=True)
         os.replace(target, prev)
     os.replace(tmp, target)
-    _fsync_dir(target.parent)
+    fsync_dir(target.parent)
     shutil.rmtree(prev, ignore_errors=True)
     return target
 
@@ -144,11 +96,11 @@ def find_checkpoint(path: PathLike, name: str = 'last') -> Optional[Path]:
 
 def save_weights(state_dict: Dict[str, 'torch.Tensor'], path: PathLike, metadata: Optional[Dict[str, str]] = None) -> None:
     """A state dict as safetensors (CPU, contiguous, shared storage copied apart)."""
-    from ...models.weights_check import save_weights_file
+    from ...models.weights_check import save_weights_file  # lazy: --help answers without it
     tensors = {k: v.detach().to('cpu').contiguous().clone() for k, v in state_dict.items()}
     save_weights_file(tensors, Path(path), {'format': 'pt', **(metadata or {})})
 
 
 def load_weights(path: PathLike) -> Dict[str, 'torch.Tensor']:
-    from safetensors.torch import load_file
+    from safetensors.torch import load_file  # lazy: --help answers without it
     return load_file(str(path))

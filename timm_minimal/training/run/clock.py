@@ -1,6 +1,7 @@
 """When a launch started: the one clock of its record's elapsed times, shared by a CPU split's processes."""
 import time
 
+import timm_minimal
 from ...cli import env_number
 
 __all__ = ['LAUNCHED_AT_ENV', 'launched_at', 'launch_elapsed']
@@ -11,7 +12,6 @@ LAUNCHED_AT_ENV = 'TIMM_MINIMAL_LAUNCHED_AT'  # set by a CPU split for its proce
 def launched_at() -> float:
     """The wall-clock time (``time.time``) at which this launch's first interpreter imported the package: this
     one's, or for a process of a CPU split its launcher's (which measured the split and loaded the data first)."""
-    import timm_minimal
     own = time.time() - (time.perf_counter() - timm_minimal.STARTED_AT)
     given = env_number(LAUNCHED_AT_ENV, float, None, low=0, high=time.time())
     return own if given is None else given

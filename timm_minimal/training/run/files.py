@@ -1,5 +1,7 @@
-"""What writing files can meet: a full disk, named as such, and another process on the same run folder; and what
-reading back a derived cache can meet: a file that is not what was written."""
+"""Files written whole (on a temporary file beside the target, then renamed in); what writing files can meet: a full
+disk, named as such, and another process on the same run folder; and what reading back a derived cache can meet: a
+file that is not what was written."""
+import json
 import logging
 import os
 import stat
@@ -12,10 +14,57 @@ from ...cli import describe_os_error
 from ...machine import is_disk_full
 
 __all__ = ['LOCK_FILE', 'is_disk_full', 'describe_write_error', 'missing_folders', 'remove_empty', 'FolderLock',
-           'FolderBusy', 'read_derived_npz', 'read_regular_file']
+           'FolderBusy', 'read_derived_npz', 'read_regular_file', 'write_file_atomic', 'write_text_atomic',
+           'write_json_atomic', 'fsync_file', 'fsync_dir']
 
 _logger = logging.getLogger(__name__)
+PathLike = Union[str, Path]
 LOCK_FILE = '.lock'  # a run folder's: held by the training process that writes the folder
+
+
+def fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def write_file_atomic(path: PathLike, write: Callable[[Path], None], suffix: str = '.tmp') -> Path:
+    """Write ``path`` through ``write(tmp)`` on a temporary file beside it, then ``os.replace``: readers see the
+    old file or the new one, and a failed write (a full disk) leaves neither a half file nor the temporary one."""
+    path = Path(path)
+    tmp = path.with_name(f'.{path.name}.{os.getpid()}{suffix}')
+    try:
+        write(tmp)
+        fsync_file(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
+
+
+def write_text_atomic(path: PathLike, text: str) -> None:
+    """Write a text file via a temporary file and ``os.replace``."""
+    write_file_atomic(path, lambda tmp: tmp.write_text(text, encoding='utf-8'))
+
+
+def write_json_atomic(path: PathLike, obj: Any) -> None:
+    write_text_atomic(path, json.dumps(obj, indent=2, default=str) + '\n')
 
 
 def describe_write_error(e: BaseException, what: Union[str, Path]) -> str:
@@ -104,7 +153,7 @@ class FolderLock:
 def read_derived_npz(path: Path, problem: Callable[[Dict[str, Any]], Optional[str]]) -> Optional[Dict[str, Any]]:
     """The arrays of a decoded-image cache (``np.savez``), read without unpickling, where ``problem`` finds none in
     them. Else None, with a one-line warning: the file is derived, and the caller decodes the images anew."""
-    import numpy as np  # here: the command lines' help imports this module and no numpy
+    import numpy as np  # lazy: --help answers without it
     try:
         with np.load(path, allow_pickle=False) as d:
             arrays = {k: d[k] for k in d.files}

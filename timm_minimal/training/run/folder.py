@@ -25,7 +25,7 @@ import yaml
 
 from ...cli import INT_LIMIT
 from . import checkpoint as ckpt
-from .files import LOCK_FILE, FolderLock, missing_folders, remove_empty
+from .files import LOCK_FILE, FolderLock, missing_folders, remove_empty, write_file_atomic, write_text_atomic
 from .record import RUN_FORMAT, RunRecord
 
 __all__ = ['RunFolder', 'RUN_FORMAT']
@@ -173,7 +173,7 @@ class RunFolder:
         return (yaml.safe_load(self.args_file.read_text()) or {}) if self.args_file.is_file() else {}
 
     def write_args(self, args: Dict[str, Any]) -> None:
-        ckpt.write_text_atomic(self.args_file, yaml.safe_dump(args, sort_keys=True))
+        write_text_atomic(self.args_file, yaml.safe_dump(args, sort_keys=True))
 
     # -- metrics.jsonl --------------------------------------------------------------------------
     def read_metrics(self) -> List[Dict[str, Any]]:
@@ -197,7 +197,7 @@ class RunFolder:
 
     def write_metrics(self, rows: List[Dict[str, Any]]) -> None:
         """Replace ``metrics.jsonl`` with these rows (a resumed run rewrites the epochs it keeps)."""
-        ckpt.write_text_atomic(self.metrics_file, ''.join(json.dumps(r) + '\n' for r in rows))
+        write_text_atomic(self.metrics_file, ''.join(json.dumps(r) + '\n' for r in rows))
 
     def append_metrics(self, row: Dict[str, Any]) -> None:
         with open(self.metrics_file, 'a') as f:
@@ -232,14 +232,14 @@ class RunFolder:
         rows = self.read_metrics() if rows is None else rows
         if rows:
             fig = curves_figure(rows, self.read_steps(), title)
-            ckpt.write_file_atomic(self.curves_file, lambda tmp: fig.savefig(tmp, format='png', dpi=100))
+            write_file_atomic(self.curves_file, lambda tmp: fig.savefig(tmp, format='png', dpi=100))
 
 
 def curves_figure(metrics: List[Dict[str, Any]], steps: List[Dict[str, Any]] = (), title: str = '') -> Any:
     """Loss, accuracy and learning rate over the epochs: the training loss and the learning rate per update where
     ``steps`` (steps.jsonl rows) has them (warm-up and schedule show), each epoch's means and test numbers as marks."""
-    from matplotlib.figure import Figure
-    from matplotlib.ticker import MaxNLocator
+    from matplotlib.figure import Figure  # lazy: matplotlib where a figure is drawn
+    from matplotlib.ticker import MaxNLocator  # lazy: matplotlib where a figure is drawn
     ep = [m['epoch'] for m in metrics]
     fig = Figure(figsize=(15, 4.2), layout='constrained')
     axes = fig.subplots(1, 3)

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
+from .files import write_json_atomic
+
 __all__ = ['Launch', 'RunRecord', 'RUN_FORMAT']
 
 RUN_FORMAT = 'timm-minimal-run/1'
@@ -164,7 +166,6 @@ class RunRecord:
 
     def save_to_json(self, path: Union[str, Path]) -> None:
         """Write the record atomically (a reader sees the old file or the new one, never half of one)."""
-        from .checkpoint import write_json_atomic
         write_json_atomic(path, self.to_dict())
 
     # -- what the reports read -----------------------------------------------------------------------

@@ -8,14 +8,19 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+import accelerate
 import numpy as np
+import timm
 import torch
+import torchvision
 from timm.models import split_model_name_tag
 
-from . import checkpoint as ckpt
 from ..engine import Run, TrainState, weights_hash
-
+from .files import write_json_atomic
 from .record import Launch, RunRecord
+from ... import __version__
+from ...machine import cpu_signature
+from ..cpu.policy import SPLIT_STATUS_ENV
 
 __all__ = ['RunInputs', 'versions', 'device_name', 'launched_alone', 'write_run_record', 'finish_run', 'closing_lines', 'rank_report']
 
@@ -33,10 +38,6 @@ class RunInputs:
 
 
 def versions() -> Dict[str, str]:
-    import accelerate
-    import timm
-    import torchvision
-    from ... import __version__
     return dict(python=platform.python_version(), torch=torch.__version__, torchvision=torchvision.__version__,
                 timm=timm.__version__, accelerate=accelerate.__version__, timm_minimal=__version__,
                 numpy=np.__version__)
@@ -45,7 +46,6 @@ def versions() -> Dict[str, str]:
 def device_name(device: torch.device) -> str:
     if device.type == 'cuda':
         return torch.cuda.get_device_name(device)
-    from ...machine import cpu_signature
     return f"{cpu_signature()['cpu']}, {cpu_signature()['cores']} cores"
 
 
@@ -53,7 +53,6 @@ def cpu_flags(device: torch.device) -> Optional[str]:
     """The CPU's SIMD flags where the run trains on the CPU (they decide its speed and its bf16 path)."""
     if device.type == 'cuda':
         return None
-    from ...machine import cpu_signature
     return cpu_signature()['flags']
 
 
@@ -67,7 +66,6 @@ def launcher_command() -> Optional[str]:
     """The command that started this process where another launcher did (``accelerate launch``, ``torchrun``: this
     process's parent, as the system shows it), the interpreter's path left out; None for a run of one process that no
     launcher started, or the package's own CPU split (whose ``timm-minimal-train`` line relaunches it)."""
-    from ..cpu.policy import SPLIT_STATUS_ENV
     world = os.environ.get('WORLD_SIZE', '1')
     if os.environ.get(SPLIT_STATUS_ENV) or not (launched_alone() or (world.isdigit() and int(world) > 1)):
         return None
@@ -156,6 +154,6 @@ def closing_lines(run: Run, record: Dict[str, Any]) -> List[str]:
 
 
 def rank_report(run: Run, status: str, samples: int) -> None:
-    ckpt.write_json_atomic(run.folder.path / f'rank{run.rank}.json', dict(
+    write_json_atomic(run.folder.path / f'rank{run.rank}.json', dict(
         rank=run.rank, num_processes=run.world, weights_sha256=weights_hash(run.unwrapped.state_dict()),
         per_process_batch_size=run.loop.batch_size // run.world, local_train_samples=samples, status=status))

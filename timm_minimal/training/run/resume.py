@@ -4,6 +4,7 @@ A resumed run may change its schedule (epochs, learning rates, warm-up) and syst
 shape its optimizer state and data order stay fixed. A checkpoint of another structure, of another
 architecture or with non-finite weights is refused: a run never resumes from it.
 """
+import json
 from pathlib import Path
 from typing import Any, Dict
 
@@ -84,7 +85,6 @@ def _check_the_same_run(run: Run, last_dir: Path, saved: Dict[str, Any]) -> None
     """Refuse a resume whose options, as args.yaml (``saved``) states them now, define another model or data than the
     run's own record (run.json, as the run began) and its checkpoint (the checkpoint's config.json); a missing or
     unreadable run.json is named, never rebuilt from the launches that follow."""
-    import json
     folder = run.folder
     restart = f'start a new run, e.g. with --pretrained-path {last_dir / ckpt.MODEL_FILE} to begin from these weights'
     try:
