@@ -16,7 +16,6 @@ push resumes where it stopped.
 a shipped checkpoint by its name offline: ``AutoModelForImageClassification.from_pretrained(pretrained_folder(name))``.
 """
 import fnmatch
-import hashlib
 import logging
 import os
 import shutil
@@ -42,7 +41,7 @@ from .cards import CARD_LIBRARY, card_weights_sha256
 from ...machine import default_cache_dir
 
 __all__ = ['ZooError', 'shipped_names', 'select_names', 'check_zoo', 'write_zoo', 'repo_files', 'pretrained_folder',
-           'remote_differences', 'push_zoo', 'hub_snippets', 'LICENSE_FILE']
+           'push_zoo', 'hub_snippets', 'LICENSE_FILE']
 
 _logger = logging.getLogger(__name__)
 
@@ -216,45 +215,27 @@ def _holds_weights(folder: Path, digest: str) -> bool:
     return complete and file_sha256(weights) == digest
 
 
-def _git_blob_id(data: bytes) -> str:
-    return hashlib.sha1(b'blob %d\0' % len(data) + data).hexdigest()
-
-
-def remote_differences(api: Any, repo_id: str, folder: Path) -> Optional[List[str]]:
-    """The files of ``folder`` that the repository lacks or holds with other content (None: no such repository).
-    A regular file is compared by its git blob id, an LFS file by the SHA-256 of its content."""
-    try:
-        remote = {f.path: (f.blob_id, f.lfs.sha256 if f.lfs else None)  # RepoFile; folders have no blob_id
-                  for f in api.list_repo_tree(repo_id, recursive=True) if hasattr(f, 'blob_id')}
-    except RepositoryNotFoundError:
-        return None
-    changed = []
-    for path in sorted(p for p in Path(folder).rglob('*') if p.is_file()):
-        name = path.relative_to(folder).as_posix()
-        data, (blob_id, lfs_sha256) = path.read_bytes(), remote.get(name, (None, None))
-        same = hashlib.sha256(data).hexdigest() == lfs_sha256 if lfs_sha256 else _git_blob_id(data) == blob_id
-        if not same:
-            changed.append(name)
-    return changed
-
-
 def push_zoo(folders: Iterable[Path], namespace: str, private: bool = False, token: Optional[str] = None,
              endpoint: Optional[str] = None) -> Dict[str, str]:
-    """Upload each folder to ``<namespace>/<folder name>`` where the repository differs from it; one line each.
-    What happened to each repository: 'created', 'updated' or 'unchanged'."""
+    """Upload each folder to ``<namespace>/<folder name>``, one line each. huggingface_hub's ``upload_folder`` sends
+    only the files whose content the repository does not hold already, and makes no commit where none differs.
+    What happened to each repository: 'created', 'updated' or 'unchanged' (its head commit as it was)."""
     api = HfApi(endpoint=endpoint or constants.ENDPOINT, token=token)
     done = {}
     for folder in folders:
         repo_id = f'{namespace}/{Path(folder).name}'
-        changed = remote_differences(api, repo_id, folder)
-        if changed == []:
+        try:
+            before: Optional[str] = api.repo_info(repo_id).sha
+        except RepositoryNotFoundError:
+            before = None
+        api.create_repo(repo_id, private=private, exist_ok=True, repo_type='model')
+        info = api.upload_folder(folder_path=str(folder), repo_id=repo_id, commit_message=f'Upload {Path(folder).name}')
+        if before is not None and info.oid == before:
             _logger.info(f'unchanged {repo_id}')
             done[repo_id] = 'unchanged'
             continue
-        api.create_repo(repo_id, private=private, exist_ok=True, repo_type='model')
-        info = api.upload_folder(folder_path=str(folder), repo_id=repo_id, commit_message=f'Upload {Path(folder).name}')
-        done[repo_id] = 'created' if changed is None else 'updated'
-        what = 'all files' if changed is None else ', '.join(changed)
+        done[repo_id] = 'created' if before is None else 'updated'
+        what = 'all files' if before is None else 'the files that differ'
         _logger.info(f'pushed {repo_id} ({what}): {info.commit_url}')
     return done
 
