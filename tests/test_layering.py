@@ -181,3 +181,35 @@ def test_imports_inside_functions_are_few_and_each_says_why():
     found = list(imports_inside_functions())
     assert 20 < len(found) <= MOST_IMPORTS_INSIDE_FUNCTIONS, len(found)
     assert [where for where, marked in found if not marked] == []
+
+
+# Training's sub-packages are layers below its core: data/ (the datasets and data paths), cpu/ (how a run trains on
+# the CPU) and run/ (the run folder's on-disk format) read the options, the seeds and the run's log, and nothing else
+# of the trainer's core (engine, plan, train, its command line and stages).
+TRAINING_LEAVES = {'training.options', 'training.seeding', 'training.log'}
+TOOL_ROOMS = {'hub', 'deploy', 'inside', 'paper', 'benchmark'}
+
+
+def layer_breaches(graph):
+    core = {m for m in graph if m.startswith('training.') and m.count('.') == 1
+            and not (PACKAGE / m.replace('.', '/')).is_dir()}
+    for module in sorted(graph):
+        if module.split('.')[:2] in (['training', 'data'], ['training', 'cpu'], ['training', 'run']):
+            yield from (f'{module} imports {name}' for name in sorted(graph[module] & (core - TRAINING_LEAVES)))
+        parts = module.split('.')  # the tools' shared modules (tools/*.py) import no room
+        if parts[0] == 'tools' and len(parts) == 2:
+            yield from (f'{module} imports {name}' for name in sorted(graph[module])
+                        if name.split('.')[0] == 'tools' and name.split('.')[1:2] and name.split('.')[1] in TOOL_ROOMS)
+
+
+def test_trainings_parts_and_the_tools_shared_modules_are_layers():
+    graph = import_graph()
+    assert {'training.data.paths', 'training.cpu.policy', 'training.run.folder', 'training.log'} <= set(graph)
+    assert list(layer_breaches(graph)) == []
+
+
+def test_the_layer_check_sees_a_breach():
+    graph = {'training.engine': set(), 'training.options': set(), 'training.data.paths': {'training.engine',
+             'training.options'}, 'tools.common': {'tools.hub.zoo'}, 'tools.hub.zoo': set()}
+    assert list(layer_breaches(graph)) == ['tools.common imports tools.hub.zoo',
+                                           'training.data.paths imports training.engine']

@@ -82,7 +82,7 @@ def test_a_new_option_is_one_field():
 
 
 def test_what_a_resume_keeps_and_what_a_recipe_sets_are_field_metadata():
-    from timm_minimal.training.run import resume
+    from timm_minimal.training import resume
     assert set(resume.FIXED_ON_RESUME) == {'opt', 'seed', 'grad_accum_steps', 'train_subset', 'model_kwargs',
                                            'weight_init', 'drop_path', 'drop'}
     assert resume.FIXED_TEACHER == tuple(f.name for f in dataclasses.fields(O.DistillationOptions))

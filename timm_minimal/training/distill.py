@@ -29,7 +29,8 @@ from timm.task import DistillationTeacher, LogitDistillationTask, TokenDistillat
 from ..cli import UsageError, listed
 from .cli import TOKEN_DISTILL_TYPES
 from .cpu.policy import cpu_bf16_pays
-from .engine import Run, evaluate, say
+from .engine import Run, evaluate
+from .log import say
 from .options import DistillationOptions
 from ..models.model_size import param_limit
 

@@ -20,7 +20,6 @@ import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from accelerate.state import PartialState, is_initialized
 
 from ..models.weights_check import weights_record
 from ..cli import EXIT_DIVERGED, Failure, progress
@@ -28,22 +27,15 @@ from .run import checkpoint as ckpt
 from .cli import Provenance
 from .options import Options
 from .plan import RunPlan
+from .log import say
 from .seeding import mix_seed, seed_rngs
 from .run.folder import RunFolder
 from .trackers import StepLog
 
 _logger = logging.getLogger('timm_minimal.training.train')
-_RUN_LOG = logging.getLogger('timm_minimal.training')
 
 __all__ = ['TrainState', 'TrainHooks', 'FiniteGuard', 'Run', 'Diverged', 'CheckpointNotWritten', 'train_one_epoch', 'evaluate',
            'eval_sums', 'eval_metrics', 'save_checkpoint', 'weights_hash']
-
-
-def say(message: str, warning: bool = False) -> None:
-    """A line of the run's log, said by the main process alone: the ``timm_minimal`` logger, which the tools show
-    on the console (``cli.console``) and a caller of ``train`` configures as any logger."""
-    if not is_initialized() or PartialState().is_main_process:
-        (_RUN_LOG.warning if warning else _RUN_LOG.info)(message)
 
 
 class Diverged(Failure):

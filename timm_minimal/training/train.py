@@ -66,7 +66,8 @@ from ..models.layers import set_head_padding
 from ..models.paper import is_minimal
 from .run import checkpoint as ckpt
 from .data.loading import ImageData, dataset_len, load_run_data
-from .engine import divergence_advice, say as _say
+from .engine import divergence_advice
+from .log import say as _say
 from .engine import (
     CheckpointNotWritten, Diverged, FiniteGuard, LoopConfig, Run, TrainHooks, TrainState, check_finite, epoch_row,
     evaluate, save_checkpoint, train_one_epoch,
@@ -75,7 +76,7 @@ from .distill import build_distillation, build_teacher, teacher_bf16, teacher_in
 from .run.files import FolderBusy, describe_write_error
 from .run.folder import RunFolder
 from .run.clock import launch_elapsed
-from .run.recording import RunInputs, closing_lines, finish_run, launched_alone, rank_report, write_run_record
+from .recording import RunInputs, closing_lines, finish_run, launched_alone, rank_report, write_run_record
 from .figures import run_figures
 from .trackers import StepLog, log_epoch, log_figures, log_summary, project_name, start_trackers
 from .cli import (  # noqa: F401  (also reachable here)
@@ -85,7 +86,7 @@ from .options import AugmentationOptions, ModelOptions, OptimisationOptions, Run
 from .data.paths import build_data_path, count_batches, data_config
 from .cpu.policy import SPLIT_STATUS_ENV, run_split
 from .plan import RunPlan, resolve_model_name, resolve_plan
-from .run.resume import restore
+from .resume import restore
 from ..models.pretrained import describe_pretrained_cfg
 from .cpu.split import NEVER_FREED, lost_peer
 

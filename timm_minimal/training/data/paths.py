@@ -15,7 +15,7 @@ from ...models.datasets import channel_stats
 from ...models.images import convert_image, image_mode
 from .batch_augment import ERASE_MODES, BatchAugment, BatchAugmentConfig
 from .loading import ImageData, build_transforms, subset, subset_indices
-from ..engine import say
+from ..log import say
 from ..options import AugmentationOptions, DataPathOptions, ModelOptions, RunOptions
 from .device_data import DeviceDataPath, cache_file, dataset_bytes, device_budget_bytes, images_to_array
 from .loader_data import LoaderDataPath, TransformDataset

@@ -15,12 +15,12 @@ import torch
 import torchvision
 from timm.models import split_model_name_tag
 
-from ..engine import Run, TrainState, weights_hash
-from .files import write_json_atomic
-from .record import Launch, RunRecord
-from ... import __version__
-from ...machine import cpu_signature
-from ..cpu.policy import SPLIT_STATUS_ENV
+from .engine import Run, TrainState, weights_hash
+from .run.files import write_json_atomic
+from .run.record import Launch, RunRecord
+from .. import __version__
+from ..machine import cpu_signature
+from .cpu.policy import SPLIT_STATUS_ENV
 
 __all__ = ['RunInputs', 'versions', 'device_name', 'launched_alone', 'write_run_record', 'finish_run', 'closing_lines', 'rank_report']
 

@@ -10,11 +10,12 @@ from typing import Any, Dict
 
 import torch
 
-from . import checkpoint as ckpt
-from ..cli import UsageError
-from ...cli import listed
-from ..engine import Run, TrainState, say, set_rng_state
-from ..options import fixed_options
+from .run import checkpoint as ckpt
+from .cli import UsageError
+from ..cli import listed
+from .engine import Run, TrainState, set_rng_state
+from .log import say
+from .options import fixed_options
 
 __all__ = ['restore', 'FIXED_ON_RESUME', 'FIXED_TEACHER', 'SCHEDULE_OPTIONS']
 
