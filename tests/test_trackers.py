@@ -91,6 +91,7 @@ def test_a_resume_goes_on_in_the_same_tensorboard_run_writing_no_step_twice(mnis
     assert set(steps_of(ev, 'train/loss')) <= set(updates) and 36 in steps_of(ev, 'train/loss')
 
 
+@pytest.mark.slow  # several seconds: the whole suite runs it
 def test_the_project_follows_the_option_then_wandb_project(mnist_dir, tmp_path, monkeypatch):
     monkeypatch.setenv('WANDB_PROJECT', 'from-env')
     out = tmp_path / 'run'
