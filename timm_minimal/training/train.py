@@ -64,14 +64,14 @@ from ..cli import EXIT_DIVERGED, EXIT_FAILURE, EXIT_USAGE, Failure, command, lis
 from ..machine import is_disk_full, torch_threads
 from ..models.layers import set_head_padding
 from ..models.paper import is_minimal
+from ..models.pretrained import describe_pretrained_cfg
 from .run import checkpoint as ckpt
 from .data.loading import ImageData, dataset_len, load_run_data
-from .engine import divergence_advice
-from .log import say as _say
 from .engine import (
-    CheckpointNotWritten, Diverged, FiniteGuard, LoopConfig, Run, TrainHooks, TrainState, check_finite, epoch_row,
-    evaluate, save_checkpoint, train_one_epoch,
+    CheckpointNotWritten, Diverged, FiniteGuard, LoopConfig, Run, TrainHooks, TrainState, check_finite,
+    divergence_advice, epoch_row, evaluate, save_checkpoint, train_one_epoch,
 )
+from .log import say as _say
 from .distill import build_distillation, build_teacher, teacher_bf16, teacher_info
 from .run.files import FolderBusy, describe_write_error
 from .run.folder import RunFolder
@@ -87,7 +87,6 @@ from .data.paths import build_data_path, count_batches, data_config
 from .cpu.policy import SPLIT_STATUS_ENV, run_split
 from .plan import RunPlan, resolve_model_name, resolve_plan
 from .resume import restore
-from ..models.pretrained import describe_pretrained_cfg
 from .cpu.split import NEVER_FREED, lost_peer
 
 _logger = logging.getLogger('timm_minimal.training.train')
