@@ -92,8 +92,8 @@ def cpu_decision(given: PlannedOptions, options: Options, model: str, run_images
         # the machine's cache, not --cache-dir: the answer describes this CPU, not where a dataset is decoded, so a
         # run with a new data cache does not measure the machine again
         decision = split.decide(model, run.batch_size, default_cache_dir(), model_kwargs=kwargs,
-                          bf16=None if bf16 is None and cpu_has_bf16() else ruled_bf16, compiled=given.compile,
-                          padded=given.pad_heads, before=lambda: load_run_data(run))
+                                bf16=None if bf16 is None and cpu_has_bf16() else ruled_bf16, compiled=given.compile,
+                                padded=given.pad_heads, before=lambda: load_run_data(run))
     if decision.processes > budget:
         if run.resume is None or explicit:
             raise UsageError(f'--cpu-processes {decision.processes} is more than the {budget} core(s) this run may '
@@ -138,8 +138,7 @@ def run_split(plan: Any, argv: Sequence[str]) -> int:
                                                                 LAUNCHED_AT_ENV: repr(launched_at())})
         try:
             rank, rc = split.run_split_processes(argv, processes, env, compiled=plan.compile, padded=plan.pad_heads,
-                                           bf16=plan.precision == 'bf16',
-                                           main_fds=(write_end,))
+                                                 bf16=plan.precision == 'bf16', main_fds=(write_end,))
         finally:
             os.close(write_end)  # the processes have ended: the read below meets the end of the pipe
         text = status.read().strip()
