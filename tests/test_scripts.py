@@ -30,7 +30,6 @@ print('REGISTERED', timm.is_model('vit_minimal_sym_6x4'))
 '''
 
 
-@pytest.mark.slow  # several seconds: the whole suite runs it
 def test_every_script_prints_its_help_without_torch_and_the_package_still_loads():
     """In the quick suite: a parser module that imports torch broke this rule twice while the test was slow."""
     r = subprocess.run([sys.executable, '-c', EVERY_HELP], capture_output=True, text=True, timeout=300)
