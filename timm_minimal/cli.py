@@ -25,9 +25,10 @@ from typing import Any, Callable, Iterator, NoReturn, Optional, Sequence, Union
 
 from .machine import is_disk_full
 
-__all__ = ['UsageError', 'Failure', 'OneLineParser', 'HelpFormatter', 'number', 'INT_LIMIT', 'env_number', 
+__all__ = ['UsageError', 'Failure', 'OneLineParser', 'HelpFormatter', 'number', 'INT_LIMIT', 'env_number',
            'positive_int', 'positive_float', 'non_negative_int', 'non_negative_float', 'probability',
-           'describe_os_error', 'listed', 'command', 'console', 'progress', 'timed_progress', 'MissingExtra', 'require_extra', 'EXIT_FAILURE', 'EXIT_USAGE', 'EXIT_DIVERGED']
+           'describe_os_error', 'listed', 'command', 'console', 'progress', 'timed_progress', 'MissingExtra',
+           'require_extra', 'EXIT_FAILURE', 'EXIT_USAGE', 'EXIT_DIVERGED']
 
 EXIT_FAILURE, EXIT_USAGE, EXIT_DIVERGED = 1, 2, 3
 

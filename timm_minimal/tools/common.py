@@ -14,7 +14,6 @@ from ..models.pretrained import RECIPE_TAGS, TAGS, check_tag_spelling
 from ..models.vit_minimal import ARCHITECTURES, NoPretrainedWeights, VisionTransformerMinimal
 
 
-
 def allowed_models() -> str:
     """The model names a tool takes, for error messages."""
     return (f'a vit_minimal architecture vit_minimal_<{"|".join(VARIANTS)}>[_mlp]_<depth>x<heads> '

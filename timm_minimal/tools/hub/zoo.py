@@ -228,7 +228,7 @@ def push_zoo(folders: Iterable[Path], namespace: str, private: bool = False, tok
             before: Optional[str] = api.repo_info(repo_id).sha
         except RepositoryNotFoundError:
             before = None
-        api.create_repo(repo_id, private=private, exist_ok=True, repo_type='model')
+            api.create_repo(repo_id, private=private, exist_ok=True, repo_type='model')
         info = api.upload_folder(folder_path=str(folder), repo_id=repo_id, commit_message=f'Upload {Path(folder).name}')
         if before is not None and info.oid == before:
             _logger.info(f'unchanged {repo_id}')

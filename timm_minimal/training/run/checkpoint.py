@@ -33,7 +33,8 @@ if TYPE_CHECKING:  # torch is imported where weights are read or written: the ru
 
 
 __all__ = [
-    'atomic_write_dir', 'find_checkpoint', 'save_weights', 'load_weights', 'clean_stale_temp', 'MODEL_FILE', 'EMA_FILE', 'STATE_FILE', 'STATE_JSON', 'CONFIG_FILE',
+    'atomic_write_dir', 'find_checkpoint', 'save_weights', 'load_weights', 'clean_stale_temp', 'MODEL_FILE', 'EMA_FILE',
+    'STATE_FILE', 'STATE_JSON', 'CONFIG_FILE',
 ]
 
 MODEL_FILE = 'model.safetensors'

@@ -23,6 +23,7 @@ LOCK_FILE = '.lock'  # a run folder's: held by the training process that writes 
 
 
 def fsync_file(path: Path) -> None:
+    """A written file's content on the disk before it is renamed in."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -31,6 +32,7 @@ def fsync_file(path: Path) -> None:
 
 
 def fsync_dir(path: Path) -> None:
+    """A folder's entries (a rename into it) on the disk, where the system lets a folder be synced."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:
