@@ -119,7 +119,7 @@ def check_option_types(values: Mapping[str, Any], what: str) -> None:
             raise UsageError(f'{what}: {f.name} takes {nargs} values (as {flag} does), got {value!r}.')
         for item in items:
             try:
-                if isinstance(item, bool) or not isinstance(item, (int, float)):
+                if isinstance(item, bool) or not isinstance(item, str if kind.kind is str else (int, float)):
                     raise argparse.ArgumentTypeError(f'must be {wanted}, got {item!r}')
                 kind(item)
             except argparse.ArgumentTypeError as e:

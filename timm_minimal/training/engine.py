@@ -29,6 +29,7 @@ from .options import Options
 from .plan import RunPlan
 from .log import say
 from .seeding import mix_seed, seed_rngs
+from .sizes import TrainSizes
 from .run.folder import RunFolder
 from .trackers import StepLog
 
@@ -190,6 +191,7 @@ class Run:
     distill: Optional[nn.Module] = None  # timm's distillation task over ``model`` (training/distill.py), or None
     compiled: bool = False
     compile_checked: bool = False  # the first step ran: later errors are the model's, not the compiler's
+    sizes: Optional[TrainSizes] = None  # progressive resizing (the model's own size throughout when None)
     guard: Optional[FiniteGuard] = None
     steps: Optional[StepLog] = None  # the training curve's points (set up with the run)
     saves: int = 0
@@ -342,7 +344,8 @@ def train_one_epoch(run: Run, state: TrainState, epoch: int) -> Dict[str, float]
     show_log = run.is_main and loop.log_interval > 0 and bar.disable
     t0 = time.perf_counter()
     curve = _CurvePoints(run, sums, count)
-    for x, y in run.data.train_batches(epoch, batch):
+    batches = run.data.train_batches(epoch, batch)
+    for x, y in (batches if run.sizes is None else run.sizes.batches(epoch, batches)):
         output, loss, grad_norm = _step(run, x, y, mix_seed(loop.seed, 0xB47C, epoch, batch, run.rank),
                                         want_norm=run.steps.due(state.update + 1))
         n = y.shape[0]

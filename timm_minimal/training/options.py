@@ -15,6 +15,7 @@ Defaults: a field's own, or, for a field made with ``option(recipe=True)``, the 
 """
 import argparse
 import dataclasses
+import re
 import typing
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Callable, Dict, Iterator, List, Literal, Mapping, Optional, Tuple
@@ -75,6 +76,23 @@ def teacher_name(text: str) -> str:
         raise argparse.ArgumentTypeError('needs a model name: a timm name, a zoo tag, local-dir:PATH or hf-hub:ORG/NAME '
                                          '(leave --teacher out to train without one)')
     return text
+
+
+MAX_TRAIN_SIZE = 4096  # pixels a side: the models' own size limits hold beyond it anyway
+
+
+def train_size(text: str) -> str:
+    """A ``--train-sizes`` entry, ``SIZE@EPOCH`` (both positive integers; the size in pixels a side, the epoch from
+    1), as the canonical text."""
+    match = re.fullmatch(r'\s*(\d+)\s*@\s*(\d+)\s*', str(text))
+    size, epoch = (int(match[1]), int(match[2])) if match else (0, 0)
+    if not (1 <= size <= MAX_TRAIN_SIZE and epoch >= 1):
+        raise argparse.ArgumentTypeError(f'must be {train_size.wanted}, got {text!r}')
+    return f'{size}@{epoch}'
+
+
+train_size.wanted = f'SIZE@EPOCH (a size of 1 to {MAX_TRAIN_SIZE:,} pixels, an epoch from 1)'
+train_size.kind = str
 
 
 @dataclass(frozen=True)
@@ -261,6 +279,10 @@ class AugmentationOptions(OptionGroup):
     mixup_switch_prob: float = option(default=0.5, type=FRACTION)
     mixup_mode: str = option(default='batch')
     smoothing: float = option('label smoothing', recipe=True, type=BELOW_ONE)
+    train_sizes: Optional[List[str]] = option(
+        'progressive resizing: train at SIZE x SIZE pixels from epoch EPOCH on (24@1 32@15: 24 x 24 in epochs 1-14, '
+        '32 x 32 from 15); the epochs before the first entry, and evaluation, take the model\'s input size',
+        default=None, type=train_size, metavar='SIZE@EPOCH')
 
 
 @dataclass(frozen=True, kw_only=True)

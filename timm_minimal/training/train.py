@@ -87,6 +87,7 @@ from .data.paths import build_data_path, count_batches, data_config
 from .cpu.policy import SPLIT_STATUS_ENV, run_split
 from .plan import RunPlan, resolve_model_name, resolve_plan
 from .resume import restore
+from .sizes import train_sizes
 from .cpu.split import NEVER_FREED, lost_peer
 
 _logger = logging.getLogger('timm_minimal.training.train')
@@ -314,6 +315,7 @@ def _assemble(plan: RunPlan, accelerator: Any, folder: RunFolder, last_dir: Opti
                                               accelerator.device)
     loss_fn, mixup_fn = build_loss(o.augmentation, data.num_classes, o.run.batch_size // world)
     teacher_name, teacher = _teacher(plan, data.num_classes, data_cfg['input_size'], accelerator, data.classes)
+    sizes = train_sizes(o.augmentation.train_sizes, model, data_cfg['input_size'][1:], o.run.epochs, teacher_name)
     prepared, optimizer = accelerator.prepare(model, optimizer)
     unwrapped = accelerator.unwrap_model(prepared)
     train_model = torch.compile(prepared, mode=plan.compile_mode, dynamic=False) if plan.compile else prepared
@@ -325,7 +327,8 @@ def _assemble(plan: RunPlan, accelerator: Any, folder: RunFolder, last_dir: Opti
               unwrapped=unwrapped, optimizer=optimizer, scheduler=scheduler, ema=ema, data=data_path, loss_fn=loss_fn,
               mixup_fn=mixup_fn, folder=folder, model_name=plan.model,
               model_config=model_config(unwrapped, plan.model, model_kwargs, data, data_cfg),
-              batches_per_epoch=batches_per_epoch, hooks=hooks, compiled=plan.compile, distill=distill)
+              batches_per_epoch=batches_per_epoch, hooks=hooks, compiled=plan.compile, distill=distill,
+              sizes=sizes)
     state = TrainState()
     if last_dir is not None:
         restore(run, state, last_dir)
@@ -342,7 +345,8 @@ def _assemble(plan: RunPlan, accelerator: Any, folder: RunFolder, last_dir: Opti
         f'{inputs.dataset["eval_samples_used"]:,} {data.eval_split} images, {data.num_classes} classes; {world} '
         f'process(es) on {accelerator.device}, batch {o.run.batch_size} ({o.run.batch_size // world} per process) x '
         f'{opt.grad_accum_steps}, {updates_per_epoch} updates/epoch, {data_path.name} data path, mixed precision '
-        f'{accelerator.mixed_precision}, {"compiled" if plan.compile else "eager"}.')
+        f'{accelerator.mixed_precision}, {"compiled" if plan.compile else "eager"}'
+        f'{"" if sizes is None else sizes.describe()}.')
     return run, state, inputs, last_dir
 
 

@@ -1,0 +1,107 @@
+"""Progressive resizing (``--train-sizes``): smaller training images in the early epochs, as fast.ai and FFCV train.
+
+A vision transformer's step costs about its token count: at 24 x 24 pixels a 4 x 4-patch model sees 36 tokens
+instead of 64. The schedule names the size each epoch trains at, ``SIZE@EPOCH`` (from that epoch on, epochs counted
+from 1); the epochs before its first entry, and every evaluation, take the model's own input size. An augmented batch
+is resized as a whole (bilinear, antialiased) on its device, so both data paths take it; a vit_minimal model reads the
+smaller grid through its ``dynamic_img_size`` mode (its position embedding resampled, timm's way) for those epochs
+only, and its keywords (what a checkpoint records) stay its own.
+"""
+import contextlib
+from typing import Iterable, Iterator, Optional, Sequence, Tuple
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from ..cli import UsageError
+
+__all__ = ['size_schedule', 'TrainSizes', 'train_sizes']
+
+Batch = Tuple[torch.Tensor, torch.Tensor]
+
+
+def size_schedule(entries: Optional[Sequence[str]]) -> Tuple[Tuple[int, int], ...]:
+    """``(first epoch, size)`` pairs of ``--train-sizes`` entries (checked one by one by ``options.train_size``),
+    by epoch; an epoch named twice is refused."""
+    pairs = sorted((int(epoch), int(size)) for size, epoch in (e.split('@') for e in entries or ()))
+    epochs = [epoch for epoch, _ in pairs]
+    twice = sorted({e for e in epochs if epochs.count(e) > 1})
+    if twice:
+        raise UsageError(f'--train-sizes names epoch {", ".join(map(str, twice))} twice; give one SIZE@EPOCH per epoch.')
+    return tuple(pairs)
+
+
+class TrainSizes:
+    """The training size of each epoch, and what training at it takes of the model and the batches."""
+
+    def __init__(self, entries: Optional[Sequence[str]], model: nn.Module, native: Tuple[int, int],
+                 epochs: int) -> None:
+        self.schedule, self.model, self.native = size_schedule(entries), model, tuple(native)
+        if not self.schedule:
+            return
+        late = [f'{size}@{epoch}' for epoch, size in self.schedule if epoch > epochs]
+        if late:
+            raise UsageError(f'--train-sizes {" ".join(late)}: the run has {epochs} epochs.')
+        patch_embed = getattr(model, 'patch_embed', None)
+        if patch_embed is not None and not hasattr(model, 'set_dynamic_img_size'):
+            raise UsageError(f'--train-sizes needs a model that trains at other input sizes: a vit_minimal model or '
+                             f'a convolutional network, not {type(model).__name__}.')
+        patch = tuple(getattr(patch_embed, 'patch_size', (1, 1)))
+        odd = [f'{size}@{epoch}' for epoch, size in self.schedule if size % patch[0] or size % patch[1]]
+        if odd:
+            raise UsageError(f'--train-sizes {" ".join(odd)}: sizes must be multiples of the model\'s patch size '
+                             f'{patch[0]} x {patch[1]}.')
+
+    def size(self, epoch: int) -> Tuple[int, int]:
+        """The training images' height and width in ``epoch`` (from 0)."""
+        sizes = [size for first, size in self.schedule if first <= epoch + 1]
+        return (sizes[-1], sizes[-1]) if sizes else self.native
+
+    def describe(self) -> str:
+        """The schedule for the run's start line: ', training at 24 x 24 in epochs 1-14, 32 x 32 from epoch 15'."""
+        spans = ([(1, self.native)] if self.schedule[0][0] > 1 else []) + [(e, (s, s)) for e, s in self.schedule]
+        parts = []
+        for (first, (h, w)), (after, _) in zip(spans, spans[1:] + [(None, None)]):
+            if after is None:
+                parts.append(f'{h} x {w} from epoch {first}')
+            else:
+                parts.append(f'{h} x {w} in epoch {first}' if after == first + 1 else
+                             f'{h} x {w} in epochs {first}-{after - 1}')
+        return ', training at ' + ', '.join(parts)
+
+    def batches(self, epoch: int, batches: Iterable[Batch]) -> Iterator[Batch]:
+        """``batches`` of ``epoch`` at its size: each image batch resized (the identity at the model's own size),
+        with the model in its any-size mode until the last one is taken (or the loop leaves)."""
+        size = self.size(epoch)
+        if size == self.native:
+            yield from batches
+            return
+        with self._any_size():
+            for x, y in batches:
+                yield F.interpolate(x, size=size, mode='bilinear', align_corners=False, antialias=True), y
+
+    @contextlib.contextmanager
+    def _any_size(self) -> Iterator[None]:
+        model = self.model
+        if not hasattr(model, 'set_dynamic_img_size'):  # a convolutional network takes any size as it is
+            yield
+            return
+        own = model.dynamic_img_size
+        model.set_dynamic_img_size(True)
+        model.init_kwargs['dynamic_img_size'] = own  # a training mode, not the model: checkpoints record its own
+        try:
+            yield
+        finally:
+            model.set_dynamic_img_size(own)
+
+
+def train_sizes(entries: Optional[Sequence[str]], model: nn.Module, native: Sequence[int], epochs: int,
+                teacher: Optional[str]) -> Optional[TrainSizes]:
+    """The run's ``TrainSizes``, or None without ``--train-sizes``; a teacher takes its own input size only."""
+    if not entries:
+        return None
+    if teacher:
+        raise UsageError(f'--train-sizes cannot train with a teacher ({teacher}): the teacher sees the same batches, '
+                         f'at its own input size only.')
+    return TrainSizes(entries, model, (int(native[0]), int(native[1])), epochs)
