@@ -472,6 +472,7 @@ def test_weight_init_builds_the_model_from_that_start_and_records_it_and_model_k
     ('--lr', 'inf', 'a finite number of at least 0'), ('--hflip', '2', 'at most 1'), ('--drop-path', '1', 'below 1'),
     ('--rotate', '200', 'at most 180'), ('--opt-betas', '1.5', 'below 1'),
     ('--distill-temperature', '1e-30', 'a finite number of at least 0.1'),
+    ('--train-sizes', '24', 'SIZE@EPOCH or SIZE@P%'),
 ])
 def test_bad_numbers_are_named(option, value, allowed, data, tmp_path, capsys):
     """Every number is checked at the door: one line naming the option and its range, exit 2, nothing written."""
@@ -492,6 +493,7 @@ def test_bad_numbers_are_named(option, value, allowed, data, tmp_path, capsys):
     ('scale: [0.5]', 'scale takes 2 values'), ('hflip: yes', 'hflip must be a finite number'),
     ('weight_init: jax', 'weight_init must be one of default, mimetic, got'),
     ('clip_mode: agc', 'clip_mode must be one of norm, value, got'),
+    ('train_sizes: [24]', 'train_sizes must be SIZE@EPOCH or SIZE@P%'), ('train_sizes: [0@1]', "got '0@1'"),
 ])
 def test_recipes_and_args_yaml_pass_the_same_checks(line, message, data, tmp_path, capsys):
     recipe = tmp_path / 'r.yaml'

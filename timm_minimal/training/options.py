@@ -82,16 +82,18 @@ MAX_TRAIN_SIZE = 4096  # pixels a side: the models' own size limits hold beyond 
 
 
 def train_size(text: str) -> str:
-    """A ``--train-sizes`` entry, ``SIZE@EPOCH`` (both positive integers; the size in pixels a side, the epoch from
-    1), as the canonical text."""
-    match = re.fullmatch(r'\s*(\d+)\s*@\s*(\d+)\s*', str(text))
-    size, epoch = (int(match[1]), int(match[2])) if match else (0, 0)
-    if not (1 <= size <= MAX_TRAIN_SIZE and epoch >= 1):
+    """A ``--train-sizes`` entry as its canonical text: ``SIZE@EPOCH`` (an epoch from 1) or ``SIZE@P%`` (from the
+    point P% of the way through the run, 0 <= P < 100: a recipe's, which holds whatever --epochs says)."""
+    match = re.fullmatch(r'\s*(\d+)\s*@\s*(\d+(?:\.\d+)?)\s*(%?)\s*', str(text))
+    size, at, percent = (int(match[1]), float(match[2]), match[3]) if match else (0, 0.0, '')
+    ok = 1 <= size <= MAX_TRAIN_SIZE and (at < 100 if percent else at >= 1 and at.is_integer())
+    if not ok:
         raise argparse.ArgumentTypeError(f'must be {train_size.wanted}, got {text!r}')
-    return f'{size}@{epoch}'
+    return f'{size}@{at:g}%' if percent else f'{size}@{int(at)}'
 
 
-train_size.wanted = f'SIZE@EPOCH (a size of 1 to {MAX_TRAIN_SIZE:,} pixels, an epoch from 1)'
+train_size.wanted = (f'SIZE@EPOCH or SIZE@P% (a size of 1 to {MAX_TRAIN_SIZE:,} pixels; an epoch from 1, or '
+                     f'0 <= P < 100)')
 train_size.kind = str
 
 
@@ -280,8 +282,9 @@ class AugmentationOptions(OptionGroup):
     mixup_mode: str = option(default='batch')
     smoothing: float = option('label smoothing', recipe=True, type=BELOW_ONE)
     train_sizes: Optional[List[str]] = option(
-        'progressive resizing: train at SIZE x SIZE pixels from epoch EPOCH on (24@1 32@15: 24 x 24 in epochs 1-14, '
-        '32 x 32 from 15); the epochs before the first entry, and evaluation, take the model\'s input size',
+        'progressive resizing: train at SIZE x SIZE pixels from epoch EPOCH on, or from P%% of the way through the '
+        'run (24@1 32@15: 24 x 24 in epochs 1-14, 32 x 32 from 15; 24@0%% 32@50%%: 24 x 24 in the first half); the '
+        'epochs before the first entry, and evaluation, take the model\'s input size',
         default=None, type=train_size, metavar='SIZE@EPOCH')
 
 

@@ -2,10 +2,11 @@
 
 A vision transformer's step costs about its token count: at 24 x 24 pixels a 4 x 4-patch model sees 36 tokens
 instead of 64. The schedule names the size each epoch trains at, ``SIZE@EPOCH`` (from that epoch on, epochs counted
-from 1); the epochs before its first entry, and every evaluation, take the model's own input size. An augmented batch
+from 1) or ``SIZE@P%`` (from the epoch P% of the way through the run: a recipe's schedule, which follows --epochs);
+the epochs before its first entry, and every evaluation, take the model's own input size. An augmented batch
 is resized as a whole (bilinear, antialiased) on its device, so both data paths take it; a vit_minimal model reads the
 smaller grid through its ``dynamic_img_size`` mode (its position embedding resampled, timm's way) for those epochs
-only, and its keywords (what a checkpoint records) stay its own.
+only, and its keywords stay its own.
 """
 import contextlib
 from typing import Iterable, Iterator, Optional, Sequence, Tuple
@@ -21,15 +22,32 @@ __all__ = ['size_schedule', 'TrainSizes', 'train_sizes']
 Batch = Tuple[torch.Tensor, torch.Tensor]
 
 
-def size_schedule(entries: Optional[Sequence[str]]) -> Tuple[Tuple[int, int], ...]:
-    """``(first epoch, size)`` pairs of ``--train-sizes`` entries (checked one by one by ``options.train_size``),
-    by epoch; an epoch named twice is refused."""
-    pairs = sorted((int(epoch), int(size)) for size, epoch in (e.split('@') for e in entries or ()))
-    epochs = [epoch for epoch, _ in pairs]
-    twice = sorted({e for e in epochs if epochs.count(e) > 1})
+def _first_epoch(at: str, epochs: int) -> int:
+    """The epoch (from 1) an entry's ``EPOCH`` or ``P%`` names in a run of ``epochs``."""
+    return int(at) if not at.endswith('%') else min(int(float(at[:-1]) / 100 * epochs) + 1, epochs)
+
+
+def _position(at: str, epochs: int) -> float:
+    """Where an entry's ``EPOCH`` or ``P%`` starts, as a fraction of the run."""
+    return float(at[:-1]) / 100 if at.endswith('%') else (int(at) - 1) / epochs
+
+
+def size_schedule(entries: Optional[Sequence[str]], epochs: int) -> Tuple[Tuple[int, int], ...]:
+    """``(first epoch, size)`` pairs of ``--train-sizes`` entries (each checked by ``options.train_size``) in a run of
+    ``epochs``, by epoch. Where percentages put two entries on one epoch (a short run), the later in the run wins; an
+    entry given twice, or an epoch past the run's end, is refused."""
+    parsed = [(size, at) for size, at in (e.split('@') for e in entries or ())]
+    ats = [at for _, at in parsed]
+    twice = sorted({at for at in ats if ats.count(at) > 1})
     if twice:
-        raise UsageError(f'--train-sizes names epoch {", ".join(map(str, twice))} twice; give one SIZE@EPOCH per epoch.')
-    return tuple(pairs)
+        raise UsageError(f'--train-sizes names {", ".join(f"@{at}" for at in twice)} twice; give one size for each.')
+    late = [f'{size}@{at}' for size, at in parsed if _first_epoch(at, epochs) > epochs]
+    if late:
+        raise UsageError(f'--train-sizes {" ".join(late)}: the run has {epochs} epochs.')
+    by_epoch = {}  # in order of where each entry starts: on a shared epoch the later one wins
+    for size, at in sorted(parsed, key=lambda e: (_first_epoch(e[1], epochs), _position(e[1], epochs))):
+        by_epoch[_first_epoch(at, epochs)] = int(size)
+    return tuple(sorted(by_epoch.items()))
 
 
 class TrainSizes:
@@ -37,12 +55,9 @@ class TrainSizes:
 
     def __init__(self, entries: Optional[Sequence[str]], model: nn.Module, native: Tuple[int, int],
                  epochs: int) -> None:
-        self.schedule, self.model, self.native = size_schedule(entries), model, tuple(native)
+        self.schedule, self.model, self.native = size_schedule(entries, epochs), model, tuple(native)
         if not self.schedule:
             return
-        late = [f'{size}@{epoch}' for epoch, size in self.schedule if epoch > epochs]
-        if late:
-            raise UsageError(f'--train-sizes {" ".join(late)}: the run has {epochs} epochs.')
         patch_embed = getattr(model, 'patch_embed', None)
         if patch_embed is not None and not hasattr(model, 'set_dynamic_img_size'):
             raise UsageError(f'--train-sizes needs a model that trains at other input sizes: a vit_minimal model or '
@@ -89,7 +104,7 @@ class TrainSizes:
             return
         own = model.dynamic_img_size
         model.set_dynamic_img_size(True)
-        model.init_kwargs['dynamic_img_size'] = own  # a training mode, not the model: checkpoints record its own
+        model.init_kwargs['dynamic_img_size'] = own  # a training mode, not the model: its keywords stay its own
         try:
             yield
         finally:
