@@ -51,9 +51,10 @@ def _model(**kwargs):
 
 
 def test_each_epoch_takes_its_size_and_the_epochs_before_the_first_entry_the_models_own():
-    sizes = TrainSizes(['14@3', '21@5'], _model(), (28, 28), epochs=6)
-    assert [sizes.size(e) for e in range(6)] == [(28, 28)] * 2 + [(14, 14)] * 2 + [(21, 21)] * 2
-    assert sizes.describe() == ', training at 28 x 28 in epochs 1-2, 14 x 14 in epochs 3-4, 21 x 21 from epoch 5'
+    sizes = TrainSizes(['14@3', '21@5', '28@6'], _model(), (28, 28), epochs=7)
+    assert [sizes.size(e) for e in range(7)] == [(28, 28)] * 2 + [(14, 14)] * 2 + [(21, 21)] + [(28, 28)] * 2
+    assert sizes.describe() == (', training at 28 x 28 in epochs 1-2, 14 x 14 in epochs 3-4, 21 x 21 in epoch 5, '
+                                '28 x 28 from epoch 6')
     assert TrainSizes(['21@1', '28@2'], _model(), (28, 28), 3).describe() == \
         ', training at 21 x 21 in epoch 1, 28 x 28 from epoch 2'
 
@@ -84,13 +85,15 @@ def test_an_epoch_at_a_smaller_size_resizes_the_batches_and_the_model_reads_them
 
 def test_a_resized_batch_is_the_antialiased_bilinear_resize_of_the_augmented_one():
     x = torch.rand(2, 3, 32, 32)
-    (xb, _), = TrainSizes(['24@1'], nn.Conv2d(3, 4, 3), (32, 32), 1).batches(0, [(x, None)])
+    (xb, _), = TrainSizes(['24@1', '32@2'], nn.Conv2d(3, 4, 3), (32, 32), 2).batches(0, [(x, None)])
     assert torch.allclose(xb, torch.nn.functional.interpolate(x, size=(24, 24), mode='bilinear', antialias=True))
 
 
 @pytest.mark.parametrize('entries, model, epochs, message', [
-    (['20@1'], 'minimal', 2, "sizes must be multiples of the model's patch size 7 x 7"),
-    (['16@1'], 'timm_vit', 2, 'needs a model that trains at other input sizes: a vit_minimal model or a '
+    (['20@1', '28@2'], 'minimal', 2, "sizes must be multiples of the model's patch size 7 x 7"),
+    (['21@1'], 'minimal', 2, "must end at the size the model is evaluated at, 28 x 28: its last entry trains at 21 x "
+                             "21 \\(add 28@EPOCH for the last epochs\\)"),
+    (['16@1', '28@2'], 'timm_vit', 2, 'needs a model that trains at other input sizes: a vit_minimal model or a '
                               'convolutional network, not VisionTransformer'),
 ])
 def test_a_schedule_the_model_or_the_run_cannot_follow_is_refused(entries, model, epochs, message):
@@ -103,7 +106,7 @@ def test_a_schedule_the_model_or_the_run_cannot_follow_is_refused(entries, model
 def test_a_teacher_is_refused_and_no_schedule_is_no_resizing():
     assert train_sizes(None, _model(), (28, 28), 2, None) is None
     with pytest.raises(UsageError, match=r'cannot train with a teacher \(vit_minimal_sym_6x4.mnist\)'):
-        train_sizes(['21@1'], _model(), (28, 28), 2, 'vit_minimal_sym_6x4.mnist')
+        train_sizes(['21@1', '28@2'], _model(), (28, 28), 2, 'vit_minimal_sym_6x4.mnist')
 
 
 def test_a_run_trains_its_early_epochs_small_and_keeps_its_schedule_for_a_resume(data, tmp_path, capsys):

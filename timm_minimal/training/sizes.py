@@ -3,7 +3,8 @@
 A vision transformer's step costs about its token count: at 24 x 24 pixels a 4 x 4-patch model sees 36 tokens
 instead of 64. The schedule names the size each epoch trains at, ``SIZE@EPOCH`` (from that epoch on, epochs counted
 from 1) or ``SIZE@P%`` (from the epoch P% of the way through the run: a recipe's schedule, which follows --epochs);
-the epochs before its first entry, and every evaluation, take the model's own input size. An augmented batch
+the epochs before its first entry, and every evaluation, take the model's own input size, which its last entry must
+name: a run ends at the size it is evaluated at. An augmented batch
 is resized as a whole (bilinear, antialiased) on its device, so both data paths take it; a vit_minimal model reads the
 smaller grid through its ``dynamic_img_size`` mode (its position embedding resampled, timm's way) for those epochs
 only, and its keywords stay its own.
@@ -58,6 +59,11 @@ class TrainSizes:
         self.schedule, self.model, self.native = size_schedule(entries, epochs), model, tuple(native)
         if not self.schedule:
             return
+        last = self.schedule[-1][1]
+        if (last, last) != self.native:
+            raise UsageError(f'--train-sizes must end at the size the model is evaluated at, '
+                             f'{self.native[0]} x {self.native[1]}: its last entry trains at {last} x {last} (add '
+                             f'{self.native[0]}@EPOCH for the last epochs).')
         patch_embed = getattr(model, 'patch_embed', None)
         if patch_embed is not None and not hasattr(model, 'set_dynamic_img_size'):
             raise UsageError(f'--train-sizes needs a model that trains at other input sizes: a vit_minimal model or '
