@@ -231,7 +231,7 @@ def test_dry_run_with_jobs_reuses_finished_resumes_interrupted_and_starts_nothin
     assert f'timm_minimal.training.train --resume {runs / "vit_minimal_qkonly_6x1.mnist"} --epochs 2' in resume
     fresh = next(line for line in lines if line.startswith('[reproduce] vit_minimal_sym_6x1.mnist: '))
     assert f'--model vit_minimal_sym_6x1.mnist --dataset mnist --output {half_started} --epochs 2' in fresh
-    assert '--weight-init default' in fresh  # the paper's starting point, whatever the recipe's
+    assert '--weight-init default --train-sizes' in fresh  # the paper's start and full images, whatever the recipe's
     assert (half_started / '.lock').is_file()  # the trainer starts in it; nothing is deleted
     assert not (runs / 'logs').exists() and not (tmp_path / 'R.md').exists()
 
@@ -417,7 +417,7 @@ def test_the_beyond_pilots_reuse_resume_and_report(tmp_path, capsys):
     assert 'sym_6x4-mimetic: finished run' in out and f'--resume {runs / "sym_6x4-kd"}' in out
     assert '--model-kwargs weight_init=mimetic' not in out  # the finished one trains nothing
     assert 'sym_6x4-plain' in out and '--recipe cifar10_cpu --epochs 3' in out
-    assert '--cpu-processes 1 --weight-init default' in out  # plain: timm's start, not the CPU recipe's mimetic one
+    assert '--cpu-processes 1 --weight-init default --train-sizes' in out  # plain: timm's start, full images
     # trainer options after -- change every pilot's base (the converged GPU runs: the grid's batch and lr)
     assert beyond.main(['--runs-dir', str(runs), '--recipe', 'cifar10', '--only', 'std_mlp_6x1-strong', '--dry-run',
                         '--', '--batch-size', '1024', '--lr', '4e-3']) == 0

@@ -105,6 +105,7 @@ def test_a_schedule_the_model_or_the_run_cannot_follow_is_refused(entries, model
 
 def test_a_teacher_is_refused_and_no_schedule_is_no_resizing():
     assert train_sizes(None, _model(), (28, 28), 2, None) is None
+    assert train_sizes([], _model(), (28, 28), 2, 'vit_minimal_sym_6x4.mnist') is None  # --train-sizes, no entries
     with pytest.raises(UsageError, match=r'cannot train with a teacher \(vit_minimal_sym_6x4.mnist\)'):
         train_sizes(['21@1', '28@2'], _model(), (28, 28), 2, 'vit_minimal_sym_6x4.mnist')
 

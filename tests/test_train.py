@@ -407,7 +407,10 @@ def test_recipe_then_command_line(tmp_path):
     assert args.hflip == 0.5 and args.no_aug is True and args.data_path == 'auto'
     assert args.recipe == ('cifar10' if torch.cuda.is_available() else 'cifar10_cpu')  # a CPU's own CIFAR-10 recipe
     args, _ = train_mod.parse_args(['--model', 'm', '--dataset', 'cifar10', '--cpu'])
-    assert (args.recipe, args.batch_size, args.epochs) == ('cifar10_cpu', 256, 36)
+    assert (args.recipe, args.batch_size, args.epochs, args.train_sizes) == ('cifar10_cpu', 256, 44,
+                                                                       ['24@0%', '32@50%'])
+    args, _ = train_mod.parse_args(['--model', 'm', '--dataset', 'cifar10', '--cpu', '--train-sizes'])
+    assert args.train_sizes == []  # no entries: the model's size throughout, whatever the recipe says
     args, _ = train_mod.parse_args(['--model', 'm', '--dataset', 'cifar10', '--cpu', '--recipe', 'cifar10'])
     assert (args.recipe, args.batch_size) == ('cifar10', 2048)
     custom = tmp_path / 'mine.yaml'

@@ -128,7 +128,7 @@ def check_option_types(values: Mapping[str, Any], what: str) -> None:
 
 def recipe_for(recipe: Optional[str], dataset: Optional[str], on_cpu: bool = False) -> str:
     """The recipe a run uses: ``--recipe`` if given, else its dataset's (on a CPU, the dataset's CPU recipe where it
-    has one: CIFAR-10's GPU recipe trains at batch 2048 for 200 epochs, its CPU one at 256 for 36; MNIST's at 1024
+    has one: CIFAR-10's GPU recipe trains at batch 2048 for 200 epochs, its CPU one at 256 for 44; MNIST's at 1024
     for 40 and at 256 for 16)."""
     if recipe:
         return recipe

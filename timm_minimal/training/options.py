@@ -284,8 +284,8 @@ class AugmentationOptions(OptionGroup):
     train_sizes: Optional[List[str]] = option(
         'progressive resizing: train at SIZE x SIZE pixels from epoch EPOCH on, or from P%% of the way through the '
         'run (24@1 32@15: 24 x 24 in epochs 1-14, 32 x 32 from 15; 24@0%% 32@50%%: 24 x 24 in the first half); the '
-        'epochs before the first entry, and evaluation, take the model\'s input size',
-        default=None, type=train_size, metavar='SIZE@EPOCH')
+        'epochs before the first entry, and evaluation, take the model\'s input size; with no entries, it throughout',
+        default=None, type=train_size, metavar='SIZE@EPOCH', nargs='*')
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -17,6 +17,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..cli import UsageError
+from .options import train_size
 
 __all__ = ['size_schedule', 'TrainSizes', 'train_sizes']
 
@@ -37,7 +38,7 @@ def size_schedule(entries: Optional[Sequence[str]], epochs: int) -> Tuple[Tuple[
     """``(first epoch, size)`` pairs of ``--train-sizes`` entries (each checked by ``options.train_size``) in a run of
     ``epochs``, by epoch. Where percentages put two entries on one epoch (a short run), the later in the run wins; an
     entry given twice, or an epoch past the run's end, is refused."""
-    parsed = [(size, at) for size, at in (e.split('@') for e in entries or ())]
+    parsed = [(size, at) for size, at in (train_size(e).split('@') for e in entries or ())]
     ats = [at for _, at in parsed]
     twice = sorted({at for at in ats if ats.count(at) > 1})
     if twice:

@@ -90,7 +90,7 @@ def finished_run(folder: RunFolder, epochs: int) -> bool:
 
 
 # the paper's starting point (timm's initialisation), whatever the recipe's (the CPU CIFAR-10 recipe's is mimetic)
-PAPER_START = ('--weight-init', 'default')
+PAPER_START = ('--weight-init', 'default', '--train-sizes')  # timm's initialisation, the full images throughout
 
 
 def train_command(row: PaperRow, args: argparse.Namespace, extra: Sequence[str]) -> Optional[Command]:
