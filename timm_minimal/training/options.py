@@ -79,6 +79,8 @@ def teacher_name(text: str) -> str:
 
 
 MAX_TRAIN_SIZE = 4096  # pixels a side: the models' own size limits hold beyond it anyway
+TRAIN_SIZE_FORMS = (f'SIZE@EPOCH or SIZE@P% (a size of 1 to {MAX_TRAIN_SIZE:,} pixels; an epoch from 1, or '
+                    f'0 <= P < 100)')
 
 
 def train_size(text: str) -> str:
@@ -88,13 +90,13 @@ def train_size(text: str) -> str:
     size, at, percent = (int(match[1]), float(match[2]), match[3]) if match else (0, 0.0, '')
     ok = 1 <= size <= MAX_TRAIN_SIZE and (at < 100 if percent else at >= 1 and at.is_integer())
     if not ok:
-        raise argparse.ArgumentTypeError(f'must be {train_size.wanted}, got {text!r}')
+        raise argparse.ArgumentTypeError(f'must be {TRAIN_SIZE_FORMS}, got {text!r}')
     return f'{size}@{at:g}%' if percent else f'{size}@{int(at)}'
 
 
-train_size.wanted = (f'SIZE@EPOCH or SIZE@P% (a size of 1 to {MAX_TRAIN_SIZE:,} pixels; an epoch from 1, or '
-                     f'0 <= P < 100)')
-train_size.kind = str
+# what cli.check_option_types reads of a type, as of cli.number's: the forms it takes, and the kind of a value
+setattr(train_size, 'wanted', TRAIN_SIZE_FORMS)
+setattr(train_size, 'kind', str)
 
 
 @dataclass(frozen=True)
