@@ -124,7 +124,8 @@ def test_kernels_capped_below_the_cpu_are_named_measured_apart_and_get_no_native
 def test_a_run_that_leaves_compilation_to_the_decision_measures_each_count_eager_then_the_fastest_compiled(
         monkeypatch, tmp_path, quiet):
     """Every process count eager, then the compiled step at the count that measured fastest (a split's gain shows in
-    the eager step): one compilation, not one per count. Each departure from one eager process wins by the margin."""
+    the eager step): one compilation, not one per count, unless the eager counts tie (within the margin), where each
+    is compiled. Each departure from one eager process wins by the margin."""
     rates = {(1, False): 800.0, (2, False): 1000.0, (1, True): 1300.0, (2, True): 1340.0}
     measured = []
     monkeypatch.setattr(cpu_split, 'measure', lambda m, b, n, t, compiled, **step: measured.append((n, compiled))
@@ -137,9 +138,13 @@ def test_a_run_that_leaves_compilation_to_the_decision_measures_each_count_eager
     assert decide(compiled=False)[:2] == (2, False) and measured[-1] == (2, False)  # --no-compile: its own entry
     assert decide(compiled=None) == decision and len(measured) == 5  # kept, with its rates
     assert len(json.loads((tmp_path / 'cpu_split.json').read_text())) == 2
-    rates[1, False] = 980.0  # the split within the margin of one process: the compiled step is measured there
-    rates[1, True] = 1000.0  # and a compilation within the margin of the eager step is not taken
-    assert decide(compiled=None, model_kwargs={'depth': 2})[:2] == (1, False) and measured[-1] == (1, True)
+    rates[1, False] = 980.0  # the eager counts within the margin of each other: each is measured compiled
+    rates[1, True], rates[2, True] = 1000.0, 1020.0  # and a compilation within the margin of eager is not taken
+    measured.clear()
+    assert decide(compiled=None, model_kwargs={'depth': 2})[:2] == (1, False)
+    assert measured == [(1, False), (2, False), (1, True), (2, True)]
+    rates[2, True] = 1340.0  # the split compiled wins by its margins, where the eager split did not
+    assert decide(compiled=None, model_kwargs={'depth': 4})[:2] == (2, True)
     measured.clear()
     assert decide(compiled=True, model_kwargs={'depth': 3})[:2] == (2, True)  # --compile: every count compiled
     assert measured == [(1, True), (2, True)]
@@ -184,7 +189,7 @@ def test_a_run_that_leaves_the_precision_to_the_decision_measures_bf16_first_the
         monkeypatch, tmp_path, quiet):
     """On a CPU with native bf16 where the run names no precision: bf16 against fp32 first, in turns in one process
     of the widest split; bf16 only where faster by the margin. In bf16 the attention leaves SDPA, so the padding
-    is not measured; in fp32 it is. A measurement that fails (bf16 computing another loss) leaves fp32, said."""
+    is not measured; in fp32 it is (compiled with each padding, or in turns where nothing compiles). A measurement that fails (bf16 computing another loss) leaves fp32, said."""
     speedups, turns, measured, said = [1.8], [], [], []
     monkeypatch.setattr(cpu_split, 'measure_bf16', lambda m, b, t, **step: turns.append(('bf16', b, t, step))
                         or speedups[-1])
@@ -203,9 +208,12 @@ def test_a_run_that_leaves_the_precision_to_the_decision_measures_bf16_first_the
     entry = json.loads((tmp_path / 'cpu_split.json').read_text()).popitem()[1]
     assert entry['bf16'] is True and entry['bf16_speedup'] == 1.8 and entry['bf16_given'] is None
     assert decide() == decision and len(turns) == 1  # kept
-    speedups.append(1.03)  # within the margin: fp32, whose padding is then measured
+    speedups.append(1.03)  # within the margin: fp32, whose padding the compiled probes measure, each padding once
     decision = decide(model_kwargs={'depth': 2})
-    assert not decision.bf16 and turns[-1] == ('padding', False) and measured[-1][3] is False
+    assert not decision.bf16 and turns[-1][0] == 'bf16'
+    assert measured[-2:] == [(2, True, True, False), (2, True, False, False)]
+    assert not decide(model_kwargs={'depth': 5}, compiled=False).bf16  # none compiled: the padding in turns
+    assert turns[-1] == ('padding', False) and measured[-1] == (2, False, True, False)
     monkeypatch.setattr(cpu_split, 'measure_bf16', lambda *a, **k: (_ for _ in ()).throw(
         RuntimeError('the bf16 step computes a loss of nan where the fp32 step computes 2.303')))
     assert not decide(model_kwargs={'depth': 3}).bf16
@@ -238,10 +246,11 @@ def test_a_candidate_whose_probe_fails_is_left_out_and_the_compiled_step_is_meas
     """A compiled step that computes another loss (torch 2.14's inductor computed NaN with AVX2 code) or aborts (its
     AVX-512 code on the unpadded 15-wide heads) fails its probe: that candidate is left out, naming why, and the
     others still decide. The compiled step is measured with each padding (on an AMX Xeon the eager step trained
-    faster unpadded, the compiled one padded); with --compile each count takes the padding measured faster, and the
-    other one only where that one fails; a padding whose measurement fails leaves the heads padded."""
-    rates = {(1, False, False): 900.0, (2, False, False): 1300.0, (1, True, True): 1100.0, (2, True, True): 1500.0}
-    failures = {(1, True, False): 'the compiled step computes a loss of nan where the eager step computes 2.303',
+    faster unpadded, the compiled one padded), so the eager padding is not measured in turns then: the eager step
+    keeps its heads padded; with --compile each count is measured padded, the true width only where that fails, and
+    the fastest count with both; a padding whose measurement in turns fails leaves the heads padded."""
+    rates = {(1, False, True): 900.0, (2, False, True): 1300.0, (1, True, False): 1100.0, (2, True, True): 1500.0}
+    failures = {(1, True, True): 'the compiled step computes a loss of nan where the eager step computes 2.303',
                 (2, True, False): 'ended by signal 6 (SIGABRT)'}
     measured = []
 
@@ -251,19 +260,20 @@ def test_a_candidate_whose_probe_fails_is_left_out_and_the_compiled_step_is_meas
             raise RuntimeError(failures[n, compiled, padded])
         return rates[n, compiled, padded]
     monkeypatch.setattr(cpu_split, 'measure', fake)
-    monkeypatch.setattr(cpu_split, 'measure_padding', lambda *a, **k: 0.8)
+    monkeypatch.setattr(cpu_split, 'measure_padding', lambda *a, **k: pytest.fail('measured in turns'))
     said = []
     decide = functools.partial(cpu_split.decide, 'vit_minimal_sym_6x4.cifar10', 256, tmp_path, budget=2,
                                say=said.append, padded=None)
     decision = decide(compiled=None)
-    assert measured == [(1, False, False), (2, False, False), (2, True, False), (2, True, True)]
+    assert measured == [(1, False, True), (2, False, True), (2, True, True), (2, True, False)]
     assert decision[:3] == (2, True, True) and decision.rates['2 x 1 compiled'] == 1500.0
     assert '2 x 1 compiled unpadded: left out (ended by signal 6 (SIGABRT))' in said[-1]
     measured.clear()
     decision = decide(compiled=True)
-    assert measured == [(1, True, False), (1, True, True), (2, True, False), (2, True, True)]
-    assert decision[:3] == (2, True, True) and decision.rates == {'1 x 2 compiled': 1100.0, '2 x 1 compiled': 1500.0}
-    assert '1 x 2 compiled unpadded: left out (the compiled step computes a loss of nan' in said[-1]
+    assert measured == [(1, True, True), (1, True, False), (2, True, True), (2, True, False)]
+    assert decision[:3] == (2, True, True)
+    assert decision.rates == {'1 x 2 compiled unpadded': 1100.0, '2 x 1 compiled': 1500.0}
+    assert '1 x 2 compiled: left out (the compiled step computes a loss of nan' in said[-1]
     monkeypatch.setattr(cpu_split, 'measure', lambda *a, **k: (_ for _ in ()).throw(RuntimeError('no')))
     said.clear()
     assert cpu_split.decide('vit_minimal_sym_6x1.cifar10', 256, tmp_path, budget=2, say=said.append)[:3] == (1, False,

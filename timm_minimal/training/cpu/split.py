@@ -9,11 +9,11 @@ measurement on this machine says that pays:
 - the cores a run may use are its CPU affinity, or ``OMP_NUM_THREADS`` where that is set (so ``reproduce --jobs N``,
   which gives each job ``cores / N`` threads, never makes N x processes x threads exceed the cores);
 - first, on a CPU with native bf16 where the run names no precision, bf16 autocast against fp32, the two taking
-  turns in one process (``bf16_speedup``, with a check that bf16 computes fp32's loss); then, in fp32, the head
-  padding the same way (``padding_speedup``);
+  turns in one process (``bf16_speedup``, with a check that bf16 computes fp32's loss); then, in fp32 where the run
+  does not compile, the head padding the same way (``padding_speedup``);
 - the candidates are 1 process with all of them as threads and one process per core, eager, then compiled at the
-  count that measured fastest (where the run leaves compilation to the decision), with each head padding where that
-  is left to it; each is measured as the run's own training step (its model and keywords at its batch, in the chosen
+  count that measured fastest and at every count within the margin of it (where the run leaves compilation to the
+  decision), with each head padding where that is left to it; each is measured as the run's own training step (its model and keywords at its batch, in the chosen
   precision), the processes of a split at once as one DDP group, their gradients averaged every step as the run
   averages them (``measure``);
 - bf16, a split, or a compilation, must be measured at least 5% faster (``MARGIN``), or the run stays one eager fp32
@@ -444,11 +444,13 @@ def _measure_candidates(model: str, batch: int, budget: int, processes: Sequence
     """The rate of each candidate, a candidate whose probe fails left out with why in ``failed`` (a compiled step
     that computes another loss, an abort, a timeout). Every process count is measured in the first mode (eager,
     unless ``--compile`` chose) with the padding ``pad``; then, where compilation is left to the decision or the
-    padding is, the compiled step at the count that measured fastest, with each padding. A split's gain shows in the
-    eager step (compiled, each process gains as the one process does), and inductor's kernels may prefer the other
-    padding than the eager ones: on an AMX Xeon the eager step trained faster unpadded and the compiled one padded.
-    With ``--compile`` a count whose padding fails takes the other (torch 2.14.1's inductor aborted on the unpadded
-    15-wide heads of an AVX-512 CPU)."""
+    padding is, the compiled step at the count that measured fastest, with each padding, and at every count whose
+    eager step measured within the margin of the fastest, with the padding that compiled faster. A split's gain
+    shows in the eager step, but where the eager counts tie it may show compiled alone: on an AMX Xeon, 2 x 1 and
+    1 x 2 bf16 measured 1,418 and 1,407 img/s eager, and a 32 x 32 epoch took 21-24 s in a run compiled as 2 x 1,
+    24-30 s in one compiled as 1 x 2. Inductor's kernels may prefer the other padding than the eager ones: on an AMX Xeon the eager
+    step trained faster unpadded and the compiled one padded. With ``--compile`` a count whose padding fails takes
+    the other (torch 2.14.1's inductor aborted on the unpadded 15-wide heads of an AVX-512 CPU)."""
     rates: Dict[Tuple[int, bool, bool], float] = {}
 
     def probe(n: int, compiled: bool, padded: bool) -> bool:
@@ -469,7 +471,16 @@ def _measure_candidates(model: str, batch: int, budget: int, processes: Sequence
         best = max(rates, key=lambda k: rates[k] / _odds(k, len(modes) > 1))[0] if rates else processes[0]
         for p in others:
             probe(best, True, p)
+        faster = sorted(others, key=lambda p: -rates.get((best, True, p), 0.0))
+        for n in _tied_counts(rates) if len(modes) > 1 else []:
+            any(probe(n, True, p) for p in faster)
     return rates
+
+
+def _tied_counts(rates: Dict[Tuple[int, bool, bool], float]) -> List[int]:
+    """The process counts whose eager step measured within the margin of the fastest eager step."""
+    eager = {n: r for (n, compiled, _), r in rates.items() if not compiled}
+    return [n for n, r in eager.items() if r * MARGIN >= max(eager.values(), default=0.0)]
 
 
 def _probe_seconds(processes: Sequence[int], modes: Sequence[bool], pads: Sequence[bool],
@@ -480,9 +491,10 @@ def _probe_seconds(processes: Sequence[int], modes: Sequence[bool], pads: Sequen
     pads = [True] if len(precisions) > 1 else pads
     turns = 2 * PAD_ROUNDS * PAD_BLOCK_SECONDS + 12
     compiled = (len(processes) if modes == [True] else 1) * len(pads) if True in modes else 0
+    compiled += len(processes) - 1 if len(modes) > 1 else 0  # a tie of the eager counts compiles each
     eager = len(processes) if modes[0] is False else 0
     return (eager * (PROBE_SECONDS + 8) + compiled * (PROBE_SECONDS + 60)
-            + turns * ((len(pads) > 1) + (len(precisions) > 1)))
+            + turns * ((len(pads) > 1 and True not in modes) + (len(precisions) > 1)))
 
 
 def decide(model: str, batch: int, cache_dir: Path, budget: Optional[int] = None, say=_logger.info,
@@ -495,9 +507,9 @@ def decide(model: str, batch: int, cache_dir: Path, budget: Optional[int] = None
     ``cache_dir/cpu_split.json`` (said when it is used); one process (eager, padded and fp32 where those were left to
     it) where nothing else can run or a measurement fails.
 
-    The precision is chosen first (``_choose_bf16``), then, in fp32, the padding (``_choose_padding``; bf16 runs the
-    attention without SDPA, ``models.layers.sdpa_pays``, where the padding changes nothing), and the candidates are
-    measured with them (``_measure_candidates``). A measurement taken while other work keeps cores busy decides this
+    The precision is chosen first (``_choose_bf16``), then, in fp32 where no compiled step will be measured with
+    each padding, the padding (``_choose_padding``; bf16 runs the attention without SDPA, ``models.layers.sdpa_pays``,
+    where the padding changes nothing), and the candidates are measured with them (``_measure_candidates``). A measurement taken while other work keeps cores busy decides this
     run only: it is not kept as the machine's answer. ``before`` runs first where a measurement will (the run's checks
     that are quick beside it: a missing dataset is named before a minute of it)."""
     budget = core_budget() if budget is None else budget
@@ -557,7 +569,8 @@ def _measure(model: str, batch: int, budget: int, processes: Sequence[int], mode
     step = dict(step, bf16=bf16)
     if bf16:
         pads = [True]
-    pad, pad_speedup = _choose_padding(model, *widest, pads, step, failed)
+    # where the compiled step is measured it is measured with each padding: the eager step then keeps the padding
+    pad, pad_speedup = _choose_padding(model, *widest, pads if True not in modes else pads[:1], step, failed)
     rates = _measure_candidates(model, batch, budget, processes, modes, pad, pads, step, failed)
     speedups = dict(bf16_speedup=bf16_speedup, padding_speedup=pad_speedup)
     found = [f'bf16: {bf16_speedup:.2f}x fp32'] if bf16_speedup is not None else []
