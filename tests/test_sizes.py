@@ -91,6 +91,7 @@ def test_a_resized_batch_is_the_antialiased_bilinear_resize_of_the_augmented_one
 
 @pytest.mark.parametrize('entries, model, epochs, message', [
     (['20@1', '28@2'], 'minimal', 2, "sizes must be multiples of the model's patch size 7 x 7"),
+    (['20@0%', '28@50%'], 'minimal', 4, "--train-sizes 20@0%: sizes must be multiples"),  # named as written
     (['21@1'], 'minimal', 2, "must end at the size the model is evaluated at, 28 x 28: its last entry trains at 21 x "
                              "21 \\(add 28@EPOCH for the last epochs\\)"),
     (['16@1', '28@2'], 'timm_vit', 2, 'needs a model that trains at other input sizes: a vit_minimal model or a '

@@ -70,7 +70,7 @@ class TrainSizes:
             raise UsageError(f'--train-sizes needs a model that trains at other input sizes: a vit_minimal model or '
                              f'a convolutional network, not {type(model).__name__}.')
         patch = tuple(getattr(patch_embed, 'patch_size', (1, 1)))
-        odd = [f'{size}@{epoch}' for epoch, size in self.schedule if size % patch[0] or size % patch[1]]
+        odd = [e for e in entries or () if int(e.split('@')[0]) % patch[0] or int(e.split('@')[0]) % patch[1]]
         if odd:
             raise UsageError(f'--train-sizes {" ".join(odd)}: sizes must be multiples of the model\'s patch size '
                              f'{patch[0]} x {patch[1]}.')
