@@ -446,9 +446,8 @@ def _measure_candidates(model: str, batch: int, budget: int, processes: Sequence
     unless ``--compile`` chose) with the padding ``pad``; then, where compilation is left to the decision or the
     padding is, the compiled step at the count that measured fastest, with each padding, and at every count whose
     eager step measured within the margin of the fastest, with the padding that compiled faster. A split's gain
-    shows in the eager step, but where the eager counts tie it may show compiled alone: on an AMX Xeon, 2 x 1 and
-    1 x 2 bf16 measured 1,418 and 1,407 img/s eager, and a 32 x 32 epoch took 21-24 s in a run compiled as 2 x 1,
-    24-30 s in one compiled as 1 x 2. Inductor's kernels may prefer the other padding than the eager ones: on an AMX Xeon the eager
+    shows in the eager step, but where the eager counts tie the compiled ones may not: on an AMX Xeon, 1 x 2 and
+    2 x 1 bf16 measured 1,136 and 1,150 img/s eager, 1,747 and 1,474 compiled. Inductor's kernels may prefer the other padding than the eager ones: on an AMX Xeon the eager
     step trained faster unpadded and the compiled one padded. With ``--compile`` a count whose padding fails takes
     the other (torch 2.14.1's inductor aborted on the unpadded 15-wide heads of an AVX-512 CPU)."""
     rates: Dict[Tuple[int, bool, bool], float] = {}
