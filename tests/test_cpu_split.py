@@ -189,7 +189,8 @@ def test_a_run_that_leaves_the_precision_to_the_decision_measures_bf16_first_the
         monkeypatch, tmp_path, quiet):
     """On a CPU with native bf16 where the run names no precision: bf16 against fp32 first, in turns in one process
     of the widest split; bf16 only where faster by the margin. In bf16 the attention leaves SDPA, so the padding
-    is not measured; in fp32 it is (compiled with each padding, or in turns where nothing compiles). A measurement that fails (bf16 computing another loss) leaves fp32, said."""
+    is not measured; in fp32 it is (compiled with each padding, or in turns where nothing compiles). A measurement
+    that fails (bf16 computing another loss) leaves fp32, said."""
     speedups, turns, measured, said = [1.8], [], [], []
     monkeypatch.setattr(cpu_split, 'measure_bf16', lambda m, b, t, **step: turns.append(('bf16', b, t, step))
                         or speedups[-1])

@@ -70,7 +70,8 @@ class TrainSizes:
             raise UsageError(f'--train-sizes needs a model that trains at other input sizes: a vit_minimal model or '
                              f'a convolutional network, not {type(model).__name__}.')
         patch = tuple(getattr(patch_embed, 'patch_size', (1, 1)))
-        odd = [e for e in entries or () if int(e.split('@')[0]) % patch[0] or int(e.split('@')[0]) % patch[1]]
+        sizes = {entry: int(train_size(entry).split('@')[0]) for entry in entries or ()}
+        odd = [entry for entry, size in sizes.items() if size % patch[0] or size % patch[1]]
         if odd:
             raise UsageError(f'--train-sizes {" ".join(odd)}: sizes must be multiples of the model\'s patch size '
                              f'{patch[0]} x {patch[1]}.')

@@ -13,9 +13,9 @@ measurement on this machine says that pays:
   does not compile, the head padding the same way (``padding_speedup``);
 - the candidates are 1 process with all of them as threads and one process per core, eager, then compiled at the
   count that measured fastest and at every count within the margin of it (where the run leaves compilation to the
-  decision), with each head padding where that is left to it; each is measured as the run's own training step (its model and keywords at its batch, in the chosen
-  precision), the processes of a split at once as one DDP group, their gradients averaged every step as the run
-  averages them (``measure``);
+  decision), with each head padding where that is left to it; each is measured as the run's own training step (its
+  model and keywords at its batch, in the chosen precision), the processes of a split at once as one DDP group, their
+  gradients averaged every step as the run averages them (``measure``);
 - bf16, a split, or a compilation, must be measured at least 5% faster (``MARGIN``), or the run stays one eager fp32
   process;
 - the answer is kept in the machine's cache folder per CPU (model name, flags, cores), torch version, model, batch
@@ -447,9 +447,10 @@ def _measure_candidates(model: str, batch: int, budget: int, processes: Sequence
     padding is, the compiled step at the count that measured fastest, with each padding, and at every count whose
     eager step measured within the margin of the fastest, with the padding that compiled faster. A split's gain
     shows in the eager step, but where the eager counts tie the compiled ones may not: on an AMX Xeon, 1 x 2 and
-    2 x 1 bf16 measured 1,136 and 1,150 img/s eager, 1,747 and 1,474 compiled. Inductor's kernels may prefer the other padding than the eager ones: on an AMX Xeon the eager
-    step trained faster unpadded and the compiled one padded. With ``--compile`` a count whose padding fails takes
-    the other (torch 2.14.1's inductor aborted on the unpadded 15-wide heads of an AVX-512 CPU)."""
+    2 x 1 bf16 measured 1,136 and 1,150 img/s eager, 1,747 and 1,474 compiled. Inductor's kernels may prefer the
+    other padding than the eager ones: on an AMX Xeon the eager step trained faster unpadded and the compiled one
+    padded. With ``--compile`` a count whose padding fails takes the other (torch 2.14.1's inductor aborted on the
+    unpadded 15-wide heads of an AVX-512 CPU)."""
     rates: Dict[Tuple[int, bool, bool], float] = {}
 
     def probe(n: int, compiled: bool, padded: bool) -> bool:
@@ -508,9 +509,10 @@ def decide(model: str, batch: int, cache_dir: Path, budget: Optional[int] = None
 
     The precision is chosen first (``_choose_bf16``), then, in fp32 where no compiled step will be measured with
     each padding, the padding (``_choose_padding``; bf16 runs the attention without SDPA, ``models.layers.sdpa_pays``,
-    where the padding changes nothing), and the candidates are measured with them (``_measure_candidates``). A measurement taken while other work keeps cores busy decides this
-    run only: it is not kept as the machine's answer. ``before`` runs first where a measurement will (the run's checks
-    that are quick beside it: a missing dataset is named before a minute of it)."""
+    where the padding changes nothing), and the candidates are measured with them (``_measure_candidates``). A
+    measurement taken while other work keeps cores busy decides this run only: it is not kept as the machine's answer.
+    ``before`` runs first where a measurement will (the run's checks that are quick beside it: a missing dataset is
+    named before a minute of it)."""
     budget = core_budget() if budget is None else budget
     processes = [n for n in _candidates(budget) if batch % n == 0]
     modes = [False, True] if compiled is None else [bool(compiled)]
@@ -624,7 +626,8 @@ def run_split_processes(argv: Sequence[str], processes: int, env: Dict[str, str]
                         compiled: bool = False, padded: bool = True, main_fds: Sequence[int] = (),
                         bf16: bool = False) -> Tuple[int, int]:
     """Run ``processes`` processes of this training run on this machine (``compiled`` or eager, ``padded`` heads or
-    not, in ``bf16`` autocast or fp32), gloo through accelerate; the rank and exit status of the first that failed ((0, 0) when none did).
+    not, in ``bf16`` autocast or fp32), gloo through accelerate; the rank and exit status of the first that failed
+    ((0, 0) when none did).
     ``main_fds``: file descriptors the first process (rank 0) inherits.
 
     The processes meet at a store this process serves on the loopback address alone (``_loopback_store``), and they
