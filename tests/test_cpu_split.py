@@ -242,6 +242,25 @@ def test_the_padding_measured_in_turns_is_a_ratio_of_the_real_step():
     assert 0.2 < speedup < 5.0
 
 
+@pytest.mark.parametrize('ratios, rounds_run, side', [
+    ([1.3] * 8, 5, True),  # five of eight above the margin: the median is above it whatever three more measure
+    ([0.9] * 8, 5, False),
+    ([1.3, 0.9, 1.3, 0.9, 1.3, 0.9, 1.3, 0.9], 8, True),  # four and four: every round runs
+    ([0.9, 1.3, 1.3, 1.3, 1.3, 1.3, 0.9, 0.9], 6, True),  # five above after six rounds
+])
+def test_the_turns_end_once_more_than_half_of_the_rounds_lie_on_one_side_of_the_margin(ratios, rounds_run, side):
+    """The decision compares the median with the margin: once more than half of the rounds fall on one side of it, the
+    rest cannot carry the median across, and are not measured; where they still could, every round runs."""
+    blocks = []
+
+    def timed(faster: bool, steps: int) -> float:  # the True side runs ratios[round] times as fast
+        blocks.append(faster)
+        r = max(0, (len(blocks) - 4) // 2) % len(ratios)  # two warm-up blocks and one calibration block first
+        return steps / ratios[r] if faster else float(steps)
+    median = cpu_split._speedup_in_turns(timed, 8, 1.0, 1, cpu_split.MARGIN)
+    assert (len(blocks) - 3) // 2 == rounds_run and (median >= cpu_split.MARGIN) is side
+
+
 def test_a_candidate_whose_probe_fails_is_left_out_and_the_compiled_step_is_measured_with_each_padding(
         monkeypatch, tmp_path, quiet):
     """A compiled step that computes another loss (torch 2.14's inductor computed NaN with AVX2 code) or aborts (its

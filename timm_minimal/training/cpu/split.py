@@ -186,7 +186,7 @@ def padding_speedup(model: str, batch: int, threads: int, rounds: int = PAD_ROUN
         for _ in range(steps):
             step(net)
         return time.perf_counter() - t0
-    return _speedup_in_turns(timed, rounds, block_seconds, warmup)
+    return _speedup_in_turns(timed, rounds, block_seconds, warmup, 1 / MARGIN)
 
 
 def bf16_speedup(model: str, batch: int, threads: int, rounds: int = PAD_ROUNDS,
@@ -204,13 +204,17 @@ def bf16_speedup(model: str, batch: int, threads: int, rounds: int = PAD_ROUNDS,
         for _ in range(steps):
             step(net, bf16=bf16)
         return time.perf_counter() - t0
-    return _speedup_in_turns(timed, rounds, block_seconds, warmup)
+    return _speedup_in_turns(timed, rounds, block_seconds, warmup, MARGIN)
 
 
-def _speedup_in_turns(timed: Callable[[bool, int], float], rounds: int, block_seconds: float, warmup: int) -> float:
+def _speedup_in_turns(timed: Callable[[bool, int], float], rounds: int, block_seconds: float, warmup: int,
+                      threshold: float) -> float:
     """How many times as fast ``timed(True, steps)`` runs its steps as ``timed(False, steps)`` (each returns its
     seconds): blocks of about ``block_seconds`` in turn, the order reversed every round, after ``warmup`` steps of
-    each; the median of the rounds' ratios."""
+    each; the median of the rounds' ratios. The decision compares it with ``threshold``: once more than half of the
+    ``rounds`` measured a ratio on one side of it, the median of all of them lies on that side whatever the others
+    measure, so they are not run (on a 2-core AMX Xeon the medians of bf16 against fp32 were 0.89-0.96x for the MNIST
+    model and 1.26-1.30x for the CIFAR-10 one, far from the margin)."""
     for side in (False, True):
         timed(side, warmup)
     steps = max(1, round(block_seconds / (timed(True, warmup) / warmup)))
@@ -218,6 +222,9 @@ def _speedup_in_turns(timed: Callable[[bool, int], float], rounds: int, block_se
     for r in range(rounds):
         times = {side: timed(side, steps) for side in ((True, False) if r % 2 == 0 else (False, True))}
         ratios.append(times[False] / times[True])
+        above = sum(ratio >= threshold for ratio in ratios)
+        if max(above, len(ratios) - above) > rounds // 2:
+            break
     return statistics.median(ratios)
 
 
