@@ -10,7 +10,7 @@ smaller grid through its ``dynamic_img_size`` mode (its position embedding resam
 only, and its keywords stay its own.
 """
 import contextlib
-from typing import Iterable, Iterator, Optional, Sequence, Tuple
+from typing import Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
@@ -34,11 +34,16 @@ def _position(at: str, epochs: int) -> float:
     return float(at[:-1]) / 100 if at.endswith('%') else (int(at) - 1) / epochs
 
 
+def _parsed(entries: Optional[Sequence[str]]) -> List[Tuple[str, str]]:
+    """``(SIZE, EPOCH or P%)`` of each ``--train-sizes`` entry, as ``options.train_size`` checks and writes it."""
+    return [(size, at) for size, at in (train_size(e).split('@') for e in entries or ())]
+
+
 def size_schedule(entries: Optional[Sequence[str]], epochs: int) -> Tuple[Tuple[int, int], ...]:
     """``(first epoch, size)`` pairs of ``--train-sizes`` entries (each checked by ``options.train_size``) in a run of
     ``epochs``, by epoch. Where percentages put two entries on one epoch (a short run), the later in the run wins; an
     entry given twice, or an epoch past the run's end, is refused."""
-    parsed = [(size, at) for size, at in (train_size(e).split('@') for e in entries or ())]
+    parsed = _parsed(entries)
     ats = [at for _, at in parsed]
     twice = sorted({at for at in ats if ats.count(at) > 1})
     if twice:
@@ -70,8 +75,8 @@ class TrainSizes:
             raise UsageError(f'--train-sizes needs a model that trains at other input sizes: a vit_minimal model or '
                              f'a convolutional network, not {type(model).__name__}.')
         patch = tuple(getattr(patch_embed, 'patch_size', (1, 1)))
-        sizes = {entry: int(train_size(entry).split('@')[0]) for entry in entries or ()}
-        odd = [entry for entry, size in sizes.items() if size % patch[0] or size % patch[1]]
+        odd = [entry for entry, (size, _) in zip(entries or (), _parsed(entries))
+               if int(size) % patch[0] or int(size) % patch[1]]
         if odd:
             raise UsageError(f'--train-sizes {" ".join(odd)}: sizes must be multiples of the model\'s patch size '
                              f'{patch[0]} x {patch[1]}.')

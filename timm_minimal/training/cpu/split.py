@@ -479,7 +479,7 @@ def _measure_candidates(model: str, batch: int, budget: int, processes: Sequence
         for p in others:
             probe(best, True, p)
         faster = sorted(others, key=lambda p: -rates.get((best, True, p), 0.0))
-        for n in _tied_counts(rates) if len(modes) > 1 else []:
+        for n in _tied_counts(rates):  # none under --compile, which measured no eager step
             any(probe(n, True, p) for p in faster)
     return rates
 
@@ -487,7 +487,8 @@ def _measure_candidates(model: str, batch: int, budget: int, processes: Sequence
 def _tied_counts(rates: Dict[Tuple[int, bool, bool], float]) -> List[int]:
     """The process counts whose eager step measured within the margin of the fastest eager step."""
     eager = {n: r for (n, compiled, _), r in rates.items() if not compiled}
-    return [n for n, r in eager.items() if r * MARGIN >= max(eager.values(), default=0.0)]
+    fastest = max(eager.values(), default=0.0)
+    return [n for n, r in eager.items() if r * MARGIN >= fastest]
 
 
 def _probe_seconds(processes: Sequence[int], modes: Sequence[bool], pads: Sequence[bool],
