@@ -11,11 +11,14 @@ measurement on this machine says that pays:
 - first, on a CPU with native bf16 where the run names no precision, bf16 autocast against fp32, the two taking
   turns in one process (``bf16_speedup``, with a check that bf16 computes fp32's loss); then, in fp32 where the run
   does not compile, the head padding the same way (``padding_speedup``);
-- the candidates are 1 process with all of them as threads and one process per core, eager, then compiled at the
-  count that measured fastest and at every count within the margin of it (where the run leaves compilation to the
-  decision), with each head padding where that is left to it; each is measured as the run's own training step (its
-  model and keywords at its batch, in the chosen precision), the processes of a split at once as one DDP group, their
-  gradients averaged every step as the run averages them (``measure``);
+- the candidates are 1 process with all of them as threads and one process per core, eager, the two taking turns
+  (``split_speedup``), then compiled at each count (where the run leaves compilation to the decision), with each head
+  padding where that is left to it at the count that measured fastest eager; each is
+  measured as the run's own training step (its model and keywords at its batch, in the chosen precision), the
+  processes of a split at once as one DDP group, their gradients averaged every step as the run averages them
+  (``measure``);
+- every measurement of a decision runs in the same probe processes, one per core, each importing torch once
+  (``probes``);
 - bf16, a split, or a compilation, must be measured at least 5% faster (``MARGIN``), or the run stays one eager fp32
   process;
 - the answer is kept in the machine's cache folder per CPU (model name, flags, cores), torch version, model, batch
@@ -24,20 +27,17 @@ measurement on this machine says that pays:
   launch records what ran in ``run.json``.
 """
 import contextlib
-import ctypes
 import functools
 import hashlib
 import json
 import logging
 import math
 import os
-import re
 import signal
 import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -52,10 +52,11 @@ from torch.distributed import TCPStore
 from ...cli import env_number, timed_progress
 from ...machine import cpu_signature, usable_cores
 from ..run.files import read_regular_file, write_json_atomic
+from .probes import die_with_parent, probe_pool, run_calls
 from ...models.layers import set_head_padding
 
 __all__ = ['Decision', 'SPLIT_MIN_IMAGES', 'core_budget', 'bare_step_rate', 'padding_speedup', 'bf16_speedup',
-           'measure', 'measure_padding', 'measure_bf16', 'decide',
+           'split_speedup', 'measure', 'measure_padding', 'measure_bf16', 'measure_split', 'decide',
            'worker_command', 'run_split_processes',
            'end_process_group', 'NEVER_FREED']
 
@@ -65,8 +66,14 @@ SPLIT_MIN_IMAGES = 500_000  # a shorter run (the tests, the demo) stays one proc
 PROBE_SECONDS = 6.0  # timed, after PROBE_WARMUP steps: a 3 s probe measured one process at 0.6x its rate
 PROBE_WARMUP = 5
 PROBE_TIMEOUT = 120.0  # seconds for all the probes of one candidate together
-PAD_ROUNDS = 8  # the head padding against the true width: rounds of one block of steps each (``padding_speedup``)
-PAD_BLOCK_SECONDS = 1.0
+# what is measured in turns (bf16 against fp32, the head padding, one process against a split): rounds of one block
+# of steps each (``_speedup_in_turns``). Half-second blocks measured what one-second ones did, in about 0.6 of the
+# time (a 2-core AMX Xeon, alternating, three of each for the MNIST model: bf16 0.87-0.89x fp32 against 0.88-0.92x,
+# 2 x 1 0.98-1.02x 1 x 2 against 0.97-0.99x; two of each for the CIFAR-10 one: 1.24x against 1.25-1.27x, 1.12-1.17x
+# against 1.14-1.24x).
+TURN_ROUNDS = 8
+TURN_BLOCK_SECONDS = 0.5
+PROBE_START = 5.0  # seconds for the probe processes to import torch and timm, all at once (``probes``)
 # What a split's processes never free (the DDP models of the probe processes, the run of a split run's process), left
 # to the process's end without its interpreter's cleanup (``_run_probes``, ``training.train._exit``): on torch 2.13
 # freeing one hung at random (3 probes in 30), its reducer freeing the gloo group, which joins its worker threads with
@@ -152,6 +159,8 @@ def bare_step_rate(model: str, batch: int, threads: int, seconds: float, warmup:
         dist.init_process_group('gloo', store=store, rank=rank, world_size=world)
         net = torch.nn.parallel.DistributedDataParallel(net)
     expected = step(net, update=False).item() if compiled else None
+    if compiled:
+        torch._dynamo.reset()  # a probe process measures one step after another (``probes``): no earlier graph
     forward = torch.compile(net, dynamic=False) if compiled else net
     steps, t0 = 0, None
     try:
@@ -170,8 +179,8 @@ def bare_step_rate(model: str, batch: int, threads: int, seconds: float, warmup:
             NEVER_FREED.append(net)
 
 
-def padding_speedup(model: str, batch: int, threads: int, rounds: int = PAD_ROUNDS,
-                    block_seconds: float = PAD_BLOCK_SECONDS, warmup: int = PROBE_WARMUP,
+def padding_speedup(model: str, batch: int, threads: int, rounds: int = TURN_ROUNDS,
+                    block_seconds: float = TURN_BLOCK_SECONDS, warmup: int = PROBE_WARMUP,
                     model_kwargs: Optional[Dict[str, Any]] = None, bf16: bool = False) -> float:
     """How many times as fast the eager bare step of ``model`` (``_training_step``) trains with its heads padded as on
     their true width (> 1: padded is faster): one model in one process takes blocks of steps of about
@@ -189,8 +198,8 @@ def padding_speedup(model: str, batch: int, threads: int, rounds: int = PAD_ROUN
     return _speedup_in_turns(timed, rounds, block_seconds, warmup, 1 / MARGIN)
 
 
-def bf16_speedup(model: str, batch: int, threads: int, rounds: int = PAD_ROUNDS,
-                 block_seconds: float = PAD_BLOCK_SECONDS, warmup: int = PROBE_WARMUP,
+def bf16_speedup(model: str, batch: int, threads: int, rounds: int = TURN_ROUNDS,
+                 block_seconds: float = TURN_BLOCK_SECONDS, warmup: int = PROBE_WARMUP,
                  model_kwargs: Optional[Dict[str, Any]] = None, padded: bool = True) -> float:
     """How many times as fast the eager bare step of ``model`` trains in bf16 autocast as in fp32, the two taking
     turns in one model as ``padding_speedup`` does (the fp32 step with its heads ``padded`` or not). First the check
@@ -207,12 +216,64 @@ def bf16_speedup(model: str, batch: int, threads: int, rounds: int = PAD_ROUNDS,
     return _speedup_in_turns(timed, rounds, block_seconds, warmup, MARGIN)
 
 
+def split_speedup(model: str, batch: int, budget: int, group: Tuple[int, int, int], rounds: int = TURN_ROUNDS,
+                  block_seconds: float = TURN_BLOCK_SECONDS, warmup: int = PROBE_WARMUP,
+                  model_kwargs: Optional[Dict[str, Any]] = None, bf16: bool = False, padded: bool = True
+                  ) -> Optional[Tuple[float, float]]:
+    """How many times as fast the eager bare step of ``model`` at ``batch`` trains as a split, ``group`` (store port,
+    rank, processes) each on ``budget // processes`` threads with its share in DDP, as the first of them alone on
+    ``budget`` threads with the whole batch: the two take turns as in ``padding_speedup``, the other processes
+    waiting for the next block while the first trains alone. Measured one after the other, the two ranked the counts
+    one way in one MNIST decision and the other way in the next on a 2-core AMX Xeon (4,398 against 4,049 img/s,
+    then 4,480 against 4,889). The first process returns the median ratio and the images per second alone (the
+    median of its blocks after the first); the others None."""
+    port, rank, world = group
+    net, step = _training_step(model, batch // world, budget // world, model_kwargs, bf16)
+    set_head_padding(net, padded)
+    store = dist.TCPStore('127.0.0.1', port, is_master=False, timeout=timedelta(seconds=PROBE_TIMEOUT))
+    dist.init_process_group('gloo', store=store, rank=rank, world_size=world)
+    split = torch.nn.parallel.DistributedDataParallel(net)
+    block = torch.zeros(2)  # what the first process says the others do next: [split or not (or -1: end), steps]
+    try:
+        while rank:
+            dist.broadcast(block, 0)
+            if block[0] < 0:
+                return None
+            for _ in range(int(block[1]) if block[0] else 0):
+                step(split)
+        whole, whole_step = _training_step(model, batch, budget, model_kwargs, bf16)
+        set_head_padding(whole, padded)
+        alone: List[float] = []
+
+        def timed(in_split: bool, steps: int) -> float:
+            dist.broadcast(torch.tensor([float(in_split), float(steps)]), 0)
+            torch.set_num_threads(budget // world if in_split else budget)
+            t0 = time.perf_counter()
+            for _ in range(steps):
+                if in_split:
+                    step(split)
+                else:
+                    whole_step(whole)
+            seconds = time.perf_counter() - t0
+            if not in_split:
+                alone.append(steps * batch / seconds)
+            return seconds
+        try:
+            speedup = _speedup_in_turns(timed, rounds, block_seconds, warmup, 1 / MARGIN, MARGIN)
+        finally:
+            dist.broadcast(torch.tensor([-1.0, 0.0]), 0)
+        return speedup, statistics.median(alone[1:])  # the first: the warm-up
+    finally:
+        dist.destroy_process_group()
+        NEVER_FREED.append(split)
+
+
 def _speedup_in_turns(timed: Callable[[bool, int], float], rounds: int, block_seconds: float, warmup: int,
-                      threshold: float) -> float:
+                      *thresholds: float) -> float:
     """How many times as fast ``timed(True, steps)`` runs its steps as ``timed(False, steps)`` (each returns its
     seconds): blocks of about ``block_seconds`` in turn, the order reversed every round, after ``warmup`` steps of
-    each; the median of the rounds' ratios. The decision compares it with ``threshold``: once more than half of the
-    ``rounds`` measured a ratio on one side of it, the median of all of them lies on that side whatever the others
+    each; the median of the rounds' ratios. The decision compares it with ``thresholds``: once more than half of the
+    ``rounds`` measured a ratio on one side of each, the median of all of them lies on that side whatever the others
     measure, so they are not run (on a 2-core AMX Xeon the medians of bf16 against fp32 were 0.89-0.96x for the MNIST
     model and 1.26-1.30x for the CIFAR-10 one, far from the margin)."""
     for side in (False, True):
@@ -222,8 +283,8 @@ def _speedup_in_turns(timed: Callable[[bool, int], float], rounds: int, block_se
     for r in range(rounds):
         times = {side: timed(side, steps) for side in ((True, False) if r % 2 == 0 else (False, True))}
         ratios.append(times[False] / times[True])
-        above = sum(ratio >= threshold for ratio in ratios)
-        if max(above, len(ratios) - above) > rounds // 2:
+        above = [sum(ratio >= threshold for ratio in ratios) for threshold in thresholds]
+        if all(max(n, len(ratios) - n) > rounds // 2 for n in above):
             break
     return statistics.median(ratios)
 
@@ -278,63 +339,29 @@ def _run_probes(model: str, batch: int, processes: int, threads: int, seconds: f
     calls = [f'bare_step_rate({model!r}, {max(1, batch // processes)}, {threads}, {seconds}, '
              f'group={(port, rank, processes) if port is not None else None!r}, **{step!r})'
              for rank in range(processes)]
-    return sum(_run_calls(calls, threads, timeout, f'the measurement of {processes} x {threads}'))
+    return sum(run_calls(calls, timeout, f'the measurement of {processes} x {threads}'))
 
 
 def measure_padding(model: str, batch: int, threads: int, **step: Any) -> float:
-    """``padding_speedup`` in a process of its own of ``threads`` threads (``step``: its model_kwargs, bf16)."""
+    """``padding_speedup`` in a probe process (``probes``) on ``threads`` threads (``step``: its model_kwargs, bf16)."""
     call = f'padding_speedup({model!r}, {batch}, {threads}, **{step!r})'
-    return _run_calls([call], threads, PROBE_TIMEOUT, 'the measurement of the head padding')[0]
+    return run_calls([call], PROBE_TIMEOUT, 'the measurement of the head padding')[0]
 
 
 def measure_bf16(model: str, batch: int, threads: int, **step: Any) -> float:
-    """``bf16_speedup`` in a process of its own of ``threads`` threads (``step``: its model_kwargs)."""
+    """``bf16_speedup`` in a probe process on ``threads`` threads (``step``: its model_kwargs)."""
     call = f'bf16_speedup({model!r}, {batch}, {threads}, **{step!r})'
-    return _run_calls([call], threads, PROBE_TIMEOUT, 'the measurement of bf16 against fp32')[0]
+    return run_calls([call], PROBE_TIMEOUT, 'the measurement of bf16 against fp32')[0]
 
 
-def _run_calls(calls: Sequence[str], threads: int, timeout: float, what: str) -> List[float]:
-    """The numbers that the calls of this module's functions return, each run at once in a process of its own of
-    ``threads`` threads; a RuntimeError naming ``what`` and why where one fails. None outlives this call."""
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
-    procs: List[subprocess.Popen] = []
-    errors = [tempfile.TemporaryFile('w+') for _ in calls]  # files: a full pipe would stall the group
-    try:
-        for call, err in zip(calls, errors):
-            code = (f'import os; from timm_minimal.training.cpu.split import {call.split("(")[0]}; '
-                    f'print({call}, flush=True); os._exit(0)')  # os._exit: see NEVER_FREED
-            procs.append(subprocess.Popen([sys.executable, '-c', code], stdout=subprocess.PIPE, stderr=err,
-                                          text=True, env=env,
-                                          preexec_fn=functools.partial(die_with_parent, os.getpid())))
-        deadline = time.monotonic() + timeout
-        outputs = [p.communicate(timeout=max(1.0, deadline - time.monotonic()))[0] for p in procs]
-        for p, err in zip(procs, errors):
-            if p.returncode:
-                err.seek(0)
-                raise RuntimeError(f'{what} failed: {_why(p.returncode, err.read())[:200]}')
-        return [float(out.split()[-1]) for out in outputs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-        for err in errors:
-            err.close()
-
-
-RAISED = re.compile(r'[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit|Failed|Expired)(:|$)')  # a traceback's last line
-
-
-def _why(returncode: int, stderr: str) -> str:
-    """What ended a failed probe: the exception its traceback ends with, else the signal that ended it, else its
-    last line (a compiled probe's stderr goes on with inductor's warnings after the cause)."""
-    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
-    raised = [line for line in lines if RAISED.match(line)]
-    if raised:
-        return raised[-1]
-    if returncode < 0:
-        return f'ended by signal {-returncode} ({signal.Signals(-returncode).name})'
-    return lines[-1] if lines else f'exit status {returncode}, no message'
+def measure_split(model: str, batch: int, budget: int, **step: Any) -> Tuple[float, float]:
+    """``split_speedup`` in ``budget`` probe processes (``step``: its model_kwargs, bf16, padded): how many times as
+    fast ``budget`` processes of one thread train as one of ``budget`` threads, and that one's images per second."""
+    with _loopback_store(budget, timedelta(seconds=PROBE_TIMEOUT)) as port:
+        calls = [f'split_speedup({model!r}, {batch}, {budget}, {(port, rank, budget)!r}, **{step!r})'
+                 for rank in range(budget)]
+        speedup, alone = run_calls(calls, PROBE_TIMEOUT, f'the measurement of 1 x {budget} against {budget} x 1')[0]
+    return speedup, alone
 
 
 def _candidates(budget: int) -> List[int]:
@@ -450,11 +477,12 @@ def _measure_candidates(model: str, batch: int, budget: int, processes: Sequence
                         ) -> Dict[Tuple[int, bool, bool], float]:
     """The rate of each candidate, a candidate whose probe fails left out with why in ``failed`` (a compiled step
     that computes another loss, an abort, a timeout). Every process count is measured in the first mode (eager,
-    unless ``--compile`` chose) with the padding ``pad``; then, where compilation is left to the decision or the
-    padding is, the compiled step at the count that measured fastest, with each padding, and at every count whose
-    eager step measured within the margin of the fastest, with the padding that compiled faster. A split's gain
-    shows in the eager step, but where the eager counts tie the compiled ones may not: on an AMX Xeon, 1 x 2 and
-    2 x 1 bf16 measured 1,136 and 1,150 img/s eager, 1,747 and 1,474 compiled. Inductor's kernels may prefer the
+    unless ``--compile`` chose; eager, the counts take turns, ``_counts_in_turns``) with the padding ``pad``; then,
+    where compilation is left to the decision or the padding is, the compiled step at the count that measured
+    fastest, with each padding, and at every other count with the padding that compiled faster. The eager ranking of
+    the counts does not hold compiled: on a 2-core AMX Xeon, 2 x 1 bf16 measured 1.21x 1 x 2 eager for the CIFAR-10
+    model, and 1 x 2 compiled 1.11-1.25x 2 x 1 compiled (1,646-1,931 against 1,484-1,550 img/s); 1 x 2 and 2 x 1 tied
+    eager for the MNIST one, compiled 5,632 and 4,596 img/s. Inductor's kernels may prefer the
     other padding than the eager ones: on an AMX Xeon the eager step trained faster unpadded and the compiled one
     padded. With ``--compile`` a count whose padding fails takes the other (torch 2.14.1's inductor aborted on the
     unpadded 15-wide heads of an AVX-512 CPU)."""
@@ -472,37 +500,49 @@ def _measure_candidates(model: str, batch: int, budget: int, processes: Sequence
             failed[label] = str(e)
             return False
     others = [pad, not pad] if len(pads) > 1 else [pad]
-    for n in processes:
+    if modes[0] is False and len(processes) > 1:
+        _counts_in_turns(model, batch, budget, pad, step, rates, failed)
+    for n in processes:  # each alone where the turns did not measure it
         any(probe(n, modes[0], p) for p in (others if modes[0] else [pad]))
     if True in modes and (len(modes) > 1 or len(pads) > 1):
         best = max(rates, key=lambda k: rates[k] / _odds(k, len(modes) > 1))[0] if rates else processes[0]
         for p in others:
             probe(best, True, p)
         faster = sorted(others, key=lambda p: -rates.get((best, True, p), 0.0))
-        for n in _tied_counts(rates):  # none under --compile, which measured no eager step
+        for n in processes:  # under --compile, each measured above
             any(probe(n, True, p) for p in faster)
     return rates
 
 
-def _tied_counts(rates: Dict[Tuple[int, bool, bool], float]) -> List[int]:
-    """The process counts whose eager step measured within the margin of the fastest eager step."""
-    eager = {n: r for (n, compiled, _), r in rates.items() if not compiled}
-    fastest = max(eager.values(), default=0.0)
-    return [n for n, r in eager.items() if r * MARGIN >= fastest]
+def _counts_in_turns(model: str, batch: int, budget: int, pad: bool, step: Dict[str, Any],
+                     rates: Dict[Tuple[int, bool, bool], float], failed: Dict[str, str]) -> None:
+    """The eager step of one process and of ``budget`` processes, taking turns (``measure_split``), into ``rates``:
+    the one process's images per second, and the split's as that times the median ratio of the turns. Where that
+    fails, why in ``failed``."""
+    label = (f'{_label(1, budget, False, pad, step["bf16"])} against {_label(budget, 1, False, pad, step["bf16"])} '
+             f'in turns')
+    try:
+        speedup, alone = measure_split(model, batch, budget, padded=pad, **step)
+    except _PROBE_FAILED as e:
+        failed[label] = str(e)
+        return
+    rates[(1, False, pad)] = alone
+    rates[(budget, False, pad)] = alone * speedup
 
 
 def _probe_seconds(processes: Sequence[int], modes: Sequence[bool], pads: Sequence[bool],
                    precisions: Sequence[bool]) -> float:
-    """About how long the measurement takes: a compiled probe compiles for a minute or so. Where bf16 is measured
+    """About how long the measurement takes: a compiled probe compiles for 5-30 s (the MNIST model on a 2-core AMX
+    Xeon, inductor's cache warm or empty), the probe processes import torch first. Where bf16 is measured
     (only where the CPU has it natively, ``policy.cpu_bf16_pays``) it is counted as the choice, in which the padding
     is not measured; an fp32 choice adds the padding's turns and a compiled probe."""
     pads = [True] if len(precisions) > 1 else pads
-    turns = 2 * PAD_ROUNDS * PAD_BLOCK_SECONDS + 12
+    turns = 2 * TURN_ROUNDS * TURN_BLOCK_SECONDS + 4
     compiled = (len(processes) if modes == [True] else 1) * len(pads) if True in modes else 0
-    compiled += len(processes) - 1 if len(modes) > 1 else 0  # a tie of the eager counts compiles each
-    eager = len(processes) if modes[0] is False else 0
-    return (eager * (PROBE_SECONDS + 8) + compiled * (PROBE_SECONDS + 60)
-            + turns * ((len(pads) > 1 and True not in modes) + (len(precisions) > 1)))
+    compiled += len(processes) - 1 if len(modes) > 1 else 0  # every count compiled
+    eager = (len(processes) < 2) * (PROBE_SECONDS + 4) if modes[0] is False else 0  # two counts: in turns
+    turned = (len(pads) > 1 and True not in modes) + (len(precisions) > 1) + (modes[0] is False and len(processes) > 1)
+    return PROBE_START + eager + compiled * (PROBE_SECONDS + 20) + turns * turned
 
 
 def decide(model: str, batch: int, cache_dir: Path, budget: Optional[int] = None, say=_logger.info,
@@ -550,7 +590,8 @@ def decide(model: str, batch: int, cache_dir: Path, budget: Optional[int] = None
         f'{", compiled or not" if len(modes) > 1 else ""}{", bf16 or fp32" if len(precisions) > 1 else ""}'
         f'{", heads padded or not" if len(pads) > 1 else ""}; '
         f'{_probe_seconds(processes, modes, pads, precisions):.0f} s or so) ...')
-    with timed_progress(_probe_seconds(processes, modes, pads, precisions), 'measuring this CPU'):
+    with timed_progress(_probe_seconds(processes, modes, pads, precisions), 'measuring this CPU'), \
+            probe_pool(budget):
         best, found, speedups = _measure(model, batch, budget, processes, modes, pads, precisions, padded, step)
     chosen = _label(best.processes, budget // best.processes, best.compiled, best.padded, best.bf16)
     say('  ' + ', '.join(found) + f' -> {chosen if best.rates else "1 process"}')
@@ -602,17 +643,6 @@ def _keep(path: Path, known: Dict[str, Dict[str, Any]]) -> None:
     except OSError as e:
         _logger.warning(f'The CPU decision cannot be kept in {path} ({type(e).__name__}: {e.strerror or e}): the next '
                         f'long run measures again; set TIMM_MINIMAL_CACHE to a writable folder to keep it.')
-
-
-def die_with_parent(parent: int) -> None:
-    """In a child between fork and exec: the kernel ends it (SIGTERM) when its parent ends, by any signal, SIGKILL
-    included (Linux's ``PR_SET_PDEATHSIG``, kept across exec); a parent already gone ends it at once. The probes and
-    the processes of a split run never outlive the process that started them. Elsewhere than on Linux, nothing."""
-    if not sys.platform.startswith('linux'):
-        return
-    ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM))  # 1: PR_SET_PDEATHSIG
-    if os.getppid() != parent:
-        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _worker_setup(leader: int, parent: int) -> None:
