@@ -41,6 +41,19 @@ def _torch_threads():
 
 
 @pytest.fixture
+def counts_through_measure(monkeypatch):
+    """For tests that fake the CPU decision's ``measure``, a rate per candidate: the two eager process counts, which
+    the decision measures in turns (``measure_split``: the split's speed-up and one process's rate), are measured
+    through that fake."""
+    from timm_minimal.training.cpu import split
+
+    def in_turns(model, batch, budget, **step):
+        alone = split.measure(model, batch, 1, budget, compiled=False, **step)
+        return split.measure(model, batch, budget, 1, compiled=False, **step) / alone, alone
+    monkeypatch.setattr(split, 'measure_split', in_turns)
+
+
+@pytest.fixture
 def hub_server(tmp_path, monkeypatch):
     """A Hub-compatible server on 127.0.0.1 that ``huggingface_hub`` (and timm/transformers through it)
     talks to for the duration of the test; see ``tests/hub_server.py``."""

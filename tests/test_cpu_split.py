@@ -26,6 +26,7 @@ from timm_minimal.training.plan import PLANNED, resolve_plan
 from trainer_runs import DDP_ARGS, metrics, run_inprocess, run_subprocess, weights
 
 MEASURE_SPLIT = cpu_split.measure_split  # the real one, which ``counts_through_measure`` stands in for
+pytestmark = pytest.mark.usefixtures('counts_through_measure')  # the tests below fake ``measure``
 
 
 def test_the_budget_is_the_affinity_capped_by_omp_num_threads(monkeypatch):
@@ -60,16 +61,6 @@ def test_under_reproduce_jobs_processes_times_threads_never_exceed_the_cores(mon
             assert jobs * processes * (budget // processes) <= cores
             assert all(jobs * n * t <= cores for n, t in measured)
             assert (measured == []) == (budget == 1)
-
-
-@pytest.fixture(autouse=True)
-def counts_through_measure(monkeypatch):
-    """These tests fake ``measure``, a rate per candidate; the two eager counts, which the decision measures in turns
-    (``measure_split``: the split's speed-up and one process's rate), are measured through it here."""
-    def in_turns(model, batch, budget, **step):
-        alone = cpu_split.measure(model, batch, 1, budget, compiled=False, **step)
-        return cpu_split.measure(model, batch, budget, 1, compiled=False, **step) / alone, alone
-    monkeypatch.setattr(cpu_split, 'measure_split', in_turns)
 
 
 @pytest.fixture

@@ -220,7 +220,7 @@ def test_a_bad_cpu_decision_cache_is_measured_again(content, tmp_path):
     assert said and 'measuring again' in said[0]
 
 
-def test_a_forged_process_count_is_not_taken(tmp_path, monkeypatch):
+def test_a_forged_process_count_is_not_taken(tmp_path, monkeypatch, counts_through_measure):
     """A cached count that is not a candidate of this machine (3 on 2 cores, a million) is measured again."""
     measured = []
     monkeypatch.setattr(cpu_split, 'measure', lambda model, batch, n, threads, **step: measured.append(n) or float(n))
