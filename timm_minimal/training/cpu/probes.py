@@ -74,8 +74,11 @@ class ProbePool:
         is ended (the others may wait for it in a collective), to start afresh at its next call. The first call
         starts every process, so that they import torch at once rather than one at each first call (and a decision
         that measures nothing starts none)."""
-        procs = [self._process(i) for i in (range(len(self)) if self._first else range(len(calls)))][:len(calls)]
-        self._first = False
+        if self._first:  # every process at once, so that they import torch together
+            self._first = False
+            for i in range(len(self)):
+                self._process(i)
+        procs = [self._process(i) for i in range(len(calls))]
         offsets = [self._errors[i].seek(0, os.SEEK_END) for i in range(len(calls))]
         deadline = time.monotonic() + timeout
         try:
@@ -104,9 +107,9 @@ class ProbePool:
 
     def _end(self, i: int) -> None:
         p, self._procs[i] = self._procs[i], None
-        if p is not None and p.poll() is None:
-            p.kill()
         if p is not None:
+            if p.poll() is None:
+                p.kill()
             p.wait()
             for pipe in (p.stdin, p.stdout):
                 with contextlib.suppress(OSError):

@@ -153,17 +153,12 @@ def bare_step_rate(model: str, batch: int, threads: int, seconds: float, warmup:
     them, through the store the caller serves on 127.0.0.1 (``measure``)."""
     net, step = _training_step(model, batch, threads, model_kwargs, bf16)
     set_head_padding(net, padded)
-    if group is not None:
-        port, rank, world = group
-        store = dist.TCPStore('127.0.0.1', port, is_master=False, timeout=timedelta(seconds=PROBE_TIMEOUT))
-        dist.init_process_group('gloo', store=store, rank=rank, world_size=world)
-        net = torch.nn.parallel.DistributedDataParallel(net)
-    expected = step(net, update=False).item() if compiled else None
-    if compiled:
-        torch._dynamo.reset()  # a probe process measures one step after another (``probes``): no earlier graph
-    forward = torch.compile(net, dynamic=False) if compiled else net
-    steps, t0 = 0, None
-    try:
+    with _in_group(net, group) as net:
+        expected = step(net, update=False).item() if compiled else None
+        if compiled:
+            torch._dynamo.reset()  # a probe process measures one step after another (``probes``): no earlier graph
+        forward = torch.compile(net, dynamic=False) if compiled else net
+        steps, t0 = 0, None
         while True:
             loss = step(forward)
             if steps == 0 and expected is not None:
@@ -173,10 +168,25 @@ def bare_step_rate(model: str, batch: int, threads: int, seconds: float, warmup:
                 t0 = time.perf_counter()
             elif t0 is not None and _all_done(time.perf_counter() - t0 > seconds and steps >= 2 * warmup, group):
                 return (steps - warmup) * batch / (time.perf_counter() - t0)
+
+
+@contextlib.contextmanager
+def _in_group(net: torch.nn.Module, group: Optional[Tuple[int, int, int]]) -> Iterator[torch.nn.Module]:
+    """``net`` in DDP over gloo while the block runs, as rank ``group[1]`` of ``group[2]`` processes that meet at the
+    store the caller serves on 127.0.0.1, port ``group[0]`` (``measure``); the group left after it, the model never
+    freed (``NEVER_FREED``). ``net`` itself where ``group`` is None."""
+    if group is None:
+        yield net
+        return
+    port, rank, world = group
+    store = dist.TCPStore('127.0.0.1', port, is_master=False, timeout=timedelta(seconds=PROBE_TIMEOUT))
+    dist.init_process_group('gloo', store=store, rank=rank, world_size=world)
+    split = torch.nn.parallel.DistributedDataParallel(net)
+    try:
+        yield split
     finally:
-        if group is not None:
-            dist.destroy_process_group()
-            NEVER_FREED.append(net)
+        dist.destroy_process_group()
+        NEVER_FREED.append(split)
 
 
 def padding_speedup(model: str, batch: int, threads: int, rounds: int = TURN_ROUNDS,
@@ -227,20 +237,12 @@ def split_speedup(model: str, batch: int, budget: int, group: Tuple[int, int, in
     one way in one MNIST decision and the other way in the next on a 2-core AMX Xeon (4,398 against 4,049 img/s,
     then 4,480 against 4,889). The first process returns the median ratio and the images per second alone (the
     median of its blocks after the first); the others None."""
-    port, rank, world = group
+    world = group[2]
     net, step = _training_step(model, batch // world, budget // world, model_kwargs, bf16)
     set_head_padding(net, padded)
-    store = dist.TCPStore('127.0.0.1', port, is_master=False, timeout=timedelta(seconds=PROBE_TIMEOUT))
-    dist.init_process_group('gloo', store=store, rank=rank, world_size=world)
-    split = torch.nn.parallel.DistributedDataParallel(net)
-    block = torch.zeros(2)  # what the first process says the others do next: [split or not (or -1: end), steps]
-    try:
-        while rank:
-            dist.broadcast(block, 0)
-            if block[0] < 0:
-                return None
-            for _ in range(int(block[1]) if block[0] else 0):
-                step(split)
+    with _in_group(net, group) as split:
+        if group[1]:
+            return _follow(split, step)
         whole, whole_step = _training_step(model, batch, budget, model_kwargs, bf16)
         set_head_padding(whole, padded)
         alone: List[float] = []
@@ -263,9 +265,18 @@ def split_speedup(model: str, batch: int, budget: int, group: Tuple[int, int, in
         finally:
             dist.broadcast(torch.tensor([-1.0, 0.0]), 0)
         return speedup, statistics.median(alone[1:])  # the first: the warm-up
-    finally:
-        dist.destroy_process_group()
-        NEVER_FREED.append(split)
+
+
+def _follow(split: torch.nn.Module, step: Callable[..., torch.Tensor]) -> None:
+    """A process of ``split_speedup`` after the first: the steps of each block the first broadcasts, in the split,
+    none while the first trains alone, until it broadcasts the end."""
+    block = torch.zeros(2)  # [in the split (1) or not (0), or the end (-1); steps]
+    while True:
+        dist.broadcast(block, 0)
+        if block[0] < 0:
+            return None
+        for _ in range(int(block[1]) if block[0] else 0):
+            step(split)
 
 
 def _speedup_in_turns(timed: Callable[[bool, int], float], rounds: int, block_seconds: float, warmup: int,
