@@ -6,6 +6,7 @@ import functools
 import json
 import logging
 import os
+import platform
 import re
 import signal
 import subprocess
@@ -376,6 +377,44 @@ def test_the_processes_of_a_split_are_measured_as_one_ddp_group(monkeypatch):
                                                  rounds=2, block_seconds=0.0, warmup=1)
         assert 0.05 < speedup < 20.0 and alone > 0
         assert probes.run_calls(['os.getpid()'] * 2, 60, 'the processes') == pids  # one import each for all
+
+
+# How glibc's malloc serves a 16 MiB block in the process that runs it: ``mapped``, the blocks mapped afresh for it;
+# ``kept``, the bytes its heap still holds once the block is freed
+GLIBC_BLOCK = """
+import ctypes
+class Info(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in
+                'arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost'.split()]
+libc = ctypes.CDLL(None)
+libc.mallinfo2.restype, libc.malloc.restype, libc.free.argtypes = Info, ctypes.c_void_p, [ctypes.c_void_p]
+before = libc.mallinfo2(); block = libc.malloc(16 << 20); during = libc.mallinfo2(); libc.free(block)
+block = dict(mapped=during.hblks - before.hblks, kept=libc.mallinfo2().arena - before.arena)
+"""
+_glibc = pytest.mark.skipif(platform.system() != 'Linux' or platform.libc_ver()[0] != 'glibc',
+                            reason="the allocator's settings are glibc's (this C library is another)")
+
+
+@_glibc
+def test_the_trainer_and_every_probe_process_keep_what_a_step_frees(monkeypatch):
+    """``keep_freed_memory``: a block of 16 MiB comes from the heap and stays there once freed, where a fresh
+    process maps it afresh and gives it back; the probe processes and the trainer's process set it."""
+    def in_fresh_process(first):
+        code = f'{first}\n{GLIBC_BLOCK}\nprint(block)'
+        out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, check=True).stdout
+        return eval(out)  # noqa: S307 (the dict the line above printed)
+    assert in_fresh_process('') == dict(mapped=1, kept=0)
+    kept = in_fresh_process('from timm_minimal.machine import keep_freed_memory; assert keep_freed_memory()')
+    assert kept['mapped'] == 0 and kept['kept'] >= 8 << 20
+    with probes.probe_pool(1):
+        [probe] = probes.run_calls([f'(exec({GLIBC_BLOCK!r}, g := {{}}), g["block"])[1]'], 60, 'the block')
+    assert probe['mapped'] == 0 and probe['kept'] >= 8 << 20
+
+    class Told(Exception):
+        pass
+    monkeypatch.setattr(train_mod, 'keep_freed_memory', lambda: (_ for _ in ()).throw(Told))
+    with pytest.raises(Told):  # the trainer tells the allocator before it builds anything
+        run_inprocess(DDP_ARGS + ['--data-dir', 'unused', '--output', 'unused'])
 
 
 @pytest.mark.slow  # a process started afresh after each of three failures, each importing torch and timm: 15-20 s

@@ -61,7 +61,7 @@ from timm.scheduler import create_scheduler_v2
 from timm.utils import ModelEmaV3
 
 from ..cli import EXIT_DIVERGED, EXIT_FAILURE, EXIT_USAGE, Failure, command, listed
-from ..machine import is_disk_full, torch_threads
+from ..machine import is_disk_full, keep_freed_memory, torch_threads
 from ..models.layers import set_head_padding
 from ..models.paper import is_minimal
 from ..models.pretrained import describe_pretrained_cfg
@@ -374,8 +374,10 @@ def train(args: argparse.Namespace, provenance: Optional[Provenance] = None,
           plan: Optional[RunPlan] = None) -> Dict[str, Any]:
     """Run (or resume) one training run in this process; returns the run summary written to run.json. ``args`` and
     ``provenance``: ``parse_args``'s; ``plan``: the run's plan where the caller resolved it (``resolve_plan``), else
-    resolved here without a CPU split."""
+    resolved here without a CPU split. The process's allocator keeps what a step frees for the next
+    (``machine.keep_freed_memory``), for the rest of the process."""
     t_launch = time.perf_counter()
+    keep_freed_memory()
     argv = list(sys.argv[1:] if argv is None else argv)
     plan = plan or resolve_plan(args, provenance, split=False)
     with torch_threads(plan.threads):

@@ -56,7 +56,7 @@ from ...models.paper import TABLE2
 from ...models.vit_minimal import ARCHITECTURES
 from ..common import cpu_environment, cpu_flags_lines, markdown_table, write_report
 from ...cli import Failure, OneLineParser, UsageError, command, non_negative_int, number, positive_int
-from ...machine import torch_threads
+from ...machine import keep_freed_memory, torch_threads
 from ...training.options import SEED
 from ...training.run.folder import RunFolder
 
@@ -148,11 +148,13 @@ def bare_step_throughput(model_name: str, batch_size: int, device: torch.device,
     ``repeats`` blocks of ``steps`` steps, each timed with the device synchronised before and after.
     The global RNG state is left as it was (the model is initialised from seed 0). ``pad_heads=False`` runs
     SDPA on the true head width (``MinimalAttention.head_pad`` set to 0), the step as it was before that padding.
+    The process's allocator keeps what a step frees, as the trainer's does (``machine.keep_freed_memory``).
     """
     if batch_size < 1 or steps < 1 or repeats < 1 or warmup < 0:
         raise ValueError('bare_step_throughput needs batch_size, steps, repeats >= 1 and warmup >= 0.')
     rng_devices = [device.index if device.index is not None else torch.cuda.current_device()] \
         if device.type == 'cuda' else []
+    keep_freed_memory()
     with torch.random.fork_rng(devices=rng_devices):
         torch.manual_seed(0)
         model = timm.create_model(model_name).to(device).train()

@@ -21,6 +21,8 @@ import time
 import traceback
 from typing import Any, Dict, IO, Iterator, List, Optional, Sequence
 
+from ...machine import keep_freed_memory
+
 __all__ = ['ProbePool', 'probe_pool', 'run_calls', 'serve', 'die_with_parent']
 
 # a process's first line: the module whose functions the calls name, then the loop that answers them
@@ -32,7 +34,9 @@ _current: Optional['ProbePool'] = None  # the decision's, while it measures (``p
 def serve(namespace: Dict[str, Any]) -> None:
     """A probe process: each line of stdin a call evaluated in ``namespace``, answered with one line of JSON,
     ``{"value": ...}`` or ``{"error": "<exception>: <message>"}``, on the descriptor stdout was; stdout itself goes to
-    stderr. At the end of stdin it ends without its interpreter's cleanup (``split.NEVER_FREED``)."""
+    stderr. Its allocator keeps what a step frees, as the trainer's does (``machine.keep_freed_memory``). At the end
+    of stdin it ends without its interpreter's cleanup (``split.NEVER_FREED``)."""
+    keep_freed_memory()
     answers = os.fdopen(os.dup(1), 'w')
     os.dup2(2, 1)
     for line in sys.stdin:

@@ -80,8 +80,9 @@ PROBE_START = 5.0  # seconds for the probe processes to import torch and timm, a
 # the GIL held while a worker waits for the GIL to free a tensor of its last work.
 NEVER_FREED: List[Any] = []
 # how the candidates were measured, part of the cache key: a split's processes as one DDP group (``measure``), the
-# head padding in turns in one process (``measure_padding``)
-PROBE = 'ddp, padding in turns'
+# head padding in turns in one process (``measure_padding``), in processes whose allocator keeps what a step frees
+# (``probes.serve``), as the trainer's does
+PROBE = 'ddp, padding in turns, freed memory kept'
 MARGIN = 1.05  # a split or a compilation must be measured this much faster: a tie keeps the simpler eager process
 
 
