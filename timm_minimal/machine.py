@@ -125,9 +125,10 @@ def keep_freed_memory() -> bool:
 
     A training step on the CPU allocates and frees the same activations, up to tens of MiB, at every step. glibc's
     defaults (blocks of 128 KiB and more mapped afresh, 128 KiB free at the top given back; both raised by what the
-    process happens to free first) left some processes faulting those pages in at every step: the same compiled bf16
-    step of ``vit_minimal_sym_6x4.cifar10`` ran at 1,690-2,400 img/s from one process to the next, and at 2,434-2,511
-    with these settings (BENCHMARKS.md). The process keeps the peak of its heap until it ends."""
+    process happens to free first) left some processes faulting those pages in at every step: on a 2-core AMX Xeon the
+    same compiled bf16 step of ``vit_minimal_sym_6x4.cifar10`` ran at 1,923-2,199 img/s in five processes, and at
+    2,240-2,428 in five with these settings (``scripts/allocator.py``, BENCHMARKS.md). The process keeps the peak of
+    its heap until it ends."""
     if platform.system() != 'Linux' or platform.libc_ver()[0] != 'glibc':
         return False
     mallopt = ctypes.CDLL(None).mallopt
