@@ -403,7 +403,8 @@ def test_the_trainer_and_every_probe_process_keep_what_a_step_frees(monkeypatch)
         code = f'{first}\n{GLIBC_BLOCK}\nprint(block)'
         out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, check=True).stdout
         return eval(out)  # noqa: S307 (the dict the line above printed)
-    assert in_fresh_process('') == dict(mapped=1, kept=0)
+    if in_fresh_process('') != dict(mapped=1, kept=0):
+        pytest.skip("a fresh process's malloc already keeps a freed 16 MiB block (set by its environment)")
     kept = in_fresh_process('from timm_minimal.machine import keep_freed_memory; assert keep_freed_memory()')
     assert kept['mapped'] == 0 and kept['kept'] >= 8 << 20
     with probes.probe_pool(1):
@@ -412,7 +413,10 @@ def test_the_trainer_and_every_probe_process_keep_what_a_step_frees(monkeypatch)
 
     class Told(Exception):
         pass
-    monkeypatch.setattr(train_mod, 'keep_freed_memory', lambda: (_ for _ in ()).throw(Told))
+
+    def told():
+        raise Told
+    monkeypatch.setattr(train_mod, 'keep_freed_memory', told)
     with pytest.raises(Told):  # the trainer tells the allocator before it builds anything
         run_inprocess(DDP_ARGS + ['--data-dir', 'unused', '--output', 'unused'])
 
