@@ -392,8 +392,6 @@ libc.mallinfo2.restype, libc.malloc.restype, libc.free.argtypes = Info, ctypes.c
 before = libc.mallinfo2(); block = libc.malloc(16 << 20); during = libc.mallinfo2(); libc.free(block)
 block = dict(mapped=during.hblks - before.hblks, kept=libc.mallinfo2().arena - before.arena)
 """
-_glibc = pytest.mark.skipif(platform.system() != 'Linux' or platform.libc_ver()[0] != 'glibc',
-                            reason="the allocator's settings are glibc's (this C library is another)")
 
 
 def _block_in_fresh_process(first: str) -> dict:
@@ -402,12 +400,19 @@ def _block_in_fresh_process(first: str) -> dict:
     return eval(out)  # noqa: S307 (the dict the line above printed)
 
 
-@_glibc
-def test_the_trainer_keeps_what_a_step_frees(monkeypatch):
-    """``keep_freed_memory``: a block of 16 MiB comes from the heap and stays there once freed, where a fresh
-    process maps it afresh and gives it back; the trainer's process sets it before it builds anything."""
+@pytest.fixture
+def fresh_glibc_malloc():
+    """Skips, naming why, unless a fresh process's malloc is glibc's as it starts: a freed 16 MiB block mapped
+    afresh and given back."""
+    if platform.system() != 'Linux' or platform.libc_ver()[0] != 'glibc':
+        pytest.skip("the allocator's settings are glibc's (this C library is another)")
     if _block_in_fresh_process('') != dict(mapped=1, kept=0):
         pytest.skip("a fresh process's malloc already keeps a freed 16 MiB block (set by its environment)")
+
+
+def test_the_trainer_keeps_what_a_step_frees(monkeypatch, fresh_glibc_malloc):
+    """``keep_freed_memory``: a block of 16 MiB comes from the heap and stays there once freed, where a fresh
+    process maps it afresh and gives it back; the trainer's process sets it before it builds anything."""
     machine = str(Path(cpu_split.__file__).parents[2] / 'machine.py')  # alone: the package imports torch (4 s)
     kept = _block_in_fresh_process(
         f'import importlib.util as u; spec = u.spec_from_file_location("m", {machine!r}); '
@@ -424,13 +429,10 @@ def test_the_trainer_keeps_what_a_step_frees(monkeypatch):
         run_inprocess(DDP_ARGS + ['--data-dir', 'unused', '--output', 'unused'])
 
 
-@_glibc
 @pytest.mark.slow  # a probe process importing torch and timm: about 5 s
-def test_every_probe_process_keeps_what_a_step_frees():
+def test_every_probe_process_keeps_what_a_step_frees(fresh_glibc_malloc):
     """The decision's probe processes measure with the allocator the trainer has: before any step, a 16 MiB block
     there comes from the heap and stays there once freed."""
-    if _block_in_fresh_process('') != dict(mapped=1, kept=0):
-        pytest.skip("a fresh process's malloc already keeps a freed 16 MiB block (set by its environment)")
     with probes.probe_pool(1):
         [probe] = probes.run_calls([f'(exec({GLIBC_BLOCK!r}, g := {{}}), g["block"])[1]'], 60, 'the block')
     assert probe['mapped'] == 0 and probe['kept'] >= 8 << 20
