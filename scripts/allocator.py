@@ -14,6 +14,7 @@ import statistics
 import subprocess
 import sys
 
+from timm_minimal.cli import Failure, OneLineParser, command, number, positive_int
 from timm_minimal.machine import cpu_signature, usable_cores
 
 CHILD = ('import json, sys; from timm_minimal.machine import keep_freed_memory; '
@@ -26,21 +27,26 @@ def one_process(args: argparse.Namespace, kept: bool) -> float:
     """One fresh process's img/s of the bare step, its allocator kept or as it starts."""
     call = dict(model=args.model, batch=args.batch, threads=usable_cores(), seconds=args.seconds,
                 bf16=args.bf16, compiled=args.compiled, kept=kept)
-    out = subprocess.run([sys.executable, '-c', CHILD, json.dumps(call)], check=True, capture_output=True, text=True)
+    out = subprocess.run([sys.executable, '-c', CHILD, json.dumps(call)], capture_output=True, text=True)
+    if out.returncode:
+        why = (out.stderr.strip().splitlines() or [f'exit status {out.returncode}'])[-1]
+        raise Failure(f'a measuring process failed: {why}')
     took, rate = json.loads(out.stdout.strip().splitlines()[-1])
     if took != kept:
-        raise SystemExit(f'the allocator was {"not " if kept else ""}kept in a process that asked otherwise')
+        raise Failure(f'the allocator was {"not " if kept else ""}kept in a process that asked otherwise '
+                      '(this C library is not glibc?)')
     return rate
 
 
+@command('allocator.py')
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    p = OneLineParser(prog='allocator.py', description=__doc__.split('\n\n')[0])
     p.add_argument('--model', default='vit_minimal_sym_6x4.cifar10')
-    p.add_argument('--batch', type=int, default=256)
+    p.add_argument('--batch', type=positive_int, default=256)
     p.add_argument('--bf16', action='store_true', help='the step in bf16 autocast')
     p.add_argument('--compiled', action='store_true', help='the step through torch.compile')
-    p.add_argument('--seconds', type=float, default=8.0, help="each process's timed seconds")
-    p.add_argument('--processes', type=int, default=5, help='processes of each side')
+    p.add_argument('--seconds', type=number(float, 0, above=True), default=8.0, help="each process's timed seconds")
+    p.add_argument('--processes', type=positive_int, default=5, help='processes of each side')
     args = p.parse_args(argv)
     rates = {'as it starts': [], 'kept': []}
     for r in range(args.processes):
