@@ -63,7 +63,11 @@ __all__ = ['Decision', 'SPLIT_MIN_IMAGES', 'core_budget', 'bare_step_rate', 'pad
 _logger = logging.getLogger(__name__)
 
 SPLIT_MIN_IMAGES = 500_000  # a shorter run (the tests, the demo) stays one process: a split costs seconds to start
-PROBE_SECONDS = 6.0  # timed, after PROBE_WARMUP steps: a 3 s probe measured one process at 0.6x its rate
+# timed, after PROBE_WARMUP steps. In probe processes that keep what a step frees (``probes.serve``), 3 s measured what
+# 6 s did, the two lengths taking turns three times in one pool on a 2-core AMX Xeon (``scripts/probe_length.py``):
+# medians 1.04x (1 x 2 compiled) and 1.03x (2 x 1 compiled) for the MNIST model in fp32, 1.00x and 0.99x for the
+# CIFAR-10 one in bf16, each within its rounds' spread and the same for both counts
+PROBE_SECONDS = 3.0
 PROBE_WARMUP = 5
 PROBE_TIMEOUT = 120.0  # seconds for all the probes of one candidate together
 # what is measured in turns (bf16 against fp32, the head padding, one process against a split): rounds of one block
