@@ -27,13 +27,21 @@ from .trackers import tracker_name
 __all__ = ['Option', 'option', 'option_of', 'OptionGroup', 'Options', 'PlannedOptions', 'RunOptions', 'ModelOptions',
            'DistillationOptions', 'OptimisationOptions', 'DataPathOptions', 'AugmentationOptions', 'SECTIONS',
            'PLANNED', 'all_fields', 'argument_of', 'fixed_options', 'group_of', 'recipe_keys', 'ModelKwargs',
-           'DATA_PATHS', 'DISTILL_TYPES', 'TOKEN_DISTILL_TYPES', 'WEIGHT_INITS', 'CPU_COMPILE_MIN_IMAGES']
+           'DATA_PATHS', 'DISTILL_TYPES', 'TOKEN_DISTILL_TYPES', 'WEIGHT_INITS', 'CPU_COMPILE_MIN_IMAGES',
+           'FUSED_ADAM_DEVICES']
 
 # On a 2-core CPU a cold torch.compile of std_mlp_6x1 cost 27 s and made its trainer epochs 1.11x faster (the
 # median of three alternated runs, benchmarks/cpu_modes_trainer.md; 1.03x and 1.21x in single runs), which repays
 # the compilation after about 180,000 training images; the default asks about three times that, so the tests, the
 # demo and short runs stay eager (cpu.policy.default_compile).
 CPU_COMPILE_MIN_IMAGES = 500_000
+
+# The devices where Adam and AdamW take torch's fused kernel (``fused=True``): one kernel over every parameter. On the
+# CPU the default loops over the parameters, a few small ops each; in turns with it in one process on a 2-core AMX
+# Xeon, the fused kernel made the compiled training step of sym_6x4 1.044x as fast (MNIST, fp32) and 1.028x (CIFAR-10,
+# bf16), the eager fp32 step 0.999x (``scripts/fused_adamw.py``, medians of 12 rounds): where the step is short, the
+# optimizer's ops are a part of it. The trainer, the CPU decision's probes and the training benchmark use it.
+FUSED_ADAM_DEVICES = ('cuda', 'cpu')
 
 # the allowed range of every numeric option, in one place: the command line, recipes and args.yaml go through these
 COUNT, SIZE, FINITE = number(int, 0), number(int, 1), number(float)

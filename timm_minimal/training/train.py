@@ -19,7 +19,7 @@ Two data paths (``--data-path``): a dataset that fits (MNIST, CIFAR-10, small im
 on the training device as uint8 and is augmented there in whole batches
 (``timm_minimal.training.data.device_data``); the others go through a ``DataLoader`` with timm's per-image
 transforms. On a CUDA GPU the model is compiled (``torch.compile``) and runs in bf16 autocast by
-default, AdamW is the fused kernel, and the step never waits for the host: losses, accuracies and
+default, AdamW is torch's fused kernel (on the CPU too), and the step never waits for the host: losses, accuracies and
 the non-finite check stay on the device until the loop synchronises anyway. On the CPU the models with
 an MLP run in bf16 autocast where the CPU has native bf16 (fp32 otherwise) and are compiled in runs long enough
 to repay it; the others run eager in fp32 (``cpu.policy`` decides, with the threads and processes of a CPU run;
@@ -82,7 +82,7 @@ from .trackers import StepLog, log_epoch, log_figures, log_summary, project_name
 from .cli import (  # noqa: F401  (also reachable here)
     TOKEN_DISTILL_TYPES, Provenance, UsageError, build_parser, check_numbers, load_recipe, parse_args,
 )
-from .options import AugmentationOptions, ModelOptions, OptimisationOptions, RunOptions
+from .options import FUSED_ADAM_DEVICES, AugmentationOptions, ModelOptions, OptimisationOptions, RunOptions
 from .data.paths import build_data_path, count_batches, data_config
 from .cpu.policy import SPLIT_STATUS_ENV, run_split
 from .plan import RunPlan, resolve_model_name, resolve_plan
@@ -237,14 +237,14 @@ def model_config(model: nn.Module, model_name: str, model_kwargs: Dict[str, Any]
 
 def build_optimization(opt: OptimisationOptions, epochs: int, model: nn.Module, updates_per_epoch: int,
                        device: torch.device):
-    """timm's optimizer (the fused kernel for Adam/AdamW on CUDA) and scheduler of the optimisation options, stepped
-    per update over ``epochs``."""
+    """timm's optimizer (for Adam/AdamW torch's fused kernel, on CUDA and on the CPU) and scheduler of the
+    optimisation options, stepped per update over ``epochs``."""
     extra: Dict[str, Any] = {}
     if opt.opt_eps is not None:
         extra['eps'] = opt.opt_eps
     if opt.opt_betas:
         extra['betas'] = tuple(opt.opt_betas)
-    if device.type == 'cuda' and opt.opt.lower() in ('adam', 'adamw'):
+    if device.type in FUSED_ADAM_DEVICES and opt.opt.lower() in ('adam', 'adamw'):
         extra['fused'] = True
     try:
         optimizer = create_optimizer_v2(model, opt=opt.opt, lr=opt.lr, weight_decay=opt.weight_decay,

@@ -14,7 +14,7 @@ For every model, dataset and batch size:
     GPU supports it), on the CPU for neither, so that it runs what (b) runs;
 (b) **bare step throughput**: the same model and batch, resident random inputs and labels on the device, the
     training step alone (forward, cross-entropy, backward, AdamW step, ``zero_grad``), ``torch.compile`` and
-    bf16 autocast on CUDA, fused AdamW on CUDA; warm-up, then ``--repeats`` timed blocks of ``--steps``
+    bf16 autocast on CUDA, fused AdamW; warm-up, then ``--repeats`` timed blocks of ``--steps``
     steps; the median images/s;
 (c) with ``--time-to-target``: the trainer with the dataset's default recipe (only ``--model --dataset
     --data-dir --output --no-progress``, plus ``--cpu`` on the CPU and any trainer arguments after ``--``);
@@ -57,7 +57,7 @@ from ...models.vit_minimal import ARCHITECTURES
 from ..common import cpu_environment, cpu_flags_lines, markdown_table, write_report
 from ...cli import Failure, OneLineParser, UsageError, command, non_negative_int, number, positive_int
 from ...machine import keep_freed_memory, torch_threads
-from ...training.options import SEED
+from ...training.options import FUSED_ADAM_DEVICES, SEED
 from ...training.run.folder import RunFolder
 
 __all__ = [
@@ -143,9 +143,9 @@ def bare_step_throughput(model_name: str, batch_size: int, device: torch.device,
     """Images per second of the bare training step, one value per timed repeat.
 
     ``model_name`` is a timm name with its tag (``vit_minimal_sym_6x4.mnist``). The model (optionally
-    ``torch.compile``-d, in ``compile_mode``), AdamW (``create_optimizer_v2``, lr 1e-3, weight decay 0.05, fused on CUDA) and a
-    batch of random inputs and labels live on ``device``; ``warmup`` steps (compilation included), then
-    ``repeats`` blocks of ``steps`` steps, each timed with the device synchronised before and after.
+    ``torch.compile``-d, in ``compile_mode``), AdamW (``create_optimizer_v2``, lr 1e-3, weight decay 0.05, fused as
+    the trainer's) and a batch of random inputs and labels live on ``device``; ``warmup`` steps (compilation
+    included), then ``repeats`` blocks of ``steps`` steps, each timed with the device synchronised before and after.
     The global RNG state is left as it was (the model is initialised from seed 0). ``pad_heads=False`` runs
     SDPA on the true head width (``MinimalAttention.head_pad`` set to 0), the step as it was before that padding.
     The process's allocator keeps what a step frees, as the trainer's does (``machine.keep_freed_memory``).
@@ -160,7 +160,7 @@ def bare_step_throughput(model_name: str, batch_size: int, device: torch.device,
         model = timm.create_model(model_name).to(device).train()
         set_head_padding(model, pad_heads)
         optimizer = create_optimizer_v2(
-            model, 'adamw', lr=1e-3, weight_decay=0.05, **({'fused': True} if device.type == 'cuda' else {}))
+            model, 'adamw', lr=1e-3, weight_decay=0.05, fused=device.type in FUSED_ADAM_DEVICES)
         x, y = _synthetic_batch(model, batch_size, device)
         step = _make_step(torch.compile(model, mode=compile_mode) if compile else model, optimizer, device, amp_dtype)
         try:
@@ -394,7 +394,7 @@ def render_markdown(results: Dict[str, Any]) -> str:
              + ', img/s = median of epochs 2..n (the first one compiles); compile and precision as the bare step',
              f"- bare step: {s['warmup']} warm-up steps, then the median of {s['repeats']} x {s['steps']} steps; "
              f"compile {('mode ' + str(s['compile_mode'])) if s['compile'] else 'off'}, autocast {s['amp_dtype'] or 'off'}, "
-             f"AdamW{' (fused)' if s['device'] == 'cuda' else ''}; random inputs resident on the device"]
+             f"AdamW{' (fused)' if s['device'] in FUSED_ADAM_DEVICES else ''}; random inputs resident on the device"]
     if s.get('quick'):
         lines.append('- --quick: smoke-test settings, the numbers say nothing about the speed')
     lines += ['', throughput_table(results['throughput'])]

@@ -51,6 +51,7 @@ from torch.distributed import TCPStore
 
 from ...cli import env_number, timed_progress
 from ...machine import cpu_signature, usable_cores
+from ..options import FUSED_ADAM_DEVICES
 from ..run.files import read_regular_file, write_json_atomic
 from .probes import die_with_parent, probe_pool, run_calls
 from ...models.layers import set_head_padding
@@ -85,8 +86,8 @@ PROBE_START = 5.0  # seconds for the probe processes to import torch and timm, a
 NEVER_FREED: List[Any] = []
 # how the candidates were measured, part of the cache key: a split's processes as one DDP group (``measure``), the
 # head padding in turns in one process (``measure_padding``), in processes whose allocator keeps what a step frees
-# (``probes.serve``), as the trainer's does
-PROBE = 'ddp, padding in turns, freed memory kept'
+# (``probes.serve``), as the trainer's does, with AdamW's fused kernel, as the trainer steps it
+PROBE = 'ddp, padding in turns, freed memory kept, fused adamw'
 MARGIN = 1.05  # a split or a compilation must be measured this much faster: a tie keeps the simpler eager process
 
 
@@ -128,14 +129,15 @@ def free_cores(budget: int, seconds: float = 0.3) -> int:
 def _training_step(model: str, batch: int, threads: int, model_kwargs: Optional[Dict[str, Any]], bf16: bool
                    ) -> Tuple[torch.nn.Module, Callable[..., torch.Tensor]]:
     """``model`` built with ``model_kwargs`` on ``threads`` threads, and its bare training step on ``batch`` random
-    images (forward through the module it is given, cross-entropy, backward, AdamW; in bf16 autocast where ``bf16``,
-    which a call may change), which returns the loss (without ``update``: the loss alone, no gradients recorded)."""
+    images (forward through the module it is given, cross-entropy, backward, AdamW's fused kernel as the trainer's;
+    in bf16 autocast where ``bf16``, which a call may change), which returns the loss (without ``update``: the loss
+    alone, no gradients recorded)."""
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     net = timm.create_model(model, **(model_kwargs or {})).train()
     x = torch.randn(batch, *net.pretrained_cfg['input_size'])
     y = torch.randint(0, max(1, net.num_classes), (batch,))
-    opt = torch.optim.AdamW(net.parameters(), lr=1e-4)
+    opt = torch.optim.AdamW(net.parameters(), lr=1e-4, fused='cpu' in FUSED_ADAM_DEVICES)  # as the trainer's
 
     def step(forward: Callable[[torch.Tensor], torch.Tensor], update: bool = True, bf16: bool = bf16) -> torch.Tensor:
         opt.zero_grad(set_to_none=True)
