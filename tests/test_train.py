@@ -567,17 +567,20 @@ def test_resume_takes_a_new_learning_rate_and_refuses_another_optimizer(data, tm
 
 
 @pytest.mark.parametrize('name, fused', [('adamw', True), ('adam', True), ('sgd', None)])
-def test_adam_and_adamw_are_the_fused_kernel_on_the_cpu_as_in_the_decisions_probes(name, fused, monkeypatch):
-    from timm_minimal.training.cpu.split import _training_step
+def test_adam_and_adamw_are_the_fused_kernel_on_the_cpu(name, fused):
     from timm_minimal.training.options import OptimisationOptions
     opt = OptimisationOptions(opt=name, lr=1e-3, weight_decay=0.05, opt_betas=[] if name == 'sgd' else [0.9, 0.95],
                               sched='none', warmup_epochs=0, warmup_lr=0.0, min_lr=0.0, clip_grad=None, model_ema=False)
     optimizer, _ = train_mod.build_optimization(opt, 1, torch.nn.Linear(4, 2), 1, torch.device('cpu'))
     assert optimizer.defaults.get('fused') is fused
+
+
+def test_the_decisions_probe_steps_adamw_as_the_trainer_does(monkeypatch):
+    from timm_minimal.training.cpu.split import _training_step
     built, adamw = [], torch.optim.AdamW
     monkeypatch.setattr(torch.optim, 'AdamW', lambda *a, **k: built.append(adamw(*a, **k)) or built[-1])
     net, step = _training_step('vit_minimal_sym_6x4.mnist', 2, 1, None, False)
-    assert torch.isfinite(step(net)) and [o.defaults['fused'] for o in built] == [True]  # the probe's step, as the trainer's
+    assert torch.isfinite(step(net)) and [o.defaults['fused'] for o in built] == [True]
 
 
 def test_one_class_folder_is_refused(tmp_path, capsys):
