@@ -26,7 +26,7 @@ SIDES = ('loop', 'fused')
 
 
 def build(args):
-    """The model (compiled unless ``--eager``), a batch, and a step per side that trains the model one step."""
+    """One step of the model (compiled unless ``--eager``) on one batch, with the optimizer of the side it is given."""
     torch.set_num_threads(usable_cores())
     torch.manual_seed(0)
     net = timm.create_model(args.model).train()
