@@ -15,12 +15,12 @@ import time
 
 import timm
 import torch
-from timm.models import split_model_name_tag
 from timm.optim import create_optimizer_v2
 
-from timm_minimal.cli import OneLineParser, UsageError, command, number, positive_int
+from timm_minimal.cli import OneLineParser, command, number, positive_int
 from timm_minimal.machine import cpu_signature, keep_freed_memory, usable_cores
 from timm_minimal.models.layers import set_head_padding
+from timm_minimal.training.plan import known_architecture
 
 SIDES = ('loop', 'fused')
 
@@ -65,8 +65,7 @@ def main(argv=None) -> int:
     p.add_argument('--block', type=number(float, 0, above=True), default=1.0, help="each block's seconds")
     p.add_argument('--rounds', type=positive_int, default=12)
     args = p.parse_args(argv)
-    if not timm.is_model(split_model_name_tag(args.model)[0]):
-        raise UsageError(f'--model {args.model}: not a timm model (timm.list_models() lists them)')
+    known_architecture(args.model)
     keep_freed_memory()
     step = build(args)
     for side in SIDES:  # compiles, then each optimizer's state exists

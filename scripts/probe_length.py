@@ -12,13 +12,11 @@ longer only where it measures what the longer does, within the spread of the rou
 import statistics
 import sys
 
-import timm
-from timm.models import split_model_name_tag
-
-from timm_minimal.cli import Failure, OneLineParser, UsageError, command, number, positive_int
+from timm_minimal.cli import Failure, OneLineParser, command, number, positive_int
 from timm_minimal.machine import cpu_signature
 from timm_minimal.training.cpu import split
 from timm_minimal.training.cpu.probes import probe_pool
+from timm_minimal.training.plan import known_architecture
 
 
 @command('probe_length.py')
@@ -31,11 +29,9 @@ def main(argv=None) -> int:
     p.add_argument('--long', type=number(float, 0, above=True), default=6.0, help='the longer timed span, s')
     p.add_argument('--rounds', type=positive_int, default=3)
     args = p.parse_args(argv)
-    if not timm.is_model(split_model_name_tag(args.model)[0]):
-        raise UsageError(f'--model {args.model}: not a timm model (import timm_minimal registers the vit_minimal_* '
-                         f'ones; timm.list_models() lists them all)')
+    known_architecture(args.model)
     budget = split.core_budget()
-    counts = [n for n in (1, budget) if args.batch % n == 0][:1 if budget < 2 else 2]
+    counts = [n for n in split._candidates(budget) if args.batch % n == 0]  # the decision's counts
     rates = {(n, s): [] for n in counts for s in (args.short, args.long)}
     with probe_pool(budget):
         for r in range(args.rounds):

@@ -29,7 +29,7 @@ from .cpu.policy import SPLIT_RATES_ENV, cpu_decision, cpu_precision, cpu_thread
 from .data.names import dataset_kind
 from .options import PLANNED, Options, PlannedOptions, RunOptions, group_of
 
-__all__ = ['RunPlan', 'PLANNED', 'resolve_plan', 'resolve_model_name', 'planned_images']
+__all__ = ['RunPlan', 'PLANNED', 'resolve_plan', 'known_architecture', 'resolve_model_name', 'planned_images']
 
 
 @dataclass(frozen=True)
@@ -62,14 +62,20 @@ class RunPlan:
         return saved
 
 
-def resolve_model_name(name: str, kind: str) -> str:
-    """``name`` as timm creates it: a known architecture, and for an untagged minimal transformer the tag of its
-    dataset kind (``tag_for_kind``: the dataset's own, else ImageNet's geometry)."""
-    arch, tag = split_model_name_tag(name)
+def known_architecture(name: str) -> str:
+    """The architecture of ``name`` (its tag set aside), refused in one line where timm knows none such."""
+    arch = split_model_name_tag(name)[0]
     if not timm.is_model(arch):
         minimal = ', '.join(timm.list_models('vit_minimal*'))
         raise UsageError(f"Unknown model '{arch}'. The minimal transformers are: {minimal} "
                          f"(any other timm model name works too).")
+    return arch
+
+
+def resolve_model_name(name: str, kind: str) -> str:
+    """``name`` as timm creates it: a known architecture (``known_architecture``), and for an untagged minimal
+    transformer the tag of its dataset kind (``tag_for_kind``: the dataset's own, else ImageNet's geometry)."""
+    arch, tag = known_architecture(name), split_model_name_tag(name)[1]
     if not tag and is_minimal(arch):
         tag = tag_for_kind(kind)
     return f'{arch}.{tag}' if tag else arch
