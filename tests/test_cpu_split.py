@@ -130,9 +130,9 @@ def test_kernels_capped_below_the_cpu_are_named_measured_apart_and_get_no_native
 
 def test_a_run_that_leaves_compilation_to_the_decision_measures_each_count_eager_then_each_compiled(
         monkeypatch, tmp_path, quiet):
-    """Every process count eager, then compiled, the count that measured fastest eager first (the eager ranking does
-    not hold compiled: on an AMX Xeon 2 x 1 bf16 measured 1.21x 1 x 2 eager, and 1 x 2 compiled 1.11-1.25x 2 x 1
-    compiled). Each departure from one eager process wins by the margin."""
+    """Every process count eager, then every count compiled (the eager ranking does not hold compiled: on an AMX
+    Xeon 2 x 1 bf16 measured 1.21x 1 x 2 eager, and 1 x 2 compiled 1.11-1.25x 2 x 1 compiled). Each departure from
+    one eager process wins by the margin."""
     rates = {(1, False): 800.0, (2, False): 1000.0, (1, True): 1200.0, (2, True): 1340.0}
     measured = []
     monkeypatch.setattr(cpu_split, 'measure', lambda m, b, n, t, compiled, **step: measured.append((n, compiled))
@@ -140,8 +140,8 @@ def test_a_run_that_leaves_compilation_to_the_decision_measures_each_count_eager
     decide = functools.partial(cpu_split.decide, 'vit_minimal_std_mlp_6x1.cifar10', 256, tmp_path, budget=2,
                                say=lambda *a: None)
     decision = decide(compiled=None)
-    assert decision[:2] == (2, True) and measured == [(1, False), (2, False), (2, True), (1, True)]
-    assert decision.rates == {'1 x 2': 800.0, '2 x 1': 1000.0, '2 x 1 compiled': 1340.0, '1 x 2 compiled': 1200.0}
+    assert decision[:2] == (2, True) and measured == [(1, False), (2, False), (1, True), (2, True)]
+    assert decision.rates == {'1 x 2': 800.0, '2 x 1': 1000.0, '1 x 2 compiled': 1200.0, '2 x 1 compiled': 1340.0}
     assert decide(compiled=False)[:2] == (2, False) and measured[-1] == (2, False)  # --no-compile: its own entry
     assert decide(compiled=None) == decision and len(measured) == 6  # kept, with its rates
     assert len(json.loads((tmp_path / 'cpu_split.json').read_text())) == 2
@@ -198,13 +198,13 @@ def test_a_run_that_leaves_the_precision_to_the_decision_measures_bf16_first_the
         monkeypatch, tmp_path, quiet):
     """On a CPU with native bf16 where the run names no precision: bf16 against fp32 first, in turns in one process
     of the widest split; bf16 only where faster by the margin. In bf16 the attention leaves SDPA, so the padding
-    is not measured; in fp32 it is (compiled with each padding, or in turns where nothing compiles). A measurement
-    that fails (bf16 computing another loss) leaves fp32, said."""
+    is not measured; in fp32 it is, in turns (of the compiled step where one is measured). A measurement that fails
+    (bf16 computing another loss) leaves fp32, said."""
     speedups, turns, measured, said = [1.8], [], [], []
     monkeypatch.setattr(cpu_split, 'measure_bf16', lambda m, b, t, **step: turns.append(('bf16', b, t, step))
                         or speedups[-1])
-    monkeypatch.setattr(cpu_split, 'measure_padding', lambda m, b, t, **step: turns.append(('padding', step['bf16']))
-                        or 1.2)
+    monkeypatch.setattr(cpu_split, 'measure_padding', lambda m, b, t, **step: turns.append(
+        ('padding', step['bf16'], step.get('compiled', False))) or 1.2)
     monkeypatch.setattr(cpu_split, 'measure', lambda m, b, n, t, compiled, padded, bf16, **step:
                         measured.append((n, compiled, padded, bf16)) or {1: 845.0, 2: 1000.0}[n] * (1 + compiled))
     decide = functools.partial(cpu_split.decide, 'vit_minimal_sym_6x4.cifar10', 256, tmp_path, budget=2,
@@ -212,19 +212,21 @@ def test_a_run_that_leaves_the_precision_to_the_decision_measures_bf16_first_the
     decision = decide()
     assert decision.bf16 and decision[:3] == (2, True, True)
     assert turns == [('bf16', 128, 1, dict(model_kwargs={}, padded=True))]  # no padding measured in bf16
-    assert measured == [(1, False, True, True), (2, False, True, True), (2, True, True, True), (1, True, True, True)]
-    assert decision.rates == {'1 x 2 bf16': 845.0, '2 x 1 bf16': 1000.0, '2 x 1 compiled bf16': 2000.0,
-                              '1 x 2 compiled bf16': 1690.0}
+    assert measured == [(1, False, True, True), (2, False, True, True), (1, True, True, True), (2, True, True, True)]
+    assert decision.rates == {'1 x 2 bf16': 845.0, '2 x 1 bf16': 1000.0, '1 x 2 compiled bf16': 1690.0,
+                              '2 x 1 compiled bf16': 2000.0}
     assert 'bf16: 1.80x fp32' in said[-1] and said[-1].endswith('-> 2 x 1 compiled bf16')
     entry = json.loads((tmp_path / 'cpu_split.json').read_text()).popitem()[1]
     assert entry['bf16'] is True and entry['bf16_speedup'] == 1.8 and entry['bf16_given'] is None
     assert decide() == decision and len(turns) == 1  # kept
-    speedups.append(1.03)  # within the margin: fp32, whose padding the compiled probes measure, each padding once
+    speedups.append(1.03)  # within the margin: fp32, the compiled step's padding in turns, every count with it
     decision = decide(model_kwargs={'depth': 2})
-    assert not decision.bf16 and turns[-1][0] == 'bf16'
-    assert measured[-3:] == [(2, True, True, False), (2, True, False, False), (1, True, True, False)]
+    assert not decision.bf16 and turns[-2][0] == 'bf16' and turns[-1] == ('padding', False, True)
+    assert measured[-4:] == [(1, False, True, False), (2, False, True, False), (1, True, True, False),
+                             (2, True, True, False)]
+    assert 'compiled heads padded: 1.20x the true width' in said[-1]
     assert not decide(model_kwargs={'depth': 5}, compiled=False).bf16  # none compiled: the padding in turns
-    assert turns[-1] == ('padding', False) and measured[-1] == (2, False, True, False)
+    assert turns[-1] == ('padding', False, False) and measured[-1] == (2, False, True, False)
     monkeypatch.setattr(cpu_split, 'measure_bf16', lambda *a, **k: (_ for _ in ()).throw(
         RuntimeError('the bf16 step computes a loss of nan where the fp32 step computes 2.303')))
     assert not decide(model_kwargs={'depth': 3}).bf16
@@ -252,6 +254,21 @@ def test_the_padding_measured_in_turns_is_a_ratio_of_the_real_step():
     assert 0.2 < speedup < 5.0
 
 
+def test_the_compiled_padding_in_turns_checks_each_paddings_compiled_step_first(monkeypatch):
+    """Compiled, each padding's first compiled step is checked against the eager step's loss before the turns: here
+    a stand-in compilation computes NaN on the true head width alone, and the measurement fails naming it; where it
+    computes the eager loss in both, the turns give a ratio."""
+    def padded(net):
+        return any(getattr(m, 'head_pad', 0) for m in net.modules())
+    monkeypatch.setattr(torch, 'compile', lambda net, **k: (lambda x: net(x) * (1.0 if padded(net) else float('nan'))))
+    measure = functools.partial(cpu_split.padding_speedup, 'vit_minimal_sym_6x4.mnist', 2, 1, rounds=2,
+                                block_seconds=0.0, warmup=1, model_kwargs={'depth': 1}, compiled=True)
+    with pytest.raises(RuntimeError, match='the compiled step computes a loss of nan where the eager step computes'):
+        measure()
+    monkeypatch.setattr(torch, 'compile', lambda net, **k: net)
+    assert 0.2 < measure() < 5.0
+
+
 @pytest.mark.parametrize('ratios, rounds_run, side', [
     ([1.3] * 8, 5, True),  # five of eight above the margin: the median is above it whatever three more measure
     ([0.9] * 8, 5, False),
@@ -274,18 +291,19 @@ def test_the_turns_end_once_more_than_half_of_the_rounds_lie_on_one_side_of_the_
     assert (len(blocks) - 3) // 2 == rounds_run and (median >= cpu_split.MARGIN) is side
 
 
-def test_a_candidate_whose_probe_fails_is_left_out_and_the_compiled_step_is_measured_with_each_padding(
+def test_a_candidate_whose_probe_fails_is_left_out_and_the_compiled_step_takes_the_padding_measured_in_turns(
         monkeypatch, tmp_path, quiet):
     """A compiled step that computes another loss (torch 2.14's inductor computed NaN with AVX2 code) or aborts (its
     AVX-512 code on the unpadded 15-wide heads) fails its probe: that candidate is left out, naming why, and the
-    others still decide. The compiled step is measured with each padding (on an AMX Xeon the eager step trained
-    faster unpadded, the compiled one padded), so the eager padding is not measured in turns then: the eager step
-    keeps its heads padded; with --compile each count is measured padded, the true width only where that fails, and
-    the fastest count with both; a padding whose measurement in turns fails leaves the heads padded."""
+    others still decide. Where a compiled step is measured, its padding is measured in turns in one process of the
+    widest split (on an AMX Xeon the eager step trained faster unpadded, the compiled one padded; compiled probes of
+    the two, one after the other, ranked them one way and then the other), the eager step keeping its heads padded;
+    each count compiled takes that padding, the other only where it fails; a padding whose measurement in turns
+    fails leaves the heads padded."""
     rates = {(1, False, True): 900.0, (2, False, True): 1300.0, (1, True, False): 1100.0, (2, True, True): 1500.0}
     failures = {(1, True, True): 'the compiled step computes a loss of nan where the eager step computes 2.303',
                 (2, True, False): 'ended by signal 6 (SIGABRT)'}
-    measured = []
+    measured, turns, speedups = [], [], [1.2]
 
     def fake(m, b, n, t, compiled, padded, **step):
         measured.append((n, compiled, padded))
@@ -293,21 +311,25 @@ def test_a_candidate_whose_probe_fails_is_left_out_and_the_compiled_step_is_meas
             raise RuntimeError(failures[n, compiled, padded])
         return rates[n, compiled, padded]
     monkeypatch.setattr(cpu_split, 'measure', fake)
-    monkeypatch.setattr(cpu_split, 'measure_padding', lambda *a, **k: pytest.fail('measured in turns'))
+    monkeypatch.setattr(cpu_split, 'measure_padding', lambda m, b, t, **step: turns.append((b, t, step['compiled']))
+                        or speedups[-1])
     said = []
     decide = functools.partial(cpu_split.decide, 'vit_minimal_sym_6x4.cifar10', 256, tmp_path, budget=2,
                                say=said.append, padded=None)
     decision = decide(compiled=None)
-    assert measured == [(1, False, True), (2, False, True), (2, True, True), (2, True, False), (1, True, True),
-                        (1, True, False)]  # the other count with the faster padding, the other where that fails
+    assert turns == [(128, 1, True)]  # the compiled step's padding alone
+    assert measured == [(1, False, True), (2, False, True), (1, True, True), (1, True, False), (2, True, True)]
     assert decision[:3] == (2, True, True) and decision.rates['2 x 1 compiled'] == 1500.0
-    assert '2 x 1 compiled unpadded: left out (ended by signal 6 (SIGABRT))' in said[-1]
+    assert 'compiled heads padded: 1.20x the true width' in said[-1]
+    assert '1 x 2 compiled: left out (the compiled step computes a loss of nan' in said[-1]
+    assert json.loads((tmp_path / 'cpu_split.json').read_text()).popitem()[1]['compiled_padding_speedup'] == 1.2
+    speedups.append(0.9)  # the padded compiled step slower by the margin: the true width, padded where that fails
     measured.clear()
     decision = decide(compiled=True)
-    assert measured == [(1, True, True), (1, True, False), (2, True, True), (2, True, False)]
+    assert turns[-1] == (128, 1, True) and measured == [(1, True, False), (2, True, False), (2, True, True)]
     assert decision[:3] == (2, True, True)
     assert decision.rates == {'1 x 2 compiled unpadded': 1100.0, '2 x 1 compiled': 1500.0}
-    assert '1 x 2 compiled: left out (the compiled step computes a loss of nan' in said[-1]
+    assert '2 x 1 compiled unpadded: left out (ended by signal 6 (SIGABRT))' in said[-1]
     monkeypatch.setattr(cpu_split, 'measure', lambda *a, **k: (_ for _ in ()).throw(RuntimeError('no')))
     said.clear()
     assert cpu_split.decide('vit_minimal_sym_6x1.cifar10', 256, tmp_path, budget=2, say=said.append)[:3] == (1, False,
@@ -318,6 +340,9 @@ def test_a_candidate_whose_probe_fails_is_left_out_and_the_compiled_step_is_meas
     assert cpu_split.decide('vit_minimal_sym_6x4.mnist', 256, tmp_path, budget=2, say=said.append,
                             padded=None)[:3] == (2, False, True)
     assert measured[-2:] == [True, True] and 'heads padded against unpadded: left out (aborted)' in said[-1]
+    assert cpu_split.decide('vit_minimal_sym_6x4.mnist', 256, tmp_path, budget=2, say=said.append, padded=None,
+                            compiled=True)[:3] == (2, True, True)
+    assert measured[-2:] == [True, True] and 'compiled heads padded against unpadded: left out (aborted)' in said[-1]
 
 
 def test_a_compiled_probe_that_computes_another_loss_fails(monkeypatch):

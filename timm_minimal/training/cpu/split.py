@@ -9,11 +9,11 @@ measurement on this machine says that pays:
 - the cores a run may use are its CPU affinity, or ``OMP_NUM_THREADS`` where that is set (so ``reproduce --jobs N``,
   which gives each job ``cores / N`` threads, never makes N x processes x threads exceed the cores);
 - first, on a CPU with native bf16 where the run names no precision, bf16 autocast against fp32, the two taking
-  turns in one process (``bf16_speedup``, with a check that bf16 computes fp32's loss); then, in fp32 where the run
-  does not compile, the head padding the same way (``padding_speedup``);
+  turns in one process (``bf16_speedup``, with a check that bf16 computes fp32's loss); then, in fp32, the head
+  padding the same way (``padding_speedup``), of the compiled step where one will be measured (the eager step then
+  keeps its heads padded);
 - the candidates are 1 process with all of them as threads and one process per core, eager, the two taking turns
-  (``split_speedup``), then compiled at each count (where the run leaves compilation to the decision), with each head
-  padding where that is left to it at the count that measured fastest eager; each is
+  (``split_speedup``), then compiled at each count (where the run leaves compilation to the decision); each is
   measured as the run's own training step (its model and keywords at its batch, in the chosen precision), the
   processes of a split at once as one DDP group, their gradients averaged every step as the run averages them
   (``measure``);
@@ -86,8 +86,9 @@ PROBE_START = 5.0  # seconds for the probe processes to import torch and timm, a
 NEVER_FREED: List[Any] = []
 # how the candidates were measured, part of the cache key: a split's processes as one DDP group (``measure``), the
 # head padding in turns in one process (``measure_padding``), in processes whose allocator keeps what a step frees
-# (``probes.serve``), as the trainer's does, with AdamW's fused kernel, as the trainer steps it
-PROBE = 'ddp, padding in turns, freed memory kept, fused adamw'
+# (``probes.serve``), as the trainer's does, with AdamW's fused kernel, as the trainer steps it, the compiled step's
+# padding in turns
+PROBE = 'ddp, padding in turns, freed memory kept, fused adamw, compiled padding in turns'
 MARGIN = 1.05  # a split or a compilation must be measured this much faster: a tie keeps the simpler eager process
 
 
@@ -161,20 +162,32 @@ def bare_step_rate(model: str, batch: int, threads: int, seconds: float, warmup:
     net, step = _training_step(model, batch, threads, model_kwargs, bf16)
     set_head_padding(net, padded)
     with _in_group(net, group) as net:
-        expected = step(net, update=False).item() if compiled else None
+        forward = _compiled(net) if compiled else net
         if compiled:
-            torch._dynamo.reset()  # a probe process measures one step after another (``probes``): no earlier graph
-        forward = torch.compile(net, dynamic=False) if compiled else net
+            _check_compiled(net, forward, step)
         steps, t0 = 0, None
         while True:
-            loss = step(forward)
-            if steps == 0 and expected is not None:
-                _check_loss('compiled', loss.item(), expected)
+            step(forward)
             steps += 1
             if steps == warmup:
                 t0 = time.perf_counter()
             elif t0 is not None and _all_done(time.perf_counter() - t0 > seconds and steps >= 2 * warmup, group):
                 return (steps - warmup) * batch / (time.perf_counter() - t0)
+
+
+def _compiled(net: torch.nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
+    """``net`` through ``torch.compile`` with static shapes, as the trainer compiles it; the graphs of earlier probes
+    in this process dropped (``probes``: a probe process measures one step after another)."""
+    torch._dynamo.reset()
+    return torch.compile(net, dynamic=False)
+
+
+def _check_compiled(net: torch.nn.Module, forward: Callable[[torch.Tensor], torch.Tensor],
+                    step: Callable[..., torch.Tensor]) -> None:
+    """The first training step through the compiled ``forward`` (which compiles it) against the eager step's loss
+    (``_check_loss``)."""
+    expected = step(net, update=False).item()
+    _check_loss('compiled', step(forward).item(), expected)
 
 
 @contextlib.contextmanager
@@ -198,19 +211,27 @@ def _in_group(net: torch.nn.Module, group: Optional[Tuple[int, int, int]]) -> It
 
 def padding_speedup(model: str, batch: int, threads: int, rounds: int = TURN_ROUNDS,
                     block_seconds: float = TURN_BLOCK_SECONDS, warmup: int = PROBE_WARMUP,
-                    model_kwargs: Optional[Dict[str, Any]] = None, bf16: bool = False) -> float:
-    """How many times as fast the eager bare step of ``model`` (``_training_step``) trains with its heads padded as on
+                    model_kwargs: Optional[Dict[str, Any]] = None, bf16: bool = False, compiled: bool = False
+                    ) -> float:
+    """How many times as fast the bare step of ``model`` (``_training_step``) trains with its heads padded as on
     their true width (> 1: padded is faster): one model in one process takes blocks of steps of about
     ``block_seconds`` in each padding in turn, the order reversed every round; the median of the rounds' ratios.
     Taking turns, the two see the same machine: measured one after the other, a probe of the same split gave 1,017
-    and then 783 img/s on a quiet 2-core AVX2 EPYC, and such a drift chose the slower padding there."""
+    and then 783 img/s on a quiet 2-core AVX2 EPYC, and such a drift chose the slower padding there; compiled
+    probes of the two paddings ranked them one way in two MNIST decisions and the other way in the next on an AMX
+    Xeon. Where ``compiled``, the step runs through ``torch.compile`` (a graph per padding, each checked first
+    against the eager step's loss, as ``bare_step_rate`` checks it)."""
     net, step = _training_step(model, batch, threads, model_kwargs, bf16)
+    forward = _compiled(net) if compiled else net
+    for padded in ((True, False) if compiled else ()):  # each padding's graph compiled and checked before the turns
+        set_head_padding(net, padded)
+        _check_compiled(net, forward, step)
 
     def timed(padded: bool, steps: int) -> float:
         set_head_padding(net, padded)
         t0 = time.perf_counter()
         for _ in range(steps):
-            step(net)
+            step(forward)
         return time.perf_counter() - t0
     return _speedup_in_turns(timed, rounds, block_seconds, warmup, 1 / MARGIN)
 
@@ -346,10 +367,16 @@ def measure(model: str, batch: int, processes: int, threads: int, seconds: float
     trains, summed. The processes of a split are one process group, their gradients averaged every step as in the
     run (independent processes measured 1.1-1.3x what the split then trained: ``benchmarks/ddp_cpu_overhead.md``).
     No probe outlives this call: on a failure or a timeout of one, every one is ended."""
-    timeout = PROBE_TIMEOUT * (3 if step.get('compiled') else 1)  # a cold compilation on one thread takes a minute
+    timeout = _timeout(step)
     store = _loopback_store(processes, timedelta(seconds=timeout)) if processes > 1 else contextlib.nullcontext()
     with store as port:  # a split's processes meet there; bound until they have ended
         return _run_probes(model, batch, processes, threads, seconds, timeout, port, step)
+
+
+def _timeout(step: Dict[str, Any]) -> float:
+    """Seconds for the probes of one measurement together: more where they compile (a cold compilation on one thread
+    takes a minute)."""
+    return PROBE_TIMEOUT * (3 if step.get('compiled') else 1)
 
 
 def _run_probes(model: str, batch: int, processes: int, threads: int, seconds: float, timeout: float,
@@ -361,9 +388,10 @@ def _run_probes(model: str, batch: int, processes: int, threads: int, seconds: f
 
 
 def measure_padding(model: str, batch: int, threads: int, **step: Any) -> float:
-    """``padding_speedup`` in a probe process (``probes``) on ``threads`` threads (``step``: its model_kwargs, bf16)."""
+    """``padding_speedup`` in a probe process (``probes``) on ``threads`` threads (``step``: its model_kwargs, bf16,
+    compiled)."""
     call = f'padding_speedup({model!r}, {batch}, {threads}, **{step!r})'
-    return run_calls([call], PROBE_TIMEOUT, 'the measurement of the head padding')[0]
+    return run_calls([call], _timeout(step), 'the measurement of the head padding')[0]
 
 
 def measure_bf16(model: str, batch: int, threads: int, **step: Any) -> float:
@@ -479,31 +507,29 @@ def _choose_padding(model: str, batch: int, threads: int, pads: Sequence[bool], 
     """The padding every candidate is measured with, and the speed-up of the padded step where it was measured: the
     one given, else the true width only where the padded step measured slower by the margin, the two taking turns in
     one process (``measure_padding``, at ``batch`` and ``threads``: one process of the widest split). Where that
-    measurement fails, the padding, with why in ``failed``."""
+    measurement fails, the padding, with why in ``failed``. The compiled step's padding where ``step`` says
+    ``compiled``."""
     if len(pads) < 2:
         return pads[0], None
     try:
         speedup = measure_padding(model, batch, threads, **step)
     except _PROBE_FAILED as e:
-        failed['heads padded against unpadded'] = str(e)
+        failed[f'{"compiled " if step.get("compiled") else ""}heads padded against unpadded'] = str(e)
         return True, None
     return speedup * MARGIN >= 1.0, speedup
 
 
 def _measure_candidates(model: str, batch: int, budget: int, processes: Sequence[int], modes: Sequence[bool],
-                        pad: bool, pads: Sequence[bool], step: Dict[str, Any], failed: Dict[str, str]
+                        pad: Dict[bool, bool], pads: Sequence[bool], step: Dict[str, Any], failed: Dict[str, str]
                         ) -> Dict[Tuple[int, bool, bool], float]:
     """The rate of each candidate, a candidate whose probe fails left out with why in ``failed`` (a compiled step
-    that computes another loss, an abort, a timeout). Every process count is measured in the first mode (eager,
-    unless ``--compile`` chose; eager, the counts take turns, ``_counts_in_turns``) with the padding ``pad``; then,
-    where compilation is left to the decision or the padding is, the compiled step at the count that measured
-    fastest, with each padding, and at every other count with the padding that compiled faster. The eager ranking of
-    the counts does not hold compiled: on a 2-core AMX Xeon, 2 x 1 bf16 measured 1.21x 1 x 2 eager for the CIFAR-10
-    model, and 1 x 2 compiled 1.11-1.25x 2 x 1 compiled (1,646-1,931 against 1,484-1,550 img/s); 1 x 2 and 2 x 1 tied
-    eager for the MNIST one, compiled 5,632 and 4,596 img/s. Inductor's kernels may prefer the
-    other padding than the eager ones: on an AMX Xeon the eager step trained faster unpadded and the compiled one
-    padded. With ``--compile`` a count whose padding fails takes the other (torch 2.14.1's inductor aborted on the
-    unpadded 15-wide heads of an AVX-512 CPU)."""
+    that computes another loss, an abort, a timeout). Every process count is measured in each mode (eager, the
+    counts taking turns, ``_counts_in_turns``; then compiled, where the run leaves compilation to the decision or
+    compiles), with the padding ``pad`` gives for the mode (``pad[compiled]``); a compiled count whose padding
+    fails takes the other (torch 2.14.1's inductor aborted on the unpadded 15-wide heads of an AVX-512 CPU). The
+    eager ranking of the counts does not hold compiled: on a 2-core AMX Xeon, 2 x 1 bf16 measured 1.21x 1 x 2 eager
+    for the CIFAR-10 model, and 1 x 2 compiled 1.11-1.25x 2 x 1 compiled (1,646-1,931 against 1,484-1,550 img/s);
+    1 x 2 and 2 x 1 tied eager for the MNIST one, compiled 5,632 and 4,596 img/s."""
     rates: Dict[Tuple[int, bool, bool], float] = {}
 
     def probe(n: int, compiled: bool, padded: bool) -> bool:
@@ -517,18 +543,12 @@ def _measure_candidates(model: str, batch: int, budget: int, processes: Sequence
         except _PROBE_FAILED as e:
             failed[label] = str(e)
             return False
-    others = [pad, not pad] if len(pads) > 1 else [pad]
     if modes[0] is False and len(processes) > 1:
-        _counts_in_turns(model, batch, budget, pad, step, rates, failed)
-    for n in processes:  # each alone where the turns did not measure it
-        any(probe(n, modes[0], p) for p in (others if modes[0] else [pad]))
-    if True in modes and (len(modes) > 1 or len(pads) > 1):
-        best = max(rates, key=lambda k: rates[k] / _odds(k, len(modes) > 1))[0] if rates else processes[0]
-        for p in others:
-            probe(best, True, p)
-        faster = sorted(others, key=lambda p: -rates.get((best, True, p), 0.0))
-        for n in processes:  # under --compile, each measured above
-            any(probe(n, True, p) for p in faster)
+        _counts_in_turns(model, batch, budget, pad[False], step, rates, failed)
+    for compiled in modes:
+        chosen = pad[compiled]
+        for n in processes:  # each alone where the turns did not measure it
+            any(probe(n, compiled, p) for p in ([chosen, not chosen] if compiled and len(pads) > 1 else [chosen]))
     return rates
 
 
@@ -553,14 +573,14 @@ def _probe_seconds(processes: Sequence[int], modes: Sequence[bool], pads: Sequen
     """About how long the measurement takes: a compiled probe compiles for 5-30 s (the MNIST model on a 2-core AMX
     Xeon, inductor's cache warm or empty), the probe processes import torch first. Where bf16 is measured
     (only where the CPU has it natively, ``policy.cpu_bf16_pays``) it is counted as the choice, in which the padding
-    is not measured; an fp32 choice adds the padding's turns and a compiled probe."""
+    is not measured; an fp32 choice adds the padding's turns (of the compiled step where one is measured)."""
     pads = [True] if len(precisions) > 1 else pads
     turns = 2 * TURN_ROUNDS * TURN_BLOCK_SECONDS + 4
-    compiled = (len(processes) if modes == [True] else 1) * len(pads) if True in modes else 0
-    compiled += len(processes) - 1 if len(modes) > 1 else 0  # every count compiled
+    compiled = len(processes) if True in modes else 0  # every count compiled, with the padding chosen
     eager = (len(processes) < 2) * (PROBE_SECONDS + 4) if modes[0] is False else 0  # two counts: in turns
-    turned = (len(pads) > 1 and True not in modes) + (len(precisions) > 1) + (modes[0] is False and len(processes) > 1)
-    return PROBE_START + eager + compiled * (PROBE_SECONDS + 20) + turns * turned
+    turned = (len(pads) > 1) + (len(precisions) > 1) + (modes[0] is False and len(processes) > 1)
+    padding_compiled = 2 * 20 * (len(pads) > 1 and True in modes)  # the two paddings' steps compiled for their turns
+    return PROBE_START + eager + compiled * (PROBE_SECONDS + 20) + padding_compiled + turns * turned
 
 
 def decide(model: str, batch: int, cache_dir: Path, budget: Optional[int] = None, say=_logger.info,
@@ -573,12 +593,12 @@ def decide(model: str, batch: int, cache_dir: Path, budget: Optional[int] = None
     ``cache_dir/cpu_split.json`` (said when it is used); one process (eager, padded and fp32 where those were left to
     it) where nothing else can run or a measurement fails.
 
-    The precision is chosen first (``_choose_bf16``), then, in fp32 where no compiled step will be measured with
-    each padding, the padding (``_choose_padding``; bf16 runs the attention without SDPA, ``models.layers.sdpa_pays``,
-    where the padding changes nothing), and the candidates are measured with them (``_measure_candidates``). A
-    measurement taken while other work keeps cores busy decides this run only: it is not kept as the machine's answer.
-    ``before`` runs first where a measurement will (the run's checks that are quick beside it: a missing dataset is
-    named before a minute of it)."""
+    The precision is chosen first (``_choose_bf16``), then, in fp32, the padding (``_choose_padding``) of the
+    compiled step where one will be measured, else of the eager one (bf16 runs the attention without SDPA,
+    ``models.layers.sdpa_pays``, where the padding changes nothing), and the candidates are measured with them
+    (``_measure_candidates``). A measurement taken while other work keeps cores busy decides this run only: it is not
+    kept as the machine's answer. ``before`` runs first where a measurement will (the run's checks that are quick
+    beside it: a missing dataset is named before a minute of it)."""
     budget = core_budget() if budget is None else budget
     processes = [n for n in _candidates(budget) if batch % n == 0]
     modes = [False, True] if compiled is None else [bool(compiled)]
@@ -637,12 +657,16 @@ def _measure(model: str, batch: int, budget: int, processes: Sequence[int], mode
     step = dict(step, bf16=bf16)
     if bf16:
         pads = [True]
-    # where the compiled step is measured it is measured with each padding: the eager step then keeps the padding
+    # where a compiled step is measured, its padding is chosen (inductor's kernels may prefer the other one than the
+    # eager ones) and the eager step keeps the padding; else the eager step's
     pad, pad_speedup = _choose_padding(model, *widest, pads if True not in modes else pads[:1], step, failed)
-    rates = _measure_candidates(model, batch, budget, processes, modes, pad, pads, step, failed)
-    speedups = dict(bf16_speedup=bf16_speedup, padding_speedup=pad_speedup)
+    cpad, cpad_speedup = _choose_padding(model, *widest, pads if True in modes else pads[:1],
+                                         dict(step, compiled=True), failed)
+    rates = _measure_candidates(model, batch, budget, processes, modes, {False: pad, True: cpad}, pads, step, failed)
+    speedups = dict(bf16_speedup=bf16_speedup, padding_speedup=pad_speedup, compiled_padding_speedup=cpad_speedup)
     found = [f'bf16: {bf16_speedup:.2f}x fp32'] if bf16_speedup is not None else []
     found += [f'heads padded: {pad_speedup:.2f}x the true width'] if pad_speedup is not None else []
+    found += [f'compiled heads padded: {cpad_speedup:.2f}x the true width'] if cpad_speedup is not None else []
     labelled = {_label(n, budget // n, c, p, bf16): round(r, 1) for (n, c, p), r in rates.items()}
     found += [f'{label}: {r:,.0f} img/s' for label, r in labelled.items()]
     found += [f'{label}: left out ({why})' for label, why in failed.items()]
