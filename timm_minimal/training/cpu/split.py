@@ -576,11 +576,12 @@ def _probe_seconds(processes: Sequence[int], modes: Sequence[bool], pads: Sequen
     is not measured; an fp32 choice adds the padding's turns (of the compiled step where one is measured)."""
     pads = [True] if len(precisions) > 1 else pads
     turns = 2 * TURN_ROUNDS * TURN_BLOCK_SECONDS + 4
+    compile_seconds = 20.0
     compiled = len(processes) if True in modes else 0  # every count compiled, with the padding chosen
+    compilations = compiled + 2 * (len(pads) > 1 and True in modes)  # and the two paddings' steps for their turns
     eager = (len(processes) < 2) * (PROBE_SECONDS + 4) if modes[0] is False else 0  # two counts: in turns
     turned = (len(pads) > 1) + (len(precisions) > 1) + (modes[0] is False and len(processes) > 1)
-    padding_compiled = 2 * 20 * (len(pads) > 1 and True in modes)  # the two paddings' steps compiled for their turns
-    return PROBE_START + eager + compiled * (PROBE_SECONDS + 20) + padding_compiled + turns * turned
+    return PROBE_START + eager + compiled * PROBE_SECONDS + compilations * compile_seconds + turns * turned
 
 
 def decide(model: str, batch: int, cache_dir: Path, budget: Optional[int] = None, say=_logger.info,
